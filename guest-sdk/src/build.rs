@@ -1,0 +1,94 @@
+//! The build path of a guest: compile a policy crate for `wasm32-unknown-unknown` and
+//! wrap the core module as a component. No WASI adapter: the component imports only
+//! the policy world.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// Wraps a core module built with [`crate::export_policy!`] (it carries its WIT in a
+/// custom section) as a component.
+pub fn componentize(core_module: &[u8]) -> Result<Vec<u8>> {
+    wit_component::ComponentEncoder::default()
+        .module(core_module)
+        .context("reading the core module's component-type section")?
+        .validate(true)
+        .encode()
+        .context("encoding the component")
+}
+
+/// One guest to build: a package of the workspace and the name of its library target.
+#[derive(Debug, Clone)]
+pub struct GuestCrate {
+    pub package: String,
+    pub lib_name: String,
+}
+
+impl GuestCrate {
+    /// A package whose library name is the package name with `-` replaced by `_`.
+    pub fn new(package: &str) -> Self {
+        Self { package: package.to_string(), lib_name: package.replace('-', "_") }
+    }
+}
+
+/// Builds guest crates of the workspace at `workspace` into `target_dir` (kept apart from
+/// the host's target directory, so a build script does not wait on its own lock) with
+/// the `guest` profile and `+simd128`, and returns each as a component.
+///
+/// Meant for build scripts: prints `cargo:rerun-if-changed` for nothing; the caller does.
+pub fn build_guests(
+    workspace: &Path,
+    target_dir: &Path,
+    guests: &[GuestCrate],
+) -> Result<Vec<(GuestCrate, Vec<u8>)>> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
+        .arg("--manifest-path")
+        .arg(workspace.join("Cargo.toml"))
+        .args(["--target", "wasm32-unknown-unknown", "--profile", "guest", "--locked"])
+        .arg("--target-dir")
+        .arg(target_dir);
+    for guest in guests {
+        cmd.args(["-p", &guest.package]);
+    }
+    // The outer build's flags and wrappers target the host; none of them may leak in.
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET_DIR",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_MANIFEST_DIR",
+        "CARGO_PKG_NAME",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (var, _) in std::env::vars_os() {
+        let var = var.to_string_lossy();
+        if var.starts_with("CARGO_PROFILE_") || var.starts_with("CARGO_CFG_") || var.starts_with("CARGO_FEATURE_") {
+            cmd.env_remove(var.as_ref());
+        }
+    }
+    // SIMD lets the per-candidate loops vectorise (measured 0.45 ns/candidate vs ~0.9).
+    cmd.env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", "-Ctarget-feature=+simd128");
+    let status = cmd.status().context("running cargo to build the guests")?;
+    if !status.success() {
+        bail!("building the guests failed: {status}");
+    }
+    let out = target_dir.join("wasm32-unknown-unknown").join("guest");
+    guests
+        .iter()
+        .map(|guest| {
+            let path: PathBuf = out.join(format!("{}.wasm", guest.lib_name));
+            let core = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            let component = componentize(&core).with_context(|| format!("componentizing {}", guest.package))?;
+            Ok((guest.clone(), component))
+        })
+        .collect()
+}

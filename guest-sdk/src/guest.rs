@@ -1,0 +1,216 @@
+//! The wasm32 side: WIT bindings and the glue behind [`crate::export_policy!`].
+//! Compiled only for `target_arch = "wasm32"`.
+
+use std::borrow::Cow;
+use std::cell::UnsafeCell;
+
+use crate::{Candidates, Capacity, Columns, Facts, Policy, PolicyError, Pool, Request, WorkerRank};
+
+wit_bindgen::generate!({
+    path: "../wit",
+    world: "selection-policy",
+    pub_export_macro: true,
+    export_macro_name: "__export_selection_policy",
+    default_bindings_module: "switchyard_guest_sdk::guest",
+});
+
+use switchyard::policy::request as imports;
+use switchyard::policy::types as wit;
+
+/// The one policy instance of this component.
+pub struct State<P>(UnsafeCell<Option<P>>);
+
+// SAFETY: a component instance is single-threaded (guests are built without the threads
+// proposal and the host never shares an instance across threads), so the cell is never
+// accessed concurrently.
+unsafe impl<P> Sync for State<P> {}
+
+impl<P: Policy> State<P> {
+    #[allow(clippy::new_without_default)]
+    pub const fn new() -> Self {
+        Self(UnsafeCell::new(None))
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Option<P>) -> R) -> R {
+        // SAFETY: single-threaded (see `Sync` above), and the component model forbids
+        // re-entering an instance, so no other `&mut` to the cell is live during `f`.
+        f(unsafe { &mut *self.0.get() })
+    }
+
+    fn with_policy<R>(&self, f: impl FnOnce(&mut P) -> R) -> R {
+        self.with(|slot| {
+            let policy = match slot {
+                Some(policy) => policy,
+                // The host always configures first; a host that does not gets defaults.
+                None => slot.insert(P::configure("{}").unwrap_or_else(|e| panic!("{e}"))),
+            };
+            f(policy)
+        })
+    }
+}
+
+/// The imports, as [`Facts`].
+struct ImportedFacts;
+
+impl Facts for ImportedFacts {
+    fn prefix_hashes(&self) -> Option<Cow<'_, [u64]>> {
+        imports::prefix_hashes().map(Cow::Owned)
+    }
+    fn policy_class(&self) -> Option<Cow<'_, str>> {
+        imports::policy_class().map(Cow::Owned)
+    }
+    fn worker_capacity(&self, worker_id: u64) -> Option<Capacity> {
+        imports::worker_capacity(worker_id).map(capacity)
+    }
+    fn candidate_capacities(&self) -> Cow<'_, [Option<Capacity>]> {
+        Cow::Owned(imports::candidate_capacities().into_iter().map(|c| c.map(capacity)).collect())
+    }
+}
+
+fn capacity(c: wit::Capacity) -> Capacity {
+    Capacity { total_kv_blocks: c.total_kv_blocks, max_num_batched_tokens: c.max_num_batched_tokens }
+}
+
+fn facts(r: &wit::RequestFacts) -> crate::RequestFacts {
+    crate::RequestFacts {
+        prompt_tokens: r.prompt_tokens,
+        block_size: r.block_size,
+        request_blocks: r.request_blocks,
+        expected_output_tokens: r.expected_output_tokens,
+        pinned: r.pinned.map(|w| WorkerRank { worker_id: w.worker_id, dp_rank: w.dp_rank }),
+        pool: match r.pool {
+            wit::Pool::Aggregated => Pool::Aggregated,
+            wit::Pool::Prefill => Pool::Prefill,
+            wit::Pool::Decode => Pool::Decode,
+        },
+        seed: r.seed,
+    }
+}
+
+fn error(e: PolicyError) -> wit::PolicyError {
+    wit::PolicyError {
+        kind: match e.kind {
+            crate::ErrorKind::InvalidParameters => wit::ErrorKind::InvalidParameters,
+            crate::ErrorKind::InvalidInput => wit::ErrorKind::InvalidInput,
+            crate::ErrorKind::Internal => wit::ErrorKind::Internal,
+        },
+        message: e.message,
+    }
+}
+
+fn with_view<P: Policy, R>(
+    policy: &mut P,
+    c: &wit::Candidates,
+    f: impl FnOnce(&mut P, Candidates<'_>) -> Result<R, PolicyError>,
+) -> Result<R, wit::PolicyError> {
+    let columns = Columns {
+        worker_ids: &c.worker_id,
+        dp_ranks: &c.dp_rank,
+        device_overlap_blocks: &c.device_overlap_blocks,
+        host_overlap_blocks: &c.host_overlap_blocks,
+        disk_overlap_blocks: &c.disk_overlap_blocks,
+        cached_tokens: &c.cached_tokens,
+        active_prefill_tokens: &c.active_prefill_tokens,
+        decode_blocks: &c.decode_blocks,
+        active_requests: &c.active_requests,
+        preferred_multiplier: &c.preferred_multiplier,
+    };
+    let view = Candidates::new(columns, policy.info().inputs)
+        .map_err(|e| error(PolicyError::invalid_input(e.to_string())))?;
+    f(policy, view).map_err(error)
+}
+
+pub fn describe<P: Policy>(state: &State<P>) -> wit::PolicyInfo {
+    state.with_policy(|p| {
+        let info = p.info();
+        wit::PolicyInfo {
+            inputs: wit::InputGroups::from_bits_retain(info.inputs.bits()),
+            filters: info.filters,
+            wants_commits: info.wants_commits,
+        }
+    })
+}
+
+pub fn configure<P: Policy>(state: &State<P>, parameters: String) -> Result<(), wit::PolicyError> {
+    let policy = P::configure(&parameters).map_err(error)?;
+    state.with(|slot| *slot = Some(policy));
+    Ok(())
+}
+
+pub fn score<P: Policy>(
+    state: &State<P>,
+    request: wit::RequestFacts,
+    candidates: wit::Candidates,
+) -> Result<Vec<f64>, wit::PolicyError> {
+    let facts = facts(&request);
+    state.with_policy(|p| {
+        with_view(p, &candidates, |p, view| {
+            let mut costs = vec![0.0; view.len()];
+            p.score(&Request::new(&facts, &ImportedFacts), &view, &mut costs)?;
+            Ok(costs)
+        })
+    })
+}
+
+pub fn filter<P: Policy>(
+    state: &State<P>,
+    request: wit::RequestFacts,
+    candidates: wit::Candidates,
+) -> Result<Vec<bool>, wit::PolicyError> {
+    let facts = facts(&request);
+    state.with_policy(|p| {
+        with_view(p, &candidates, |p, view| {
+            let mut keep = vec![true; view.len()];
+            p.filter(&Request::new(&facts, &ImportedFacts), &view, &mut keep)?;
+            Ok(keep)
+        })
+    })
+}
+
+pub fn on_selected<P: Policy>(state: &State<P>, request: wit::RequestFacts, chosen: wit::WorkerRank) {
+    let facts = facts(&request);
+    let chosen = WorkerRank { worker_id: chosen.worker_id, dp_rank: chosen.dp_rank };
+    state.with_policy(|p| p.on_selected(&Request::new(&facts, &ImportedFacts), chosen));
+}
+
+/// Exports a [`Policy`] as this component's `policy` interface. Expands to nothing
+/// outside wasm32, so a policy crate can call it unconditionally.
+#[macro_export]
+macro_rules! export_policy {
+    ($policy:ty) => {
+        const _: () = {
+            use $crate::guest::exports::switchyard::policy::policy as exports;
+            use $crate::guest::switchyard::policy::types as wit;
+
+            static STATE: $crate::guest::State<$policy> = $crate::guest::State::new();
+
+            struct Export;
+
+            impl exports::Guest for Export {
+                fn describe() -> wit::PolicyInfo {
+                    $crate::guest::describe(&STATE)
+                }
+                fn configure(parameters: String) -> Result<(), wit::PolicyError> {
+                    $crate::guest::configure(&STATE, parameters)
+                }
+                fn score(
+                    request: wit::RequestFacts,
+                    candidates: wit::Candidates,
+                ) -> Result<Vec<f64>, wit::PolicyError> {
+                    $crate::guest::score(&STATE, request, candidates)
+                }
+                fn filter(
+                    request: wit::RequestFacts,
+                    candidates: wit::Candidates,
+                ) -> Result<Vec<bool>, wit::PolicyError> {
+                    $crate::guest::filter(&STATE, request, candidates)
+                }
+                fn on_selected(request: wit::RequestFacts, chosen: wit::WorkerRank) {
+                    $crate::guest::on_selected(&STATE, request, chosen)
+                }
+            }
+
+            $crate::guest::__export_selection_policy!(Export with_types_in $crate::guest);
+        };
+    };
+}

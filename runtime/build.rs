@@ -1,0 +1,26 @@
+//! Builds the builtin policies as components (wasm32-unknown-unknown, wrapped in-process),
+//! so the binary embeds the guest build of every builtin next to its native build.
+
+use std::path::PathBuf;
+
+use switchyard_guest_sdk::build::{GuestCrate, build_guests};
+
+/// Builtin policy packages; `src/builtin.rs` names each by its short name.
+const BUILTINS: &[&str] = &["switchyard-policy-default"];
+
+fn main() -> anyhow::Result<()> {
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let workspace = manifest_dir.parent().expect("runtime/ is inside the workspace").to_path_buf();
+    for dir in ["wit", "guest-sdk", "policies"] {
+        println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    // Our own target dir for guests: the outer build holds the lock on its own.
+    let target_dir = workspace.join("target").join("guests");
+    let guests: Vec<GuestCrate> = BUILTINS.iter().map(|p| GuestCrate::new(p)).collect();
+    for (guest, component) in build_guests(&workspace, &target_dir, &guests)? {
+        std::fs::write(out_dir.join(format!("{}.component.wasm", guest.lib_name)), component)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,59 @@
+//! Command-line interface. Output is JSON on stdout; errors are one line on stderr
+//! starting with `error: <kind>:`, and a non-zero exit.
+
+mod config;
+mod policy;
+mod select;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "switchyard", version, about = "Tenant worker-selection policies as sandboxed WebAssembly")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Select a worker for one request and print the decision as JSON.
+    Select(select::SelectArgs),
+    /// Inspect, check and build policy components.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
+}
+
+/// A failure to report: a stable kind and a message.
+pub struct CliError {
+    pub kind: String,
+    pub message: String,
+    pub code: u8,
+}
+
+impl CliError {
+    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { kind: kind.into(), message: message.into(), code: 2 }
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Select(args) => select::run(args),
+        Command::Policy(command) => policy::run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}: {}", e.kind, e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+/// Prints `value` as pretty JSON.
+pub fn print_json(value: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(value).expect("a Value always serialises"));
+}

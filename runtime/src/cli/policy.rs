@@ -1,0 +1,102 @@
+//! `switchyard policy …`: list builtins, check a component, wrap a core module.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use serde_json::json;
+use switchyard::{GuestScorer, PolicyComponent, builtin};
+
+use super::config::LimitArgs;
+use super::{CliError, print_json};
+
+#[derive(Subcommand)]
+pub enum PolicyCommand {
+    /// List the builtin policies.
+    List,
+    /// Validate a component: world, imports, exports, size; configure it with --params.
+    Check {
+        /// The component file.
+        file: PathBuf,
+        /// Parameters to configure it with, a JSON object.
+        #[arg(long, default_value = "{}")]
+        params: String,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+    /// Wrap a wasm32-unknown-unknown core module built with the guest SDK as a component.
+    Wrap {
+        /// The core module (target/wasm32-unknown-unknown/release/<crate>.wasm).
+        core: PathBuf,
+        /// Where to write the component.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Write a builtin's component build to a file.
+    Export {
+        /// The builtin's name.
+        name: String,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+}
+
+pub fn run(command: PolicyCommand) -> Result<(), CliError> {
+    match command {
+        PolicyCommand::List => {
+            let list: Vec<_> = builtin::BUILTINS
+                .iter()
+                .map(|b| json!({ "name": b.name, "summary": b.summary, "component_bytes": b.component.len() }))
+                .collect();
+            print_json(&json!(list));
+            Ok(())
+        }
+        PolicyCommand::Check { file, params, limits } => {
+            let bytes = read(&file)?;
+            let engine = limits.engine()?;
+            let component =
+                PolicyComponent::load(&engine, &bytes).map_err(|e| CliError::new(e.kind.as_str(), e.message))?;
+            let scorer = GuestScorer::new("check", component.clone(), &params)
+                .map_err(|e| CliError::new(e.kind.as_str(), e.message))?;
+            let info = switchyard::selection::Scorer::info(&scorer);
+            print_json(&json!({
+                "ok": true,
+                "world": switchyard::component::WORLD,
+                "size_bytes": component.size(),
+                "sha256": component.digest(),
+                "imports": component.imports(),
+                "exports": component.exports(),
+                "compile_ms": component.compile_time().as_secs_f64() * 1e3,
+                "inputs": {
+                    "cache": info.inputs.contains(switchyard_guest_sdk::InputGroups::CACHE),
+                    "load": info.inputs.contains(switchyard_guest_sdk::InputGroups::LOAD),
+                    "affinity": info.inputs.contains(switchyard_guest_sdk::InputGroups::AFFINITY),
+                },
+                "filters": info.filters,
+                "wants_commits": info.wants_commits,
+            }));
+            Ok(())
+        }
+        PolicyCommand::Wrap { core, output } => {
+            let bytes = read(&core)?;
+            let component = switchyard_guest_sdk::build::componentize(&bytes)
+                .map_err(|e| CliError::new("componentize", format!("{e:#}")))?;
+            write(&output, &component)
+        }
+        PolicyCommand::Export { name, output } => {
+            let builtin = builtin::find(&name).ok_or_else(|| {
+                CliError::new("unknown-policy", format!("`{name}` is not a builtin ({})", builtin::names().join(", ")))
+            })?;
+            write(&output, builtin.component)
+        }
+    }
+}
+
+fn read(path: &PathBuf) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path).map_err(|e| CliError::new("io", format!("reading {}: {e}", path.display())))
+}
+
+fn write(path: &PathBuf, bytes: &[u8]) -> Result<(), CliError> {
+    std::fs::write(path, bytes).map_err(|e| CliError::new("io", format!("writing {}: {e}", path.display())))?;
+    print_json(&json!({ "written": path, "bytes": bytes.len() }));
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! `switchyard select`: one selection, printed as JSON.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde_json::json;
+use switchyard::builtin;
+use switchyard::input::{RequestJson, SAMPLE_REQUEST};
+use switchyard::selection::Scorer;
+use switchyard::{GuestScorer, PolicyComponent, SelectError, Selector};
+
+use super::config::LimitArgs;
+use super::{CliError, print_json};
+
+#[derive(Args)]
+pub struct SelectArgs {
+    /// A builtin policy name (see `switchyard policy list`) or a component file (.wasm).
+    #[arg(long, default_value = "default")]
+    policy: String,
+    /// Run the builtin's component build (the same source) instead of its native build.
+    #[arg(long)]
+    guest: bool,
+    /// The request JSON (see tests/fixtures/request.json); absent: an embedded sample.
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// The policy's parameters, a JSON object.
+    #[arg(long, default_value = "{}")]
+    params: String,
+    /// On a policy fault, fail (exit 3) instead of falling back to the native default policy.
+    #[arg(long)]
+    fail_closed: bool,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// Which build decided.
+struct Built {
+    scorer: Box<dyn Scorer>,
+    build: &'static str,
+    version: Option<String>,
+}
+
+fn build_scorer(args: &SelectArgs) -> Result<Built, CliError> {
+    let as_path = Path::new(&args.policy);
+    let is_file = args.policy.ends_with(".wasm") || as_path.is_file();
+    if is_file {
+        let bytes = std::fs::read(as_path)
+            .map_err(|e| CliError::new("io", format!("reading {}: {e}", as_path.display())))?;
+        let engine = args.limits.engine()?;
+        let component = PolicyComponent::load(&engine, &bytes).map_err(load_error)?;
+        let version = component.digest().to_string();
+        let name = as_path.file_stem().map_or("policy".into(), |s| s.to_string_lossy().into_owned());
+        let scorer = GuestScorer::new(name, component, &args.params).map_err(load_error)?;
+        return Ok(Built { scorer: Box::new(scorer), build: "guest", version: Some(version) });
+    }
+    let Some(builtin) = builtin::find(&args.policy) else {
+        return Err(CliError::new(
+            "unknown-policy",
+            format!(
+                "`{}` is neither a builtin ({}) nor a .wasm file",
+                args.policy,
+                builtin::names().join(", ")
+            ),
+        ));
+    };
+    if args.guest {
+        let engine = args.limits.engine()?;
+        let scorer = builtin.guest(&engine, &args.params).map_err(load_error)?;
+        let version = scorer.component().digest().to_string();
+        Ok(Built { scorer: Box::new(scorer), build: "guest", version: Some(version) })
+    } else {
+        let scorer = builtin
+            .native(&args.params)
+            .map_err(|e| CliError::new("configure-failed", e.to_string()))?;
+        Ok(Built { scorer, build: "native", version: None })
+    }
+}
+
+fn load_error(e: switchyard::LoadError) -> CliError {
+    CliError::new(e.kind.as_str(), e.message)
+}
+
+pub fn run(args: SelectArgs) -> Result<(), CliError> {
+    let text = match &args.input {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| CliError::new("io", format!("reading {}: {e}", path.display())))?,
+        None => SAMPLE_REQUEST.to_string(),
+    };
+    let (table, request) = RequestJson::parse(&text)
+        .and_then(RequestJson::into_parts)
+        .map_err(|e| CliError::new("invalid-input", e.to_string()))?;
+    let built = build_scorer(&args)?;
+    let policy_name = built.scorer.name().to_string();
+    let mut selector = Selector::new(built.scorer);
+    let (selection, decided_by, build, version, fallback) = match selector.select(&table, &request) {
+        Ok(selection) => {
+            selector
+                .commit(&table, &request, selection.chosen)
+                .map_err(|e| CliError::new("commit", e.to_string()))?;
+            (selection, policy_name, built.build, built.version, serde_json::Value::Null)
+        }
+        Err(SelectError::NoEligibleWorker) => {
+            return Err(CliError::new("no-eligible-worker", "no worker is eligible for this request"));
+        }
+        Err(SelectError::Fault { fault, .. }) => {
+            if args.fail_closed {
+                return Err(CliError { kind: fault.kind.as_str().into(), message: fault.message, code: 3 });
+            }
+            // Fail open: the native default policy decides, and the answer says so.
+            let default = builtin::find("default").expect("the default builtin exists");
+            let scorer = default.native("{}").expect("defaults are valid");
+            selector = Selector::new(scorer);
+            let selection = selector.select(&table, &request).map_err(|e| CliError::new("fallback", e.to_string()))?;
+            let fallback = json!({ "kind": fault.kind.as_str(), "message": fault.message });
+            (selection, "default".to_string(), "native", None, fallback)
+        }
+    };
+    let costs: Vec<_> = selector
+        .last_candidates()
+        .zip(selector.last_costs())
+        .map(|(w, c)| json!({ "worker_id": w.worker_id, "dp_rank": w.dp_rank, "cost": c }))
+        .collect();
+    print_json(&json!({
+        "worker_id": selection.chosen.worker_id,
+        "dp_rank": selection.chosen.dp_rank,
+        "cost": selection.cost,
+        "policy": decided_by,
+        "build": build,
+        "version": version,
+        "fallback": fallback,
+        "candidates": selection.candidates,
+        "costs": costs,
+    }));
+    Ok(())
+}

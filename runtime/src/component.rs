@@ -1,0 +1,195 @@
+//! Loading an uploaded component: validate, compile ourselves, pre-instantiate.
+//! Tenants' bytes are only ever compiled here, never deserialized as artifacts.
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker};
+
+use crate::engine::PolicyEngine;
+use crate::guest::{HostState, bindings};
+
+/// The interfaces a policy may import: the world's, and nothing else (no WASI).
+pub const ALLOWED_IMPORTS: &[&str] = &["switchyard:policy/types@0.1.0", "switchyard:policy/request@0.1.0"];
+/// The interface a policy must export.
+pub const POLICY_EXPORT: &str = "switchyard:policy/policy@0.1.0";
+/// The world a policy targets.
+pub const WORLD: &str = "switchyard:policy/selection-policy@0.1.0";
+
+/// Why a component was refused. The kind names are a stable interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadErrorKind {
+    NotWasm,
+    CoreModule,
+    WrongWorld,
+    ForbiddenImport,
+    TooLarge,
+    CompileFailed,
+    CompileTimeout,
+    ConfigureFailed,
+    InstantiateFailed,
+}
+
+impl LoadErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadErrorKind::NotWasm => "not-wasm",
+            LoadErrorKind::CoreModule => "core-module",
+            LoadErrorKind::WrongWorld => "wrong-world",
+            LoadErrorKind::ForbiddenImport => "forbidden-import",
+            LoadErrorKind::TooLarge => "too-large",
+            LoadErrorKind::CompileFailed => "compile-failed",
+            LoadErrorKind::CompileTimeout => "compile-timeout",
+            LoadErrorKind::ConfigureFailed => "configure-failed",
+            LoadErrorKind::InstantiateFailed => "instantiate-failed",
+        }
+    }
+}
+
+/// A refused component: the kind, and the detail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {message}", kind.as_str())]
+pub struct LoadError {
+    pub kind: LoadErrorKind,
+    pub message: String,
+}
+
+impl LoadError {
+    pub fn new(kind: LoadErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+}
+
+/// A validated, compiled, pre-instantiated policy component.
+#[derive(Clone)]
+pub struct PolicyComponent {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: PolicyEngine,
+    pre: bindings::SelectionPolicyPre<HostState>,
+    digest: String,
+    size: usize,
+    imports: Vec<String>,
+    exports: Vec<String>,
+    compile_time: Duration,
+}
+
+impl PolicyComponent {
+    /// Validates and compiles `bytes`. Blocking (compilation takes milliseconds to
+    /// seconds): call it off any async runtime.
+    pub fn load(engine: &PolicyEngine, bytes: &[u8]) -> Result<Self, LoadError> {
+        let limits = engine.limits();
+        if bytes.len() > limits.max_component_bytes {
+            return Err(LoadError::new(
+                LoadErrorKind::TooLarge,
+                format!("{} bytes; the limit is {} bytes", bytes.len(), limits.max_component_bytes),
+            ));
+        }
+        if !bytes.starts_with(b"\0asm") || bytes.len() < 8 {
+            return Err(LoadError::new(LoadErrorKind::NotWasm, "the file does not start with the wasm magic number"));
+        }
+        if wasmparser::Parser::is_core_wasm(bytes) {
+            return Err(LoadError::new(
+                LoadErrorKind::CoreModule,
+                "this is a core wasm module, not a component; wrap it with `wasm-tools component new` \
+                 or switchyard_guest_sdk::build::componentize",
+            ));
+        }
+        if !wasmparser::Parser::is_component(bytes) {
+            return Err(LoadError::new(LoadErrorKind::NotWasm, "unknown wasm encoding version"));
+        }
+        let started = Instant::now();
+        let component = compile_with_timeout(engine, bytes)?;
+        let compile_time = started.elapsed();
+
+        let ty = component.component_type();
+        let wasmtime_engine = engine.engine();
+        let imports: Vec<String> = ty.imports(wasmtime_engine).map(|(name, _)| name.to_string()).collect();
+        let exports: Vec<String> = ty.exports(wasmtime_engine).map(|(name, _)| name.to_string()).collect();
+        if let Some(bad) = imports.iter().find(|name| !ALLOWED_IMPORTS.contains(&name.as_str())) {
+            let why = if bad.starts_with("wasi:") { " (the host grants no WASI capabilities)" } else { "" };
+            return Err(LoadError::new(
+                LoadErrorKind::ForbiddenImport,
+                format!("imports `{bad}`{why}; a policy may import only {}", ALLOWED_IMPORTS.join(", ")),
+            ));
+        }
+        if !exports.iter().any(|name| name == POLICY_EXPORT) {
+            return Err(LoadError::new(
+                LoadErrorKind::WrongWorld,
+                format!("exports [{}] but not `{POLICY_EXPORT}`; build it for the world `{WORLD}`", exports.join(", ")),
+            ));
+        }
+        let mut linker = Linker::<HostState>::new(wasmtime_engine);
+        crate::guest::add_imports(&mut linker)
+            .map_err(|e| LoadError::new(LoadErrorKind::InstantiateFailed, format!("{e:#}")))?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .and_then(bindings::SelectionPolicyPre::new)
+            .map_err(|e| LoadError::new(LoadErrorKind::WrongWorld, format!("does not match `{WORLD}`: {e:#}")))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                engine: engine.clone(),
+                pre,
+                digest: hex::encode(Sha256::digest(bytes)),
+                size: bytes.len(),
+                imports,
+                exports,
+                compile_time,
+            }),
+        })
+    }
+
+    pub fn engine(&self) -> &PolicyEngine {
+        &self.inner.engine
+    }
+    pub(crate) fn pre(&self) -> &bindings::SelectionPolicyPre<HostState> {
+        &self.inner.pre
+    }
+    /// sha256 of the component bytes, hex.
+    pub fn digest(&self) -> &str {
+        &self.inner.digest
+    }
+    /// Size of the component, bytes.
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+    pub fn imports(&self) -> &[String] {
+        &self.inner.imports
+    }
+    pub fn exports(&self) -> &[String] {
+        &self.inner.exports
+    }
+    pub fn compile_time(&self) -> Duration {
+        self.inner.compile_time
+    }
+}
+
+/// Compiles on a separate thread so a pathological input cannot hold the caller past
+/// `compile_timeout_ms`. (Cranelift cannot be cancelled: a timed-out compile finishes in
+/// the background and is dropped.)
+fn compile_with_timeout(engine: &PolicyEngine, bytes: &[u8]) -> Result<Component, LoadError> {
+    let timeout = Duration::from_millis(engine.limits().compile_timeout_ms);
+    let (tx, rx) = mpsc::channel();
+    let wasmtime_engine = engine.engine().clone();
+    let owned = bytes.to_vec();
+    std::thread::Builder::new()
+        .name("switchyard-compile".into())
+        .spawn(move || {
+            let _ = tx.send(Component::new(&wasmtime_engine, &owned));
+        })
+        .map_err(|e| LoadError::new(LoadErrorKind::CompileFailed, format!("spawning the compiler thread: {e}")))?;
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(component)) => Ok(component),
+        Ok(Err(e)) => Err(LoadError::new(LoadErrorKind::CompileFailed, format!("{e:#}"))),
+        Err(_) => Err(LoadError::new(
+            LoadErrorKind::CompileTimeout,
+            format!("compilation took longer than {} ms", timeout.as_millis()),
+        )),
+    }
+}

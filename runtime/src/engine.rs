@@ -1,0 +1,164 @@
+//! All engine configuration, in one place. Every limit says why it has its value; all
+//! are overridable from a config file (`[limits]` in `switchyard.toml`) or flags.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
+
+/// How a guest call's CPU time is bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Budget {
+    /// Fuel: a deterministic count of wasm operations, `fuel_base + fuel_per_candidate × n`.
+    /// Same input, same verdict, on any machine. The default.
+    #[default]
+    Fuel,
+    /// Epoch interruption: a wall-clock deadline (`call_deadline_ms`), checked at loop
+    /// headers and function entries. Cheaper than fuel, but load-dependent.
+    Epoch,
+    /// Both: fuel for determinism, the deadline as a backstop for host-side stalls.
+    Both,
+    /// No CPU bound. Only for benchmarks of the bound's own cost; never for tenants.
+    None,
+}
+
+impl Budget {
+    pub fn uses_fuel(self) -> bool {
+        matches!(self, Budget::Fuel | Budget::Both)
+    }
+    pub fn uses_epoch(self) -> bool {
+        matches!(self, Budget::Epoch | Budget::Both)
+    }
+}
+
+/// The sandbox's limits. Defaults suit policies like those in `policies/`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest component accepted, bytes. 4 MiB: real policies are 15–300 KB; this leaves
+    /// room for large lookup tables but refuses payloads that only cost compile time.
+    pub max_component_bytes: usize,
+    /// Linear memory per instance, bytes. 64 MiB: a stateful policy's prefix tree for
+    /// thousands of workers fits in a few MB; a memory bomb stops here.
+    pub max_memory_bytes: usize,
+    /// Elements per table. 20,000: Rust guests use a few hundred function-table slots;
+    /// more is table growth as an attack.
+    pub max_table_elements: usize,
+    /// Wasm stack per call, bytes. 512 KiB: deep enough for recursive tree walks, small
+    /// enough that unbounded recursion traps within microseconds.
+    pub max_wasm_stack_bytes: usize,
+    /// How CPU time per call is bounded.
+    pub budget: Budget,
+    /// Fuel for a call regardless of batch size. 2,000,000 ≈ 1 ms of wasm at ~2 G ops/s;
+    /// covers `configure` parsing JSON and a start function's setup.
+    pub fuel_base: u64,
+    /// Extra fuel per candidate. 20,000 ops per candidate is ~100× what the default policy
+    /// spends, so honest policies never hit it and a loop is stopped in ~10 ms at 1,024.
+    pub fuel_per_candidate: u64,
+    /// Wall-clock deadline per call with the epoch budget, ms. 20 ms: 100× a 10,000-worker
+    /// selection; a runaway guest costs at most this.
+    pub call_deadline_ms: u64,
+    /// Epoch tick, ms: the deadline's resolution. A loop stops within deadline + one tick.
+    pub epoch_tick_ms: u64,
+    /// Compile time allowed for an upload, ms. 10 s: a 4 MiB component compiles in < 2 s
+    /// on 2 cores; pathological inputs that take longer are refused.
+    pub compile_timeout_ms: u64,
+    /// Instances the pooling allocator holds at once (policies × threads). 256 keeps the
+    /// reserved address space modest (each slot reserves `max_memory_bytes` + guards).
+    pub max_instances: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_component_bytes: 4 << 20,
+            max_memory_bytes: 64 << 20,
+            max_table_elements: 20_000,
+            max_wasm_stack_bytes: 512 << 10,
+            budget: Budget::Fuel,
+            fuel_base: 2_000_000,
+            fuel_per_candidate: 20_000,
+            call_deadline_ms: 20,
+            epoch_tick_ms: 1,
+            compile_timeout_ms: 10_000,
+            max_instances: 256,
+        }
+    }
+}
+
+impl Limits {
+    /// Fuel for one call over `candidates` rows.
+    pub fn fuel_for(&self, candidates: usize) -> u64 {
+        self.fuel_base.saturating_add(self.fuel_per_candidate.saturating_mul(candidates as u64))
+    }
+
+    /// Deadline in epoch ticks (at least one).
+    pub fn deadline_ticks(&self) -> u64 {
+        (self.call_deadline_ms / self.epoch_tick_ms.max(1)).max(1)
+    }
+}
+
+/// The wasmtime engine with Switchyard's settings, and its epoch ticker.
+#[derive(Clone)]
+pub struct PolicyEngine {
+    engine: Engine,
+    limits: Arc<Limits>,
+}
+
+impl PolicyEngine {
+    pub fn new(limits: Limits) -> Result<Self> {
+        let mut config = Config::new();
+        // Cranelift at speed: policies are small, scoring is the hot path.
+        config.cranelift_opt_level(OptLevel::Speed);
+        // `+simd128` guests vectorise the per-candidate loops.
+        config.wasm_simd(true);
+        // No component-model async: saves ~360 ns per call, and no guest needs it.
+        config.concurrency_support(false);
+        config.consume_fuel(limits.budget.uses_fuel());
+        config.epoch_interruption(limits.budget.uses_epoch());
+        config.max_wasm_stack(limits.max_wasm_stack_bytes);
+        // Pooling: instantiation is a few µs (slots are pre-reserved and reused), which is
+        // what makes "drop the Store after a trap, instantiate fresh" cheap.
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(limits.max_instances)
+            .total_core_instances(limits.max_instances.saturating_mul(4))
+            .total_memories(limits.max_instances)
+            .total_tables(limits.max_instances.saturating_mul(2))
+            .max_memories_per_component(2)
+            .max_tables_per_component(4)
+            .max_memory_size(limits.max_memory_bytes)
+            .table_elements(limits.max_table_elements);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).map_err(|e| anyhow::anyhow!("configuring the wasmtime engine: {e:#}"))?;
+        if limits.budget.uses_epoch() {
+            spawn_epoch_ticker(&engine, Duration::from_millis(limits.epoch_tick_ms.max(1)));
+        }
+        Ok(Self { engine, limits: Arc::new(limits) })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+}
+
+/// Advances the engine's epoch every `tick` until the engine is dropped.
+fn spawn_epoch_ticker(engine: &Engine, tick: Duration) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("switchyard-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(tick);
+            }
+        })
+        .expect("spawning the epoch thread");
+}

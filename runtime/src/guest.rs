@@ -1,0 +1,389 @@
+//! A policy component as a [`Scorer`]: one Store per instance, budgets on every call,
+//! and a fresh instance after any trap.
+
+use std::ptr::NonNull;
+
+use switchyard_guest_sdk::{ErrorKind, Facts, InputGroups, PolicyInfo, Pool, WorkerRank};
+use wasmtime::component::{ComponentType, Func, Lower, TypedFunc};
+use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, Trap};
+
+use crate::component::{LoadError, LoadErrorKind, PolicyComponent};
+use crate::selection::{Call, Fault, FaultKind, Scorer};
+
+pub(crate) mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "selection-policy",
+    });
+}
+
+use bindings::switchyard::policy::types as wit;
+
+/// What a guest's Store holds: its limits, and the facts of the call in progress.
+pub struct HostState {
+    limits: StoreLimits,
+    /// The lazily fetched facts of the call in progress; `None` between calls.
+    facts: Option<NonNull<dyn Facts + 'static>>,
+}
+
+// SAFETY: `facts` is only set for the duration of a call made on the thread that owns
+// the Store (see `GuestScorer::with_live`), and cleared before that call returns, so the
+// pointer is never dereferenced from another thread.
+unsafe impl Send for HostState {}
+
+impl HostState {
+    fn facts(&self) -> Option<&dyn Facts> {
+        // SAFETY: set by `GuestScorer::with_live` from a reference that outlives the guest
+        // call, and cleared when it returns; imports run only inside that call.
+        self.facts.map(|p| unsafe { p.as_ref() })
+    }
+}
+
+impl bindings::switchyard::policy::types::Host for HostState {}
+
+impl bindings::switchyard::policy::request::Host for HostState {
+    fn prefix_hashes(&mut self) -> Option<Vec<u64>> {
+        self.facts()?.prefix_hashes().map(|h| h.into_owned())
+    }
+    fn policy_class(&mut self) -> Option<String> {
+        self.facts()?.policy_class().map(|c| c.into_owned())
+    }
+    fn worker_capacity(&mut self, worker_id: u64) -> Option<wit::Capacity> {
+        self.facts()?.worker_capacity(worker_id).map(capacity)
+    }
+    fn candidate_capacities(&mut self) -> Vec<Option<wit::Capacity>> {
+        match self.facts() {
+            Some(f) => f.candidate_capacities().iter().map(|c| c.map(capacity)).collect(),
+            None => Vec::new(),
+        }
+    }
+}
+
+fn capacity(c: switchyard_guest_sdk::Capacity) -> wit::Capacity {
+    wit::Capacity { total_kv_blocks: c.total_kv_blocks, max_num_batched_tokens: c.max_num_batched_tokens }
+}
+
+pub(crate) fn add_imports(linker: &mut wasmtime::component::Linker<HostState>) -> wasmtime::Result<()> {
+    bindings::SelectionPolicy::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(linker, |s| s)
+}
+
+/// The `candidates` record, lowered straight from the host's column buffers (borrowed,
+/// so the only copy is the one into guest memory).
+#[derive(ComponentType, Lower)]
+#[component(record)]
+struct CandidatesRef<'a> {
+    #[component(name = "worker-id")]
+    worker_id: &'a [u64],
+    #[component(name = "dp-rank")]
+    dp_rank: &'a [u32],
+    #[component(name = "device-overlap-blocks")]
+    device_overlap_blocks: &'a [u32],
+    #[component(name = "host-overlap-blocks")]
+    host_overlap_blocks: &'a [u32],
+    #[component(name = "disk-overlap-blocks")]
+    disk_overlap_blocks: &'a [u32],
+    #[component(name = "cached-tokens")]
+    cached_tokens: &'a [u32],
+    #[component(name = "active-prefill-tokens")]
+    active_prefill_tokens: &'a [u32],
+    #[component(name = "decode-blocks")]
+    decode_blocks: &'a [u32],
+    #[component(name = "active-requests")]
+    active_requests: &'a [u32],
+    #[component(name = "preferred-multiplier")]
+    preferred_multiplier: &'a [f64],
+}
+
+type ScoreParams<'a> = (wit::RequestFacts, CandidatesRef<'a>);
+type ScoreResults = (Result<Vec<f64>, wit::PolicyError>,);
+type FilterResults = (Result<Vec<bool>, wit::PolicyError>,);
+
+/// One live instance.
+struct Live {
+    store: Store<HostState>,
+    bindings: bindings::SelectionPolicy,
+    score: Func,
+    filter: Func,
+}
+
+/// A guest policy: a component, its parameters, and (after the first call) a live instance.
+pub struct GuestScorer {
+    name: String,
+    component: PolicyComponent,
+    parameters: String,
+    info: PolicyInfo,
+    live: Option<Live>,
+    /// Instances created, the first included: each one after the first is a recovery.
+    instantiations: u64,
+    /// Fuel the last call consumed (0 without a fuel budget).
+    last_fuel: u64,
+}
+
+impl GuestScorer {
+    /// Instantiates and configures the component; a configure error or a trap in the
+    /// start function or `configure` refuses it.
+    pub fn new(name: impl Into<String>, component: PolicyComponent, parameters: &str) -> Result<Self, LoadError> {
+        let mut scorer = Self {
+            name: name.into(),
+            component,
+            parameters: parameters.to_string(),
+            info: PolicyInfo { inputs: InputGroups::NONE, filters: false, wants_commits: false },
+            live: None,
+            instantiations: 0,
+            last_fuel: 0,
+        };
+        let live = scorer.instantiate().map_err(|fault| match fault.kind {
+            FaultKind::PolicyError => LoadError::new(LoadErrorKind::ConfigureFailed, fault.message),
+            _ => LoadError::new(LoadErrorKind::InstantiateFailed, fault.to_string()),
+        })?;
+        scorer.live = Some(live);
+        Ok(scorer)
+    }
+
+    /// Instances created so far (1 + recoveries after faults).
+    pub fn instantiations(&self) -> u64 {
+        self.instantiations
+    }
+
+    /// Fuel consumed by the last call.
+    pub fn last_fuel(&self) -> u64 {
+        self.last_fuel
+    }
+
+    pub fn component(&self) -> &PolicyComponent {
+        &self.component
+    }
+
+    fn instantiate(&mut self) -> Result<Live, Fault> {
+        let engine = self.component.engine();
+        let limits = engine.limits();
+        let store_limits = StoreLimitsBuilder::new()
+            .memory_size(limits.max_memory_bytes)
+            .table_elements(limits.max_table_elements)
+            .instances(16)
+            .memories(4)
+            .tables(8)
+            // An out-of-memory guest traps cleanly instead of seeing `memory.grow` fail.
+            .trap_on_grow_failure(true)
+            .build();
+        let mut store = Store::new(engine.engine(), HostState { limits: store_limits, facts: None });
+        store.limiter(|s| &mut s.limits);
+        self.instantiations += 1;
+        arm(&mut store, limits, 0)?;
+        let instance =
+            self.component.pre().instance_pre().instantiate(&mut store).map_err(|e| classify(&mut store, e))?;
+        let bindings =
+            bindings::SelectionPolicy::new(&mut store, &instance).map_err(|e| classify(&mut store, e))?;
+        arm(&mut store, limits, 0)?;
+        let policy = bindings.switchyard_policy_policy();
+        policy
+            .call_configure(&mut store, &self.parameters)
+            .map_err(|e| classify(&mut store, e))?
+            .map_err(|e| Fault::new(FaultKind::PolicyError, policy_error(&e)))?;
+        arm(&mut store, limits, 0)?;
+        let info = policy.call_describe(&mut store).map_err(|e| classify(&mut store, e))?;
+        self.info = PolicyInfo {
+            inputs: input_groups(info.inputs),
+            filters: info.filters,
+            wants_commits: info.wants_commits,
+        };
+        let (score, filter) = export_funcs(&mut store, &instance)?;
+        Ok(Live { store, bindings, score, filter })
+    }
+
+    fn live(&mut self) -> Result<&mut Live, Fault> {
+        if self.live.is_none() {
+            self.live = Some(self.instantiate()?);
+        }
+        Ok(self.live.as_mut().expect("just set"))
+    }
+
+    /// Runs `f` on the live instance; on a trap the instance is dropped (its Store is
+    /// poisoned) and the next call instantiates afresh.
+    fn with_live<R>(
+        &mut self,
+        facts: &dyn Facts,
+        rows: usize,
+        f: impl FnOnce(&mut Live) -> wasmtime::Result<R>,
+    ) -> Result<R, Fault> {
+        let limits = self.component.engine().limits().clone();
+        let live = self.live()?;
+        arm(&mut live.store, &limits, rows)?;
+        let budget = live.store.get_fuel().unwrap_or(0);
+        let ptr = NonNull::from(facts);
+        // SAFETY: only the lifetime is erased. The pointer is cleared right after the call,
+        // while `facts` is still borrowed, and only imports called during `f` read it.
+        let ptr: NonNull<dyn Facts + 'static> = unsafe { std::mem::transmute(ptr) };
+        live.store.data_mut().facts = Some(ptr);
+        let result = f(live);
+        live.store.data_mut().facts = None;
+        let used = budget.saturating_sub(live.store.get_fuel().unwrap_or(0));
+        let result = result.map_err(|e| classify(&mut live.store, e));
+        self.last_fuel = used;
+        if result.is_err() {
+            // The Store is poisoned after a trap: drop it; the next call starts afresh.
+            self.live = None;
+        }
+        result
+    }
+}
+
+/// Sets the call's budget: fuel for `rows` candidates and/or the epoch deadline.
+fn arm(store: &mut Store<HostState>, limits: &crate::engine::Limits, rows: usize) -> Result<(), Fault> {
+    if limits.budget.uses_fuel() {
+        store.set_fuel(limits.fuel_for(rows)).map_err(|e| Fault::new(FaultKind::Trap, format!("{e:#}")))?;
+    }
+    if limits.budget.uses_epoch() {
+        store.set_epoch_deadline(limits.deadline_ticks());
+        store.epoch_deadline_trap();
+    }
+    Ok(())
+}
+
+/// Finds `score` and `filter` and checks their types once, so each call can use
+/// `TypedFunc::new_unchecked` with borrowed parameters.
+fn export_funcs(store: &mut Store<HostState>, instance: &wasmtime::component::Instance) -> Result<(Func, Func), Fault> {
+    let wrong = |what: String| Fault::new(FaultKind::Trap, what);
+    let iface = instance
+        .get_export_index(&mut *store, None, crate::component::POLICY_EXPORT)
+        .ok_or_else(|| wrong("no policy export".into()))?;
+    let mut func = |name: &str| {
+        let index = instance
+            .get_export_index(&mut *store, Some(&iface), name)
+            .ok_or_else(|| wrong(format!("no `{name}` export")))?;
+        instance.get_func(&mut *store, index).ok_or_else(|| wrong(format!("`{name}` is not a function")))
+    };
+    let (score, filter) = (func("score")?, func("filter")?);
+    score.typed::<ScoreParams<'static>, ScoreResults>(&*store).map_err(|e| wrong(format!("`score`: {e:#}")))?;
+    filter.typed::<ScoreParams<'static>, FilterResults>(&*store).map_err(|e| wrong(format!("`filter`: {e:#}")))?;
+    Ok((score, filter))
+}
+
+fn input_groups(flags: wit::InputGroups) -> InputGroups {
+    let mut groups = InputGroups::NONE;
+    for (flag, group) in [
+        (wit::InputGroups::CACHE, InputGroups::CACHE),
+        (wit::InputGroups::LOAD, InputGroups::LOAD),
+        (wit::InputGroups::AFFINITY, InputGroups::AFFINITY),
+    ] {
+        if flags.contains(flag) {
+            groups = groups | group;
+        }
+    }
+    groups
+}
+
+fn policy_error(e: &wit::PolicyError) -> String {
+    let kind = match e.kind {
+        wit::ErrorKind::InvalidParameters => ErrorKind::InvalidParameters,
+        wit::ErrorKind::InvalidInput => ErrorKind::InvalidInput,
+        wit::ErrorKind::Internal => ErrorKind::Internal,
+    };
+    switchyard_guest_sdk::PolicyError { kind, message: e.message.clone() }.to_string()
+}
+
+/// Maps a wasmtime error from a guest call to a fault kind.
+fn classify(store: &mut Store<HostState>, error: wasmtime::Error) -> Fault {
+    let _ = store;
+    let kind = match error.downcast_ref::<Trap>() {
+        Some(Trap::OutOfFuel) => FaultKind::Fuel,
+        Some(Trap::Interrupt) => FaultKind::Deadline,
+        Some(Trap::StackOverflow) => FaultKind::Stack,
+        Some(_) => FaultKind::Trap,
+        None => {
+            let text = format!("{error:#}");
+            if text.contains("forcing trap when growing") || text.contains("memory") && text.contains("grow") {
+                FaultKind::Memory
+            } else if text.contains("table") && text.contains("grow") {
+                FaultKind::Memory
+            } else {
+                FaultKind::Trap
+            }
+        }
+    };
+    Fault::new(kind, format!("{error:#}"))
+}
+
+fn facts_abi(request: &crate::selection::SelectionRequest) -> wit::RequestFacts {
+    let f = request.facts();
+    wit::RequestFacts {
+        prompt_tokens: f.prompt_tokens,
+        block_size: f.block_size,
+        request_blocks: f.request_blocks,
+        expected_output_tokens: f.expected_output_tokens,
+        pinned: f.pinned.map(|w| wit::WorkerRank { worker_id: w.worker_id, dp_rank: w.dp_rank }),
+        pool: match f.pool {
+            Pool::Aggregated => wit::Pool::Aggregated,
+            Pool::Prefill => wit::Pool::Prefill,
+            Pool::Decode => wit::Pool::Decode,
+        },
+        seed: f.seed,
+    }
+}
+
+fn candidates_abi<'a>(call: &'a Call<'_>) -> CandidatesRef<'a> {
+    let c = call.columns.columns();
+    CandidatesRef {
+        worker_id: c.worker_ids,
+        dp_rank: c.dp_ranks,
+        device_overlap_blocks: c.device_overlap_blocks,
+        host_overlap_blocks: c.host_overlap_blocks,
+        disk_overlap_blocks: c.disk_overlap_blocks,
+        cached_tokens: c.cached_tokens,
+        active_prefill_tokens: c.active_prefill_tokens,
+        decode_blocks: c.decode_blocks,
+        active_requests: c.active_requests,
+        preferred_multiplier: c.preferred_multiplier,
+    }
+}
+
+impl Scorer for GuestScorer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn info(&self) -> PolicyInfo {
+        self.info
+    }
+
+    fn score(&mut self, call: &Call<'_>, costs: &mut Vec<f64>) -> Result<(), Fault> {
+        let params = (facts_abi(call.request), candidates_abi(call));
+        let out = self.with_live(&call.facts, call.columns.len(), |live| {
+            // SAFETY: `live.score` was type-checked against exactly these parameter and
+            // result types (with the 'static lifetime) when the instance was created.
+            let typed: TypedFunc<ScoreParams<'_>, ScoreResults> = unsafe { TypedFunc::new_unchecked(live.score) };
+            typed.call(&mut live.store, params).map(|(r,)| r)
+        })?;
+        match out {
+            Ok(v) => {
+                *costs = v;
+                Ok(())
+            }
+            Err(e) => Err(Fault::new(FaultKind::PolicyError, policy_error(&e))),
+        }
+    }
+
+    fn filter(&mut self, call: &Call<'_>, keep: &mut Vec<bool>) -> Result<(), Fault> {
+        let params = (facts_abi(call.request), candidates_abi(call));
+        let out = self.with_live(&call.facts, call.columns.len(), |live| {
+            // SAFETY: type-checked at instantiation, as for `score`.
+            let typed: TypedFunc<ScoreParams<'_>, FilterResults> = unsafe { TypedFunc::new_unchecked(live.filter) };
+            typed.call(&mut live.store, params).map(|(r,)| r)
+        })?;
+        match out {
+            Ok(v) => {
+                *keep = v;
+                Ok(())
+            }
+            Err(e) => Err(Fault::new(FaultKind::PolicyError, policy_error(&e))),
+        }
+    }
+
+    fn on_selected(&mut self, call: &Call<'_>, chosen: WorkerRank) -> Result<(), Fault> {
+        let facts = facts_abi(call.request);
+        let chosen = wit::WorkerRank { worker_id: chosen.worker_id, dp_rank: chosen.dp_rank };
+        self.with_live(&call.facts, call.columns.len(), |live| {
+            live.bindings.switchyard_policy_policy().call_on_selected(&mut live.store, facts, chosen)
+        })
+    }
+}

@@ -1,0 +1,21 @@
+//! Switchyard: run tenants' worker-selection policies as untrusted WebAssembly
+//! components, and select natively.
+//!
+//! - [`engine`]: all wasmtime configuration and the sandbox's limits.
+//! - [`component`]: validate, compile and pre-instantiate an uploaded component.
+//! - [`guest`]: a component instance as a [`selection::Scorer`].
+//! - [`selection`]: columns → scorers → validated costs → picker, free of wasmtime types.
+//! - [`builtin`]: the policies shipped with Switchyard, native and guest builds.
+//! - [`input`]: the JSON request format of `switchyard select`.
+
+pub mod builtin;
+pub mod component;
+pub mod engine;
+pub mod guest;
+pub mod input;
+pub mod selection;
+
+pub use component::{LoadError, LoadErrorKind, PolicyComponent};
+pub use engine::{Budget, Limits, PolicyEngine};
+pub use guest::GuestScorer;
+pub use selection::{Fault, FaultKind, SelectError, Selection, SelectionRequest, Selector, WorkerTable};

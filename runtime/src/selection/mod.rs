@@ -1,0 +1,271 @@
+//! Selection, native and free of wasmtime types:
+//! worker table + request → candidate columns (declared groups only) → host eligibility
+//! → filters → scorers (weighted sum of costs) → validated costs → native picker.
+//!
+//! The same [`Selector`] runs native policies and guests: a [`Scorer`] is either.
+
+mod columns;
+mod native;
+mod picker;
+mod request;
+mod workers;
+
+pub use columns::ColumnBuffers;
+pub use native::NativeScorer;
+pub use picker::pick;
+pub use request::{HostFacts, RequestOptions, SelectionRequest, WorkerInputs, hashes_for_pool};
+pub use workers::{Worker, WorkerTable};
+
+use serde::Serialize;
+use switchyard_guest_sdk::{InputGroups, PolicyInfo, WorkerRank};
+
+/// Bad input from the caller: a message that says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InputError {
+    message: String,
+}
+
+impl InputError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self { message: message.into() }
+    }
+}
+
+/// What went wrong inside a scorer. Stable names: scripts match on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// Ran out of fuel: the CPU budget of the call.
+    Fuel,
+    /// Passed its wall-clock deadline.
+    Deadline,
+    /// Tried to grow memory or a table past its limit.
+    Memory,
+    /// Overflowed the wasm stack.
+    Stack,
+    /// Trapped otherwise (panic, unreachable, out-of-bounds access…).
+    Trap,
+    /// Returned costs of the wrong length, or NaN/±inf.
+    InvalidOutput,
+    /// Returned its own error.
+    PolicyError,
+    /// Not called: quarantined after repeated faults.
+    Quarantined,
+}
+
+impl FaultKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultKind::Fuel => "fuel",
+            FaultKind::Deadline => "deadline",
+            FaultKind::Memory => "memory",
+            FaultKind::Stack => "stack",
+            FaultKind::Trap => "trap",
+            FaultKind::InvalidOutput => "invalid-output",
+            FaultKind::PolicyError => "policy-error",
+            FaultKind::Quarantined => "quarantined",
+        }
+    }
+}
+
+impl std::fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A scorer's fault: its kind and what happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct Fault {
+    pub kind: FaultKind,
+    pub message: String,
+}
+
+impl Fault {
+    pub fn new(kind: FaultKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+}
+
+/// Why a selection has no answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SelectError {
+    #[error("no eligible worker")]
+    NoEligibleWorker,
+    #[error("policy `{scorer}` faulted: {fault}")]
+    Fault { scorer: String, fault: Fault },
+}
+
+/// A policy as the selector sees it: native or guest.
+pub trait Scorer: Send {
+    /// A name for errors and reports.
+    fn name(&self) -> &str;
+    /// What the policy declared.
+    fn info(&self) -> PolicyInfo;
+    /// Writes one cost per row of `columns` into `costs` (resized by the callee).
+    fn score(&mut self, call: &Call<'_>, costs: &mut Vec<f64>) -> Result<(), Fault>;
+    /// Writes one keep flag per row into `keep`; called only if `info().filters`.
+    fn filter(&mut self, call: &Call<'_>, keep: &mut Vec<bool>) -> Result<(), Fault>;
+    /// Tells the policy its pick was accepted; called only if `info().wants_commits`.
+    fn on_selected(&mut self, call: &Call<'_>, chosen: WorkerRank) -> Result<(), Fault>;
+}
+
+/// Everything one scorer call sees.
+pub struct Call<'a> {
+    pub request: &'a SelectionRequest,
+    pub columns: &'a ColumnBuffers,
+    pub facts: HostFacts<'a>,
+}
+
+/// The outcome of one selection.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Selection {
+    /// The chosen (worker, rank).
+    pub chosen: WorkerRank,
+    /// Its cost.
+    pub cost: f64,
+    /// Candidates that were scored.
+    pub candidates: usize,
+}
+
+/// Selects workers with one or more weighted scorers. Holds reusable buffers, so keep
+/// one per thread.
+pub struct Selector {
+    scorers: Vec<(f64, Box<dyn Scorer>)>,
+    groups: InputGroups,
+    temperature: f64,
+    columns: ColumnBuffers,
+    costs: Vec<f64>,
+    scratch: Vec<f64>,
+    keep: Vec<bool>,
+}
+
+impl Selector {
+    /// One scorer, its costs used as they are.
+    pub fn new(scorer: Box<dyn Scorer>) -> Self {
+        Self::weighted(vec![(1.0, scorer)])
+    }
+
+    /// Several scorers; the cost of a row is Σ weight × cost.
+    pub fn weighted(scorers: Vec<(f64, Box<dyn Scorer>)>) -> Self {
+        let groups = scorers.iter().fold(InputGroups::NONE, |g, (_, s)| g | s.info().inputs);
+        Self {
+            scorers,
+            groups,
+            temperature: 0.0,
+            columns: ColumnBuffers::default(),
+            costs: Vec::new(),
+            scratch: Vec::new(),
+            keep: Vec::new(),
+        }
+    }
+
+    /// The picker's temperature when the request does not set one (default 0: argmin).
+    pub fn with_temperature(mut self, temperature: f64) -> Self {
+        self.temperature = temperature.max(0.0);
+        self
+    }
+
+    /// The scorers, e.g. to read a guest's counters.
+    pub fn scorers(&self) -> impl Iterator<Item = &dyn Scorer> {
+        self.scorers.iter().map(|(_, s)| s.as_ref())
+    }
+
+    /// Selects a worker for `request`. Does not commit: call [`Selector::commit`] once
+    /// the pick is accepted.
+    pub fn select(&mut self, table: &WorkerTable, request: &SelectionRequest) -> Result<Selection, SelectError> {
+        self.columns.materialise(table, request, self.groups);
+        if self.columns.is_empty() {
+            return Err(SelectError::NoEligibleWorker);
+        }
+        for (_, scorer) in &mut self.scorers {
+            if !scorer.info().filters {
+                continue;
+            }
+            let call = Call { request, columns: &self.columns, facts: facts(request, table, &self.columns) };
+            scorer.filter(&call, &mut self.keep).map_err(|fault| fail(scorer.as_ref(), fault))?;
+            if self.keep.len() != self.columns.len() {
+                let fault = Fault::new(
+                    FaultKind::InvalidOutput,
+                    format!("filter returned {} flags for {} candidates", self.keep.len(), self.columns.len()),
+                );
+                return Err(fail(scorer.as_ref(), fault));
+            }
+            if self.keep.iter().any(|k| !k) {
+                self.columns.retain(&self.keep);
+            }
+            if self.columns.is_empty() {
+                return Err(SelectError::NoEligibleWorker);
+            }
+        }
+        let n = self.columns.len();
+        let single = self.scorers.len() == 1 && self.scorers[0].0 == 1.0;
+        for (index, (weight, scorer)) in self.scorers.iter_mut().enumerate() {
+            let call = Call { request, columns: &self.columns, facts: facts(request, table, &self.columns) };
+            let out = if single || index == 0 { &mut self.costs } else { &mut self.scratch };
+            scorer.score(&call, out).map_err(|fault| fail(scorer.as_ref(), fault))?;
+            validate_costs(out, n).map_err(|fault| fail(scorer.as_ref(), fault))?;
+            if single {
+                break;
+            }
+            if index == 0 {
+                self.costs.iter_mut().for_each(|c| *c *= *weight);
+            } else {
+                self.costs.iter_mut().zip(&self.scratch).for_each(|(c, s)| *c += *weight * s);
+            }
+        }
+        if let Some(i) = self.costs.iter().position(|c| !c.is_finite()) {
+            let fault = Fault::new(FaultKind::InvalidOutput, format!("weighted cost of row {i} is not finite"));
+            return Err(SelectError::Fault { scorer: "weighted sum".into(), fault });
+        }
+        let temperature = request.temperature().unwrap_or(self.temperature);
+        let row = pick(&self.costs, temperature, request.facts().seed);
+        Ok(Selection { chosen: self.columns.worker_rank(row), cost: self.costs[row], candidates: n })
+    }
+
+    /// Tells every scorer that wants commits that `chosen` was accepted for `request`.
+    /// Call after [`Selector::select`] with the same request.
+    pub fn commit(&mut self, table: &WorkerTable, request: &SelectionRequest, chosen: WorkerRank) -> Result<(), SelectError> {
+        for (_, scorer) in &mut self.scorers {
+            if scorer.info().wants_commits {
+                let call = Call { request, columns: &self.columns, facts: facts(request, table, &self.columns) };
+                scorer.on_selected(&call, chosen).map_err(|fault| fail(scorer.as_ref(), fault))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The costs of the last selection, one per row of [`Selector::last_candidates`].
+    pub fn last_costs(&self) -> &[f64] {
+        &self.costs
+    }
+
+    /// The candidates of the last selection, in row order.
+    pub fn last_candidates(&self) -> impl Iterator<Item = WorkerRank> + '_ {
+        (0..self.columns.len()).map(|row| self.columns.worker_rank(row))
+    }
+}
+
+fn facts<'a>(request: &'a SelectionRequest, table: &'a WorkerTable, columns: &'a ColumnBuffers) -> HostFacts<'a> {
+    HostFacts { request, table, candidate_ids: &columns.worker_id }
+}
+
+fn fail(scorer: &dyn Scorer, fault: Fault) -> SelectError {
+    SelectError::Fault { scorer: scorer.name().to_string(), fault }
+}
+
+/// Costs must be one finite number per candidate.
+fn validate_costs(costs: &[f64], n: usize) -> Result<(), Fault> {
+    if costs.len() != n {
+        return Err(Fault::new(
+            FaultKind::InvalidOutput,
+            format!("returned {} costs for {n} candidates", costs.len()),
+        ));
+    }
+    if let Some(i) = costs.iter().position(|c| !c.is_finite()) {
+        return Err(Fault::new(FaultKind::InvalidOutput, format!("cost of row {i} is {}", costs[i])));
+    }
+    Ok(())
+}

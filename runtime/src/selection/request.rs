@@ -1,0 +1,267 @@
+//! One request to route: its facts, and per-worker inputs as the router's indexes return them.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use switchyard_guest_sdk::{Capacity, Facts, Pool, RequestFacts, WorkerRank};
+
+use super::{InputError, WorkerTable};
+
+/// Per-worker inputs for one request, as columns over the workers that have any (the
+/// rows a radix-tree lookup and the load tracker return). Workers of the table without a
+/// row have zeros. Every present column has as many rows as `worker_id`; an absent
+/// (empty) column is all zeros. Units as in the WIT `candidates` record.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerInputs {
+    pub worker_id: Vec<u64>,
+    /// Data-parallel rank of each row; absent means rank 0 everywhere.
+    pub dp_rank: Vec<u32>,
+    pub device_overlap_blocks: Vec<u32>,
+    pub host_overlap_blocks: Vec<u32>,
+    pub disk_overlap_blocks: Vec<u32>,
+    pub cached_tokens: Vec<u32>,
+    pub active_prefill_tokens: Vec<u32>,
+    pub decode_blocks: Vec<u32>,
+    pub active_requests: Vec<u32>,
+}
+
+impl WorkerInputs {
+    /// Checks lengths, sorts rows by (worker, rank) and refuses duplicates and workers
+    /// that the table does not have.
+    fn normalise(&mut self, table: &WorkerTable) -> Result<(), InputError> {
+        let n = self.worker_id.len();
+        let lens = [
+            ("dp_rank", self.dp_rank.len()),
+            ("device_overlap_blocks", self.device_overlap_blocks.len()),
+            ("host_overlap_blocks", self.host_overlap_blocks.len()),
+            ("disk_overlap_blocks", self.disk_overlap_blocks.len()),
+            ("cached_tokens", self.cached_tokens.len()),
+            ("active_prefill_tokens", self.active_prefill_tokens.len()),
+            ("decode_blocks", self.decode_blocks.len()),
+            ("active_requests", self.active_requests.len()),
+        ];
+        for (name, len) in lens {
+            if len != n && len != 0 {
+                return Err(InputError::new(format!(
+                    "column `{name}` has {len} rows but `worker_id` has {n} (give all rows, or omit the column)"
+                )));
+            }
+        }
+        for column in [
+            &mut self.dp_rank,
+            &mut self.device_overlap_blocks,
+            &mut self.host_overlap_blocks,
+            &mut self.disk_overlap_blocks,
+            &mut self.cached_tokens,
+            &mut self.active_prefill_tokens,
+            &mut self.decode_blocks,
+            &mut self.active_requests,
+        ] {
+            if column.is_empty() {
+                column.resize(n, 0);
+            }
+        }
+        for row in 0..n {
+            let (id, rank) = (self.worker_id[row], self.dp_rank[row]);
+            let worker = table
+                .worker(id)
+                .ok_or_else(|| InputError::new(format!("row {row}: worker {id} is not in the worker table")))?;
+            if rank >= worker.dp_size() {
+                return Err(InputError::new(format!(
+                    "row {row}: worker {id} has {} dp ranks, rank {rank} does not exist",
+                    worker.dp_size()
+                )));
+            }
+        }
+        let key = |i: usize| (self.worker_id[i], self.dp_rank[i]);
+        if !(1..n).all(|i| key(i - 1) < key(i)) {
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by_key(|&i| key(i));
+            if let Some(w) = order.windows(2).find(|w| key(w[0]) == key(w[1])) {
+                let (id, rank) = key(w[0]);
+                return Err(InputError::new(format!("worker {id} rank {rank} has two rows")));
+            }
+            fn permute<T: Copy>(column: &mut Vec<T>, order: &[usize]) {
+                *column = order.iter().map(|&i| column[i]).collect();
+            }
+            permute(&mut self.worker_id, &order);
+            permute(&mut self.dp_rank, &order);
+            permute(&mut self.device_overlap_blocks, &order);
+            permute(&mut self.host_overlap_blocks, &order);
+            permute(&mut self.disk_overlap_blocks, &order);
+            permute(&mut self.cached_tokens, &order);
+            permute(&mut self.active_prefill_tokens, &order);
+            permute(&mut self.decode_blocks, &order);
+            permute(&mut self.active_requests, &order);
+        }
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.worker_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.worker_id.is_empty()
+    }
+}
+
+/// One request to route.
+#[derive(Debug, Clone)]
+pub struct SelectionRequest {
+    facts: RequestFacts,
+    prefix_hashes: Option<Vec<u64>>,
+    policy_class: Option<String>,
+    preferred_taints: BTreeMap<String, f64>,
+    allowed_workers: Option<Vec<u64>>,
+    temperature: Option<f64>,
+    inputs: WorkerInputs,
+}
+
+/// The optional parts of a request; `Default` is a request with none of them.
+#[derive(Debug, Clone, Default)]
+pub struct RequestOptions {
+    /// Chained per-block hashes; `None` where no blocks are tracked (prefill pool).
+    pub prefix_hashes: Option<Vec<u64>>,
+    /// The caller's policy class.
+    pub policy_class: Option<String>,
+    /// A request classifier's class, which replaces the caller's.
+    pub classifier_class: Option<String>,
+    /// Taint label → weight; a worker's multiplier is exp(−tanh(Σ matching weights)).
+    pub preferred_taints: BTreeMap<String, f64>,
+    /// Only these workers may be chosen (`None`: all).
+    pub allowed_workers: Option<Vec<u64>>,
+    /// Picker temperature for this request; `None` uses the selector's.
+    pub temperature: Option<f64>,
+}
+
+impl SelectionRequest {
+    /// Validates the request against the table.
+    pub fn new(
+        table: &WorkerTable,
+        facts: RequestFacts,
+        options: RequestOptions,
+        mut inputs: WorkerInputs,
+    ) -> Result<Self, InputError> {
+        if facts.block_size == 0 {
+            return Err(InputError::new("block_size must be at least 1 token"));
+        }
+        if let Some(pinned) = facts.pinned {
+            let known = table.worker(pinned.worker_id).is_some_and(|w| pinned.dp_rank < w.dp_size());
+            if !known {
+                return Err(InputError::new(format!(
+                    "pinned worker {} rank {} is not in the worker table",
+                    pinned.worker_id, pinned.dp_rank
+                )));
+            }
+        }
+        if let Some(t) = options.temperature
+            && !(t.is_finite() && t >= 0.0)
+        {
+            return Err(InputError::new(format!("temperature must be finite and ≥ 0, got {t}")));
+        }
+        if let Some((taint, w)) = options.preferred_taints.iter().find(|(_, w)| !w.is_finite()) {
+            return Err(InputError::new(format!("preferred taint `{taint}` has weight {w}; it must be finite")));
+        }
+        inputs.normalise(table)?;
+        let mut allowed = options.allowed_workers;
+        if let Some(ids) = &mut allowed {
+            ids.sort_unstable();
+            ids.dedup();
+        }
+        Ok(Self {
+            facts,
+            prefix_hashes: options.prefix_hashes,
+            policy_class: options.classifier_class.or(options.policy_class),
+            preferred_taints: options.preferred_taints,
+            allowed_workers: allowed,
+            temperature: options.temperature,
+            inputs,
+        })
+    }
+
+    pub fn facts(&self) -> &RequestFacts {
+        &self.facts
+    }
+    pub fn prefix_hashes(&self) -> Option<&[u64]> {
+        self.prefix_hashes.as_deref()
+    }
+    pub fn policy_class(&self) -> Option<&str> {
+        self.policy_class.as_deref()
+    }
+    pub fn temperature(&self) -> Option<f64> {
+        self.temperature
+    }
+    pub fn inputs(&self) -> &WorkerInputs {
+        &self.inputs
+    }
+    pub fn has_preferred_taints(&self) -> bool {
+        !self.preferred_taints.is_empty()
+    }
+
+    /// Whether `slot` may be chosen: the pinned worker only, else the allowed set.
+    pub(super) fn eligible(&self, slot: WorkerRank) -> bool {
+        if let Some(pinned) = self.facts.pinned {
+            return slot == pinned;
+        }
+        match &self.allowed_workers {
+            Some(ids) => ids.binary_search(&slot.worker_id).is_ok(),
+            None => true,
+        }
+    }
+
+    /// Dynamo's preferred-taint multiplier: exp(−tanh(Σ weights of matching taints)).
+    pub(super) fn preferred_multiplier(&self, taints: &[String]) -> f64 {
+        if self.preferred_taints.is_empty() {
+            return 1.0;
+        }
+        let sum: f64 = self
+            .preferred_taints
+            .iter()
+            .filter(|(taint, _)| taints.contains(taint))
+            .map(|(_, w)| *w)
+            .sum();
+        (-sum.tanh()).exp()
+    }
+}
+
+/// A pool's view of the request's hashes, per the contract: unique to the request in a
+/// decode pool, absent in a prefill pool. Hosts that build requests from traces use it.
+pub fn hashes_for_pool(pool: Pool, hashes: Vec<u64>, request_salt: u64) -> Option<Vec<u64>> {
+    match pool {
+        Pool::Aggregated => Some(hashes),
+        Pool::Prefill => None,
+        Pool::Decode => Some(
+            hashes
+                .iter()
+                .map(|h| h ^ request_salt.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15)
+                .collect(),
+        ),
+    }
+}
+
+/// The lazily fetched facts for one call: what both a native policy and a guest's
+/// imports read, so the two see exactly the same data.
+pub struct HostFacts<'a> {
+    pub(super) request: &'a SelectionRequest,
+    pub(super) table: &'a WorkerTable,
+    pub(super) candidate_ids: &'a [u64],
+}
+
+impl Facts for HostFacts<'_> {
+    fn prefix_hashes(&self) -> Option<Cow<'_, [u64]>> {
+        self.request.prefix_hashes().map(Cow::Borrowed)
+    }
+    fn policy_class(&self) -> Option<Cow<'_, str>> {
+        self.request.policy_class().map(Cow::Borrowed)
+    }
+    fn worker_capacity(&self, worker_id: u64) -> Option<Capacity> {
+        self.table.worker(worker_id).and_then(|w| w.capacity())
+    }
+    fn candidate_capacities(&self) -> Cow<'_, [Option<Capacity>]> {
+        Cow::Owned(self.candidate_ids.iter().map(|&id| self.worker_capacity(id)).collect())
+    }
+}
+

@@ -1,0 +1,99 @@
+//! The worker table: which (worker, dp rank) slots exist, and what each worker advertises.
+
+use std::collections::HashMap;
+
+use switchyard_guest_sdk::{Capacity, WorkerRank};
+
+use super::InputError;
+
+/// One worker as the router knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Worker {
+    id: u64,
+    dp_size: u32,
+    capacity: Option<Capacity>,
+    taints: Vec<String>,
+}
+
+impl Worker {
+    /// `dp_size` data-parallel ranks (at least 1). `total_kv_blocks` 0 means unknown.
+    pub fn new(id: u64, dp_size: u32, total_kv_blocks: u32, max_num_batched_tokens: Option<u32>) -> Self {
+        let capacity = (total_kv_blocks > 0)
+            .then_some(Capacity { total_kv_blocks, max_num_batched_tokens });
+        Self { id, dp_size: dp_size.max(1), capacity, taints: Vec::new() }
+    }
+
+    /// Labels a request's preferred taints can match.
+    pub fn with_taints(mut self, taints: Vec<String>) -> Self {
+        self.taints = taints;
+        self
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+    pub fn dp_size(&self) -> u32 {
+        self.dp_size
+    }
+    /// Advertised capacity; `None` when unknown or advertised as zero.
+    pub fn capacity(&self) -> Option<Capacity> {
+        self.capacity
+    }
+    pub fn taints(&self) -> &[String] {
+        &self.taints
+    }
+}
+
+/// All workers, and their (worker, dp rank) slots in ascending order: the order of
+/// candidate rows and of the picker's tie-breaking.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerTable {
+    workers: Vec<Worker>,
+    slots: Vec<WorkerRank>,
+    /// For each slot, its worker's index in `workers`.
+    slot_worker: Vec<u32>,
+    by_id: HashMap<u64, u32>,
+}
+
+impl WorkerTable {
+    /// Builds the table; worker ids must be unique.
+    pub fn new(mut workers: Vec<Worker>) -> Result<Self, InputError> {
+        workers.sort_by_key(|w| w.id);
+        if let Some(pair) = workers.windows(2).find(|p| p[0].id == p[1].id) {
+            return Err(InputError::new(format!("worker {} is listed twice", pair[0].id)));
+        }
+        let mut slots = Vec::new();
+        let mut slot_worker = Vec::new();
+        let mut by_id = HashMap::with_capacity(workers.len());
+        for (index, worker) in workers.iter().enumerate() {
+            by_id.insert(worker.id, index as u32);
+            for dp_rank in 0..worker.dp_size {
+                slots.push(WorkerRank { worker_id: worker.id, dp_rank });
+                slot_worker.push(index as u32);
+            }
+        }
+        Ok(Self { workers, slots, slot_worker, by_id })
+    }
+
+    /// Every (worker, rank), ascending.
+    pub fn slots(&self) -> &[WorkerRank] {
+        &self.slots
+    }
+
+    pub fn workers(&self) -> &[Worker] {
+        &self.workers
+    }
+
+    pub fn worker(&self, id: u64) -> Option<&Worker> {
+        self.by_id.get(&id).map(|&i| &self.workers[i as usize])
+    }
+
+    /// The worker owning slot `slot`.
+    pub fn slot_worker(&self, slot: usize) -> &Worker {
+        &self.workers[self.slot_worker[slot] as usize]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
