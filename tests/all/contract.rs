@@ -1,0 +1,133 @@
+//! The contract: a guest reads every import through a scorer and sees exactly what the
+//! host holds; the native build of the same probe sees the same.
+
+use serde_json::{Value, json};
+use switchyard::selection::{NativeScorer, RequestOptions, Scorer, Worker, WorkerInputs, hashes_for_pool};
+use switchyard::{FaultKind, GuestScorer, SelectError, Selector, WorkerTable};
+use switchyard_guest_sdk::{Pool, WorkerRank};
+use switchyard_probe::Probe;
+
+use crate::support::{PROBE, component, facts, request};
+
+/// What the probe reported, via its deliberate `internal` error.
+fn report(scorer: Box<dyn Scorer>, table: &WorkerTable, req: &switchyard::SelectionRequest) -> Value {
+    let mut selector = Selector::new(scorer);
+    match selector.select(table, req) {
+        Err(SelectError::Fault { fault, .. }) => {
+            assert_eq!(fault.kind, FaultKind::PolicyError, "{fault}");
+            let json = fault.message.strip_prefix("internal error: ").expect("the probe's report");
+            serde_json::from_str(json).expect("the report is JSON")
+        }
+        other => panic!("the probe always reports through an error, got {other:?}"),
+    }
+}
+
+fn both(table: &WorkerTable, req: &switchyard::SelectionRequest) -> Value {
+    let guest = GuestScorer::new("probe", component(PROBE), "{}").expect("probe instantiates");
+    let guest = report(Box::new(guest), table, req);
+    let native = report(Box::new(NativeScorer::new("probe", Probe)), table, req);
+    assert_eq!(guest, native, "guest and native builds of the probe saw different facts");
+    guest
+}
+
+fn capacity_table() -> WorkerTable {
+    WorkerTable::new(vec![
+        Worker::new(10, 1, 4096, Some(8192)),
+        Worker::new(11, 1, 0, Some(8192)), // advertised zero: unknown
+        Worker::new(12, 2, 2048, None),
+    ])
+    .unwrap()
+}
+
+fn inputs() -> WorkerInputs {
+    WorkerInputs {
+        worker_id: vec![12, 10],
+        dp_rank: vec![1, 0],
+        device_overlap_blocks: vec![3, 5],
+        host_overlap_blocks: vec![1, 0],
+        disk_overlap_blocks: vec![0, 2],
+        cached_tokens: vec![48, 80],
+        active_prefill_tokens: vec![100, 200],
+        decode_blocks: vec![7, 9],
+        active_requests: vec![1, 2],
+    }
+}
+
+#[test]
+fn guest_sees_hashes_class_capacities_and_columns_as_the_host_holds_them() {
+    let table = capacity_table();
+    let options = RequestOptions {
+        prefix_hashes: Some(vec![101, 102, 103]),
+        policy_class: Some("batch".into()),
+        classifier_class: Some("latency".into()),
+        ..Default::default()
+    };
+    let mut f = facts(40, 16, Pool::Aggregated, 77);
+    f.expected_output_tokens = Some(128);
+    let req = request(&table, f, options, inputs());
+    let seen = both(&table, &req);
+
+    assert_eq!(seen["prefix_hashes"], json!([101, 102, 103]));
+    assert_eq!(seen["policy_class"], json!("latency"), "the classifier's override wins");
+    let c4096 = json!({ "total_kv_blocks": 4096, "max_num_batched_tokens": 8192 });
+    let c2048 = json!({ "total_kv_blocks": 2048, "max_num_batched_tokens": null });
+    // Candidates: (10,0), (11,0), (12,0), (12,1).
+    let expected = json!([c4096, null, c2048, c2048]);
+    assert_eq!(seen["capacity_single"], expected, "zero capacity is none");
+    assert_eq!(seen["capacity_batch"], seen["capacity_single"], "batched form agrees with the single form");
+    assert_eq!(seen["capacity_unknown_worker"], Value::Null);
+    assert_eq!(
+        seen["facts"],
+        json!({ "prompt_tokens": 40, "block_size": 16, "request_blocks": 3, "expected_output_tokens": 128,
+                "pinned": null, "pool": "aggregated", "seed": 77 })
+    );
+    let cols = &seen["columns"];
+    assert_eq!(cols["worker_id"], json!([10, 11, 12, 12]));
+    assert_eq!(cols["dp_rank"], json!([0, 0, 0, 1]));
+    assert_eq!(cols["device_overlap_blocks"], json!([5, 0, 0, 3]), "rows without input are zero");
+    assert_eq!(cols["disk_overlap_blocks"], json!([2, 0, 0, 0]));
+    assert_eq!(cols["active_prefill_tokens"], json!([200, 0, 0, 100]));
+    assert_eq!(cols["preferred_multiplier"], json!([1.0, 1.0, 1.0, 1.0]));
+}
+
+#[test]
+fn caller_class_is_seen_when_no_classifier_ran_and_none_when_absent() {
+    let table = capacity_table();
+    let with = RequestOptions { policy_class: Some("batch".into()), ..Default::default() };
+    let req = request(&table, facts(16, 16, Pool::Aggregated, 1), with, WorkerInputs::default());
+    assert_eq!(both(&table, &req)["policy_class"], json!("batch"));
+    let req = request(&table, facts(16, 16, Pool::Aggregated, 1), RequestOptions::default(), WorkerInputs::default());
+    assert_eq!(both(&table, &req)["policy_class"], Value::Null);
+}
+
+#[test]
+fn prefill_pool_has_no_hashes_and_decode_pool_hashes_are_unique_per_request() {
+    let table = capacity_table();
+    let hashes = vec![1, 2, 3, 4];
+    let prefill = RequestOptions { prefix_hashes: hashes_for_pool(Pool::Prefill, hashes.clone(), 1), ..Default::default() };
+    let req = request(&table, facts(64, 16, Pool::Prefill, 1), prefill, WorkerInputs::default());
+    assert_eq!(both(&table, &req)["prefix_hashes"], Value::Null);
+
+    let decode_for = |salt: u64| {
+        let options = RequestOptions { prefix_hashes: hashes_for_pool(Pool::Decode, hashes.clone(), salt), ..Default::default() };
+        let req = request(&table, facts(64, 16, Pool::Decode, salt), options, WorkerInputs::default());
+        let seen: Vec<u64> = serde_json::from_value(both(&table, &req)["prefix_hashes"].clone()).unwrap();
+        seen
+    };
+    let (a, b) = (decode_for(1), decode_for(2));
+    assert_eq!(a.len(), hashes.len());
+    assert!(a.iter().all(|h| !hashes.contains(h)), "decode-pool hashes never match the shared prefix");
+    assert!(a.iter().all(|h| !b.contains(h)), "two requests never share decode-pool hashes");
+}
+
+#[test]
+fn pinned_request_shows_only_the_pinned_candidate() {
+    let table = capacity_table();
+    let mut f = facts(16, 16, Pool::Aggregated, 3);
+    f.pinned = Some(WorkerRank { worker_id: 12, dp_rank: 1 });
+    let req = request(&table, f, RequestOptions::default(), inputs());
+    let seen = both(&table, &req);
+    assert_eq!(seen["columns"]["worker_id"], json!([12]));
+    assert_eq!(seen["columns"]["dp_rank"], json!([1]));
+    assert_eq!(seen["facts"]["pinned"], json!([12, 1]));
+}

@@ -1,0 +1,8 @@
+//! Switchyard's integration tests: one binary, a module per feature.
+//! Guests are real components built from `policies/` by `build.rs`.
+
+mod cli;
+mod contract;
+mod equivalence;
+mod support;
+mod world;
