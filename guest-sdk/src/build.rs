@@ -71,7 +71,10 @@ pub fn build_guests(
     }
     for (var, _) in std::env::vars_os() {
         let var = var.to_string_lossy();
-        if var.starts_with("CARGO_PROFILE_") || var.starts_with("CARGO_CFG_") || var.starts_with("CARGO_FEATURE_") {
+        if var.starts_with("CARGO_PROFILE_")
+            || var.starts_with("CARGO_CFG_")
+            || var.starts_with("CARGO_FEATURE_")
+        {
             cmd.env_remove(var.as_ref());
         }
     }
@@ -87,7 +90,8 @@ pub fn build_guests(
         .map(|guest| {
             let path: PathBuf = out.join(format!("{}.wasm", guest.lib_name));
             let core = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            let component = componentize(&core).with_context(|| format!("componentizing {}", guest.package))?;
+            let component =
+                componentize(&core).with_context(|| format!("componentizing {}", guest.package))?;
             Ok((guest.clone(), component))
         })
         .collect()

@@ -210,7 +210,7 @@ macro_rules! export_policy {
                 }
             }
 
-            $crate::guest::__export_selection_policy!(Export with_types_in $crate::guest);
+    $crate::guest::__export_selection_policy!(Export with_types_in $crate::guest);
         };
     };
 }

@@ -8,13 +8,16 @@ use crate::engine::PolicyEngine;
 use crate::guest::GuestScorer;
 use crate::selection::{NativeScorer, Scorer};
 
+/// Builds a builtin's native scorer from its name and JSON parameters.
+type NativeConstructor = fn(&'static str, &str) -> Result<Box<dyn Scorer>, PolicyError>;
+
 /// A builtin policy.
 pub struct Builtin {
     /// The name `--policy` takes.
     pub name: &'static str,
     /// One line on what it does.
     pub summary: &'static str,
-    native: fn(&'static str, &str) -> Result<Box<dyn Scorer>, PolicyError>,
+    native: NativeConstructor,
     /// The component build of the same source.
     pub component: &'static [u8],
 }

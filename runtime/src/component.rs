@@ -92,7 +92,10 @@ impl PolicyComponent {
             ));
         }
         if !bytes.starts_with(b"\0asm") || bytes.len() < 8 {
-            return Err(LoadError::new(LoadErrorKind::NotWasm, "the file does not start with the wasm magic number"));
+            return Err(LoadError::new(
+                LoadErrorKind::NotWasm,
+                "the file does not start with the wasm magic number",
+            ));
         }
         if wasmparser::Parser::is_core_wasm(bytes) {
             return Err(LoadError::new(
@@ -122,16 +125,19 @@ impl PolicyComponent {
         if !exports.iter().any(|name| name == POLICY_EXPORT) {
             return Err(LoadError::new(
                 LoadErrorKind::WrongWorld,
-                format!("exports [{}] but not `{POLICY_EXPORT}`; build it for the world `{WORLD}`", exports.join(", ")),
+                format!(
+                    "exports [{}] but not `{POLICY_EXPORT}`; build it for the world `{WORLD}`",
+                    exports.join(", ")
+                ),
             ));
         }
         let mut linker = Linker::<HostState>::new(wasmtime_engine);
         crate::guest::add_imports(&mut linker)
             .map_err(|e| LoadError::new(LoadErrorKind::InstantiateFailed, format!("{e:#}")))?;
-        let pre = linker
-            .instantiate_pre(&component)
-            .and_then(bindings::SelectionPolicyPre::new)
-            .map_err(|e| LoadError::new(LoadErrorKind::WrongWorld, format!("does not match `{WORLD}`: {e:#}")))?;
+        let pre =
+            linker.instantiate_pre(&component).and_then(bindings::SelectionPolicyPre::new).map_err(|e| {
+                LoadError::new(LoadErrorKind::WrongWorld, format!("does not match `{WORLD}`: {e:#}"))
+            })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 engine: engine.clone(),
@@ -183,7 +189,9 @@ fn compile_with_timeout(engine: &PolicyEngine, bytes: &[u8]) -> Result<Component
         .spawn(move || {
             let _ = tx.send(Component::new(&wasmtime_engine, &owned));
         })
-        .map_err(|e| LoadError::new(LoadErrorKind::CompileFailed, format!("spawning the compiler thread: {e}")))?;
+        .map_err(|e| {
+            LoadError::new(LoadErrorKind::CompileFailed, format!("spawning the compiler thread: {e}"))
+        })?;
     match rx.recv_timeout(timeout) {
         Ok(Ok(component)) => Ok(component),
         Ok(Err(e)) => Err(LoadError::new(LoadErrorKind::CompileFailed, format!("{e:#}"))),

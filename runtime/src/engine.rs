@@ -132,7 +132,8 @@ impl PolicyEngine {
             .max_memory_size(limits.max_memory_bytes)
             .table_elements(limits.max_table_elements);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&config).map_err(|e| anyhow::anyhow!("configuring the wasmtime engine: {e:#}"))?;
+        let engine =
+            Engine::new(&config).map_err(|e| anyhow::anyhow!("configuring the wasmtime engine: {e:#}"))?;
         if limits.budget.uses_epoch() {
             spawn_epoch_ticker(&engine, Duration::from_millis(limits.epoch_tick_ms.max(1)));
         }

@@ -64,7 +64,10 @@ fn capacity(c: switchyard_guest_sdk::Capacity) -> wit::Capacity {
 }
 
 pub(crate) fn add_imports(linker: &mut wasmtime::component::Linker<HostState>) -> wasmtime::Result<()> {
-    bindings::SelectionPolicy::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(linker, |s| s)
+    bindings::SelectionPolicy::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+        linker,
+        |s| s,
+    )
 }
 
 /// The `candidates` record, lowered straight from the host's column buffers (borrowed,
@@ -122,7 +125,11 @@ pub struct GuestScorer {
 impl GuestScorer {
     /// Instantiates and configures the component; a configure error or a trap in the
     /// start function or `configure` refuses it.
-    pub fn new(name: impl Into<String>, component: PolicyComponent, parameters: &str) -> Result<Self, LoadError> {
+    pub fn new(
+        name: impl Into<String>,
+        component: PolicyComponent,
+        parameters: &str,
+    ) -> Result<Self, LoadError> {
         let mut scorer = Self {
             name: name.into(),
             component,
@@ -170,8 +177,12 @@ impl GuestScorer {
         store.limiter(|s| &mut s.limits);
         self.instantiations += 1;
         arm(&mut store, limits, 0)?;
-        let instance =
-            self.component.pre().instance_pre().instantiate(&mut store).map_err(|e| classify(&mut store, e))?;
+        let instance = self
+            .component
+            .pre()
+            .instance_pre()
+            .instantiate(&mut store)
+            .map_err(|e| classify(&mut store, e))?;
         let bindings =
             bindings::SelectionPolicy::new(&mut store, &instance).map_err(|e| classify(&mut store, e))?;
         arm(&mut store, limits, 0)?;
@@ -242,7 +253,10 @@ fn arm(store: &mut Store<HostState>, limits: &crate::engine::Limits, rows: usize
 
 /// Finds `score` and `filter` and checks their types once, so each call can use
 /// `TypedFunc::new_unchecked` with borrowed parameters.
-fn export_funcs(store: &mut Store<HostState>, instance: &wasmtime::component::Instance) -> Result<(Func, Func), Fault> {
+fn export_funcs(
+    store: &mut Store<HostState>,
+    instance: &wasmtime::component::Instance,
+) -> Result<(Func, Func), Fault> {
     let wrong = |what: String| Fault::new(FaultKind::Trap, what);
     let iface = instance
         .get_export_index(&mut *store, None, crate::component::POLICY_EXPORT)
@@ -254,8 +268,12 @@ fn export_funcs(store: &mut Store<HostState>, instance: &wasmtime::component::In
         instance.get_func(&mut *store, index).ok_or_else(|| wrong(format!("`{name}` is not a function")))
     };
     let (score, filter) = (func("score")?, func("filter")?);
-    score.typed::<ScoreParams<'static>, ScoreResults>(&*store).map_err(|e| wrong(format!("`score`: {e:#}")))?;
-    filter.typed::<ScoreParams<'static>, FilterResults>(&*store).map_err(|e| wrong(format!("`filter`: {e:#}")))?;
+    score
+        .typed::<ScoreParams<'static>, ScoreResults>(&*store)
+        .map_err(|e| wrong(format!("`score`: {e:#}")))?;
+    filter
+        .typed::<ScoreParams<'static>, FilterResults>(&*store)
+        .map_err(|e| wrong(format!("`filter`: {e:#}")))?;
     Ok((score, filter))
 }
 
@@ -291,10 +309,10 @@ fn classify(store: &mut Store<HostState>, error: wasmtime::Error) -> Fault {
         Some(Trap::StackOverflow) => FaultKind::Stack,
         Some(_) => FaultKind::Trap,
         None => {
+            // `trap_on_grow_failure` reports a refused memory/table growth as an error
+            // whose text names the growth; everything else is a plain trap.
             let text = format!("{error:#}");
-            if text.contains("forcing trap when growing") || text.contains("memory") && text.contains("grow") {
-                FaultKind::Memory
-            } else if text.contains("table") && text.contains("grow") {
+            if text.contains("grow") && (text.contains("memory") || text.contains("table")) {
                 FaultKind::Memory
             } else {
                 FaultKind::Trap
@@ -351,7 +369,8 @@ impl Scorer for GuestScorer {
         let out = self.with_live(&call.facts, call.columns.len(), |live| {
             // SAFETY: `live.score` was type-checked against exactly these parameter and
             // result types (with the 'static lifetime) when the instance was created.
-            let typed: TypedFunc<ScoreParams<'_>, ScoreResults> = unsafe { TypedFunc::new_unchecked(live.score) };
+            let typed: TypedFunc<ScoreParams<'_>, ScoreResults> =
+                unsafe { TypedFunc::new_unchecked(live.score) };
             typed.call(&mut live.store, params).map(|(r,)| r)
         })?;
         match out {
@@ -367,7 +386,8 @@ impl Scorer for GuestScorer {
         let params = (facts_abi(call.request), candidates_abi(call));
         let out = self.with_live(&call.facts, call.columns.len(), |live| {
             // SAFETY: type-checked at instantiation, as for `score`.
-            let typed: TypedFunc<ScoreParams<'_>, FilterResults> = unsafe { TypedFunc::new_unchecked(live.filter) };
+            let typed: TypedFunc<ScoreParams<'_>, FilterResults> =
+                unsafe { TypedFunc::new_unchecked(live.filter) };
             typed.call(&mut live.store, params).map(|(r,)| r)
         })?;
         match out {

@@ -103,7 +103,8 @@ impl RequestJson {
             self.workers
                 .into_iter()
                 .map(|w| {
-                    Worker::new(w.id, w.dp_size, w.total_kv_blocks, w.max_num_batched_tokens).with_taints(w.taints)
+                    Worker::new(w.id, w.dp_size, w.total_kv_blocks, w.max_num_batched_tokens)
+                        .with_taints(w.taints)
                 })
                 .collect(),
         )?;

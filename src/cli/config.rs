@@ -71,8 +71,16 @@ impl LimitArgs {
         macro_rules! set {
             ($($field:ident),*) => {$( if let Some(v) = self.$field { limits.$field = v; } )*};
         }
-        set!(budget, fuel_base, fuel_per_candidate, call_deadline_ms, max_memory_bytes,
-             max_component_bytes, max_wasm_stack_bytes, compile_timeout_ms);
+        set!(
+            budget,
+            fuel_base,
+            fuel_per_candidate,
+            call_deadline_ms,
+            max_memory_bytes,
+            max_component_bytes,
+            max_wasm_stack_bytes,
+            compile_timeout_ms
+        );
         Ok(limits)
     }
 

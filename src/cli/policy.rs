@@ -45,7 +45,9 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
         PolicyCommand::List => {
             let list: Vec<_> = builtin::BUILTINS
                 .iter()
-                .map(|b| json!({ "name": b.name, "summary": b.summary, "component_bytes": b.component.len() }))
+                .map(
+                    |b| json!({ "name": b.name, "summary": b.summary, "component_bytes": b.component.len() }),
+                )
                 .collect();
             print_json(&json!(list));
             Ok(())
@@ -53,8 +55,8 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
         PolicyCommand::Check { file, params, limits } => {
             let bytes = read(&file)?;
             let engine = limits.engine()?;
-            let component =
-                PolicyComponent::load(&engine, &bytes).map_err(|e| CliError::new(e.kind.as_str(), e.message))?;
+            let component = PolicyComponent::load(&engine, &bytes)
+                .map_err(|e| CliError::new(e.kind.as_str(), e.message))?;
             let scorer = GuestScorer::new("check", component.clone(), &params)
                 .map_err(|e| CliError::new(e.kind.as_str(), e.message))?;
             let info = switchyard::selection::Scorer::info(&scorer);
@@ -84,7 +86,10 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
         }
         PolicyCommand::Export { name, output } => {
             let builtin = builtin::find(&name).ok_or_else(|| {
-                CliError::new("unknown-policy", format!("`{name}` is not a builtin ({})", builtin::names().join(", ")))
+                CliError::new(
+                    "unknown-policy",
+                    format!("`{name}` is not a builtin ({})", builtin::names().join(", ")),
+                )
             })?;
             write(&output, builtin.component)
         }
@@ -96,7 +101,8 @@ fn read(path: &PathBuf) -> Result<Vec<u8>, CliError> {
 }
 
 fn write(path: &PathBuf, bytes: &[u8]) -> Result<(), CliError> {
-    std::fs::write(path, bytes).map_err(|e| CliError::new("io", format!("writing {}: {e}", path.display())))?;
+    std::fs::write(path, bytes)
+        .map_err(|e| CliError::new("io", format!("writing {}: {e}", path.display())))?;
     print_json(&json!({ "written": path, "bytes": bytes.len() }));
     Ok(())
 }

@@ -69,9 +69,8 @@ fn build_scorer(args: &SelectArgs) -> Result<Built, CliError> {
         let version = scorer.component().digest().to_string();
         Ok(Built { scorer: Box::new(scorer), build: "guest", version: Some(version) })
     } else {
-        let scorer = builtin
-            .native(&args.params)
-            .map_err(|e| CliError::new("configure-failed", e.to_string()))?;
+        let scorer =
+            builtin.native(&args.params).map_err(|e| CliError::new("configure-failed", e.to_string()))?;
         Ok(Built { scorer, build: "native", version: None })
     }
 }
@@ -110,7 +109,8 @@ pub fn run(args: SelectArgs) -> Result<(), CliError> {
             let default = builtin::find("default").expect("the default builtin exists");
             let scorer = default.native("{}").expect("defaults are valid");
             selector = Selector::new(scorer);
-            let selection = selector.select(&table, &request).map_err(|e| CliError::new("fallback", e.to_string()))?;
+            let selection =
+                selector.select(&table, &request).map_err(|e| CliError::new("fallback", e.to_string()))?;
             let fallback = json!({ "kind": fault.kind.as_str(), "message": fault.message });
             (selection, "default".to_string(), "native", None, fallback)
         }

@@ -71,7 +71,8 @@ fn select_runs_on_the_embedded_sample_and_takes_parameters() {
     assert!(err.contains("overlap_score_credit"), "{err}");
     let err = fails_with(&["select", "--guest", "--params", r#"{"bogus": 1}"#], "configure-failed");
     assert!(err.contains("bogus"), "{err}");
-    let err = fails_with(&["select", "--guest", "--params", r#"{"prefill_load_scale": "x"}"#], "configure-failed");
+    let err =
+        fails_with(&["select", "--guest", "--params", r#"{"prefill_load_scale": "x"}"#], "configure-failed");
     assert!(err.contains("prefill_load_scale"), "the type error names its field: {err}");
 }
 
@@ -91,7 +92,8 @@ fn bad_input_is_an_error_message_never_a_panic() {
         br#"{"prompt_tokens": 32, "block_size": 16, "workers": [{"id": 1}], "inputs": {"worker_id": [9]}}"#,
     );
     fails_with(&["select", "--input", &unknown_worker], "invalid-input");
-    let zero_block = temp_file("zero.json", br#"{"prompt_tokens": 32, "block_size": 0, "workers": [{"id": 1}]}"#);
+    let zero_block =
+        temp_file("zero.json", br#"{"prompt_tokens": 32, "block_size": 0, "workers": [{"id": 1}]}"#);
     fails_with(&["select", "--input", &zero_block], "invalid-input");
     let no_workers = temp_file("none.json", br#"{"prompt_tokens": 32, "block_size": 16, "workers": []}"#);
     fails_with(&["select", "--input", &no_workers], "no-eligible-worker");
@@ -110,7 +112,10 @@ fn policy_check_prints_world_imports_exports_and_size() {
     let report = json(&switchyard(&["policy", "check", &wasm]));
     assert_eq!(report["world"], "switchyard:policy/selection-policy@0.1.0");
     assert_eq!(report["exports"], serde_json::json!(["switchyard:policy/policy@0.1.0"]));
-    assert_eq!(report["size_bytes"].as_u64().unwrap() as usize, std::fs::metadata(&wasm).unwrap().len() as usize);
+    assert_eq!(
+        report["size_bytes"].as_u64().unwrap() as usize,
+        std::fs::metadata(&wasm).unwrap().len() as usize
+    );
     for import in report["imports"].as_array().unwrap() {
         assert!(import.as_str().unwrap().starts_with("switchyard:policy/"));
     }

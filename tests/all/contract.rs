@@ -96,7 +96,12 @@ fn caller_class_is_seen_when_no_classifier_ran_and_none_when_absent() {
     let with = RequestOptions { policy_class: Some("batch".into()), ..Default::default() };
     let req = request(&table, facts(16, 16, Pool::Aggregated, 1), with, WorkerInputs::default());
     assert_eq!(both(&table, &req)["policy_class"], json!("batch"));
-    let req = request(&table, facts(16, 16, Pool::Aggregated, 1), RequestOptions::default(), WorkerInputs::default());
+    let req = request(
+        &table,
+        facts(16, 16, Pool::Aggregated, 1),
+        RequestOptions::default(),
+        WorkerInputs::default(),
+    );
     assert_eq!(both(&table, &req)["policy_class"], Value::Null);
 }
 
@@ -104,12 +109,18 @@ fn caller_class_is_seen_when_no_classifier_ran_and_none_when_absent() {
 fn prefill_pool_has_no_hashes_and_decode_pool_hashes_are_unique_per_request() {
     let table = capacity_table();
     let hashes = vec![1, 2, 3, 4];
-    let prefill = RequestOptions { prefix_hashes: hashes_for_pool(Pool::Prefill, hashes.clone(), 1), ..Default::default() };
+    let prefill = RequestOptions {
+        prefix_hashes: hashes_for_pool(Pool::Prefill, hashes.clone(), 1),
+        ..Default::default()
+    };
     let req = request(&table, facts(64, 16, Pool::Prefill, 1), prefill, WorkerInputs::default());
     assert_eq!(both(&table, &req)["prefix_hashes"], Value::Null);
 
     let decode_for = |salt: u64| {
-        let options = RequestOptions { prefix_hashes: hashes_for_pool(Pool::Decode, hashes.clone(), salt), ..Default::default() };
+        let options = RequestOptions {
+            prefix_hashes: hashes_for_pool(Pool::Decode, hashes.clone(), salt),
+            ..Default::default()
+        };
         let req = request(&table, facts(64, 16, Pool::Decode, salt), options, WorkerInputs::default());
         let seen: Vec<u64> = serde_json::from_value(both(&table, &req)["prefix_hashes"].clone()).unwrap();
         seen

@@ -37,7 +37,10 @@ fn random_parameters(rng: &mut Rng) -> String {
         format!("\"disk_cache_hit_weight\": {}", rng.unit()),
     ];
     if rng.chance(10) {
-        fields.push(format!("\"overlap_score_weight\": {}", if rng.chance(50) { 0.0 } else { rng.unit() * 2.0 }));
+        fields.push(format!(
+            "\"overlap_score_weight\": {}",
+            if rng.chance(50) { 0.0 } else { rng.unit() * 2.0 }
+        ));
     }
     format!("{{{}}}", fields.join(", "))
 }
@@ -64,7 +67,9 @@ fn random_case(rng: &mut Rng) -> (WorkerTable, switchyard::SelectionRequest) {
         if rng.chance(30) {
             continue; // no row: zeros
         }
-        let big = |rng: &mut Rng, n: u64| if rng.chance(10) { rng.below(u64::from(u32::MAX)) as u32 } else { rng.below(n) as u32 };
+        let big = |rng: &mut Rng, n: u64| {
+            if rng.chance(10) { rng.below(u64::from(u32::MAX)) as u32 } else { rng.below(n) as u32 }
+        };
         inputs.worker_id.push(slot.worker_id);
         inputs.dp_rank.push(slot.dp_rank);
         inputs.device_overlap_blocks.push(rng.below(3000) as u32);
@@ -78,7 +83,13 @@ fn random_case(rng: &mut Rng) -> (WorkerTable, switchyard::SelectionRequest) {
     let slot_list = table.slots().to_vec();
     let pinned = rng.chance(5).then(|| slot_list[rng.below(slot_list.len() as u64) as usize]);
     let allowed = (pinned.is_none() && rng.chance(10)).then(|| {
-        table.workers().iter().filter(|_| rng.chance(50)).map(|w| w.id()).chain([table.workers()[0].id()]).collect()
+        table
+            .workers()
+            .iter()
+            .filter(|_| rng.chance(50))
+            .map(|w| w.id())
+            .chain([table.workers()[0].id()])
+            .collect()
     });
     let mut preferred_taints = std::collections::BTreeMap::new();
     if rng.chance(25) {
@@ -102,7 +113,8 @@ fn random_case(rng: &mut Rng) -> (WorkerTable, switchyard::SelectionRequest) {
         temperature: Some(temperature),
         ..Default::default()
     };
-    let request = switchyard::SelectionRequest::new(&table, facts, options, inputs).expect("valid random request");
+    let request =
+        switchyard::SelectionRequest::new(&table, facts, options, inputs).expect("valid random request");
     (table, request)
 }
 
@@ -115,7 +127,8 @@ fn default_policy_guest_and_native_agree_bit_for_bit_on_10000_random_selections(
     let mut seen_ties_or_equal = 0;
     for _ in 0..100 {
         let params = random_parameters(&mut rng);
-        let guest: Box<dyn Scorer> = Box::new(GuestScorer::new("default", component.clone(), &params).unwrap());
+        let guest: Box<dyn Scorer> =
+            Box::new(GuestScorer::new("default", component.clone(), &params).unwrap());
         let mut guest = Selector::new(guest);
         let mut native = Selector::new(builtin.native(&params).unwrap());
         for _ in 0..100 {
@@ -155,7 +168,8 @@ fn default_cost_matches_dynamo_formula_on_a_hand_made_case() {
         ..Default::default()
     };
     let facts = crate::support::facts(2048, 16, Pool::Aggregated, 0);
-    let request = switchyard::SelectionRequest::new(&table, facts, RequestOptions::default(), inputs).unwrap();
+    let request =
+        switchyard::SelectionRequest::new(&table, facts, RequestOptions::default(), inputs).unwrap();
     for scorer in [
         switchyard::builtin::find("default").unwrap().native("{}").unwrap(),
         Box::new(GuestScorer::new("default", component(DEFAULT_POLICY), "{}").unwrap()) as Box<dyn Scorer>,

@@ -2,11 +2,12 @@
 
 use std::sync::OnceLock;
 
-use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
+use switchyard::selection::{RequestOptions, WorkerInputs};
 use switchyard::{Limits, PolicyComponent, PolicyEngine, SelectionRequest, WorkerTable};
 use switchyard_guest_sdk::{Pool, RequestFacts};
 
-pub const DEFAULT_POLICY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/switchyard_policy_default.component.wasm"));
+pub const DEFAULT_POLICY: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/switchyard_policy_default.component.wasm"));
 pub const PROBE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/switchyard_probe.component.wasm"));
 
 /// One engine for the test process, default limits.
@@ -41,11 +42,11 @@ pub fn facts(prompt_tokens: u32, block_size: u32, pool: Pool, seed: u64) -> Requ
     }
 }
 
-/// A table of `n` single-rank workers, ids 0..n, with `total_kv_blocks` from `capacity`.
-pub fn table(n: u64, capacity: impl Fn(u64) -> u32) -> WorkerTable {
-    WorkerTable::new((0..n).map(|id| Worker::new(id, 1, capacity(id), None)).collect()).expect("unique ids")
-}
-
-pub fn request(table: &WorkerTable, facts: RequestFacts, options: RequestOptions, inputs: WorkerInputs) -> SelectionRequest {
+pub fn request(
+    table: &WorkerTable,
+    facts: RequestFacts,
+    options: RequestOptions,
+    inputs: WorkerInputs,
+) -> SelectionRequest {
     SelectionRequest::new(table, facts, options, inputs).expect("valid request")
 }

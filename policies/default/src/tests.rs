@@ -1,6 +1,8 @@
 //! The cost rule on hand-made cases.
 
-use switchyard_guest_sdk::{Candidates, Columns, InputGroups, NoFacts, Policy, Pool, Request, RequestFacts, WorkerRank};
+use switchyard_guest_sdk::{
+    Candidates, Columns, InputGroups, NoFacts, Policy, Pool, Request, RequestFacts, WorkerRank,
+};
 
 use super::{DefaultPolicy, Parameters};
 

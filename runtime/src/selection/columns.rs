@@ -57,7 +57,11 @@ impl ColumnBuffers {
                 self.active_requests.push(at(&inputs.active_requests));
             }
             if affinity {
-                let m = if tainted { request.preferred_multiplier(table.slot_worker(slot_index).taints()) } else { 1.0 };
+                let m = if tainted {
+                    request.preferred_multiplier(table.slot_worker(slot_index).taints())
+                } else {
+                    1.0
+                };
                 self.preferred_multiplier.push(m);
             }
         }

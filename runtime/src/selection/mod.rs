@@ -175,7 +175,11 @@ impl Selector {
 
     /// Selects a worker for `request`. Does not commit: call [`Selector::commit`] once
     /// the pick is accepted.
-    pub fn select(&mut self, table: &WorkerTable, request: &SelectionRequest) -> Result<Selection, SelectError> {
+    pub fn select(
+        &mut self,
+        table: &WorkerTable,
+        request: &SelectionRequest,
+    ) -> Result<Selection, SelectError> {
         self.columns.materialise(table, request, self.groups);
         if self.columns.is_empty() {
             return Err(SelectError::NoEligibleWorker);
@@ -189,7 +193,11 @@ impl Selector {
             if self.keep.len() != self.columns.len() {
                 let fault = Fault::new(
                     FaultKind::InvalidOutput,
-                    format!("filter returned {} flags for {} candidates", self.keep.len(), self.columns.len()),
+                    format!(
+                        "filter returned {} flags for {} candidates",
+                        self.keep.len(),
+                        self.columns.len()
+                    ),
                 );
                 return Err(fail(scorer.as_ref(), fault));
             }
@@ -217,7 +225,8 @@ impl Selector {
             }
         }
         if let Some(i) = self.costs.iter().position(|c| !c.is_finite()) {
-            let fault = Fault::new(FaultKind::InvalidOutput, format!("weighted cost of row {i} is not finite"));
+            let fault =
+                Fault::new(FaultKind::InvalidOutput, format!("weighted cost of row {i} is not finite"));
             return Err(SelectError::Fault { scorer: "weighted sum".into(), fault });
         }
         let temperature = request.temperature().unwrap_or(self.temperature);
@@ -227,10 +236,16 @@ impl Selector {
 
     /// Tells every scorer that wants commits that `chosen` was accepted for `request`.
     /// Call after [`Selector::select`] with the same request.
-    pub fn commit(&mut self, table: &WorkerTable, request: &SelectionRequest, chosen: WorkerRank) -> Result<(), SelectError> {
+    pub fn commit(
+        &mut self,
+        table: &WorkerTable,
+        request: &SelectionRequest,
+        chosen: WorkerRank,
+    ) -> Result<(), SelectError> {
         for (_, scorer) in &mut self.scorers {
             if scorer.info().wants_commits {
-                let call = Call { request, columns: &self.columns, facts: facts(request, table, &self.columns) };
+                let call =
+                    Call { request, columns: &self.columns, facts: facts(request, table, &self.columns) };
                 scorer.on_selected(&call, chosen).map_err(|fault| fail(scorer.as_ref(), fault))?;
             }
         }
@@ -248,7 +263,11 @@ impl Selector {
     }
 }
 
-fn facts<'a>(request: &'a SelectionRequest, table: &'a WorkerTable, columns: &'a ColumnBuffers) -> HostFacts<'a> {
+fn facts<'a>(
+    request: &'a SelectionRequest,
+    table: &'a WorkerTable,
+    columns: &'a ColumnBuffers,
+) -> HostFacts<'a> {
     HostFacts { request, table, candidate_ids: &columns.worker_id }
 }
 

@@ -18,7 +18,10 @@ impl<P: Policy + Send> NativeScorer<P> {
     }
 
     /// Configures `P` from JSON parameters.
-    pub fn configure(name: impl Into<String>, parameters: &str) -> Result<Self, switchyard_guest_sdk::PolicyError> {
+    pub fn configure(
+        name: impl Into<String>,
+        parameters: &str,
+    ) -> Result<Self, switchyard_guest_sdk::PolicyError> {
         Ok(Self::new(name, P::configure(parameters)?))
     }
 }

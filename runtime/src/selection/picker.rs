@@ -43,7 +43,8 @@ fn argmin_seeded(costs: &[f64], rng: &mut ChaCha8Rng) -> usize {
 }
 
 fn softmax_sample(costs: &[f64], temperature: f64, sample: f64) -> usize {
-    let (min, max) = costs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &c| (lo.min(c), hi.max(c)));
+    let (min, max) =
+        costs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &c| (lo.min(c), hi.max(c)));
     if min == max {
         return ((sample * costs.len() as f64) as usize).min(costs.len() - 1);
     }

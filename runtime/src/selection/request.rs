@@ -65,9 +65,9 @@ impl WorkerInputs {
         }
         for row in 0..n {
             let (id, rank) = (self.worker_id[row], self.dp_rank[row]);
-            let worker = table
-                .worker(id)
-                .ok_or_else(|| InputError::new(format!("row {row}: worker {id} is not in the worker table")))?;
+            let worker = table.worker(id).ok_or_else(|| {
+                InputError::new(format!("row {row}: worker {id} is not in the worker table"))
+            })?;
             if rank >= worker.dp_size() {
                 return Err(InputError::new(format!(
                     "row {row}: worker {id} has {} dp ranks, rank {rank} does not exist",
@@ -163,7 +163,9 @@ impl SelectionRequest {
             return Err(InputError::new(format!("temperature must be finite and ≥ 0, got {t}")));
         }
         if let Some((taint, w)) = options.preferred_taints.iter().find(|(_, w)| !w.is_finite()) {
-            return Err(InputError::new(format!("preferred taint `{taint}` has weight {w}; it must be finite")));
+            return Err(InputError::new(format!(
+                "preferred taint `{taint}` has weight {w}; it must be finite"
+            )));
         }
         inputs.normalise(table)?;
         let mut allowed = options.allowed_workers;
@@ -217,12 +219,8 @@ impl SelectionRequest {
         if self.preferred_taints.is_empty() {
             return 1.0;
         }
-        let sum: f64 = self
-            .preferred_taints
-            .iter()
-            .filter(|(taint, _)| taints.contains(taint))
-            .map(|(_, w)| *w)
-            .sum();
+        let sum: f64 =
+            self.preferred_taints.iter().filter(|(taint, _)| taints.contains(taint)).map(|(_, w)| *w).sum();
         (-sum.tanh()).exp()
     }
 }
@@ -233,12 +231,9 @@ pub fn hashes_for_pool(pool: Pool, hashes: Vec<u64>, request_salt: u64) -> Optio
     match pool {
         Pool::Aggregated => Some(hashes),
         Pool::Prefill => None,
-        Pool::Decode => Some(
-            hashes
-                .iter()
-                .map(|h| h ^ request_salt.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15)
-                .collect(),
-        ),
+        Pool::Decode => {
+            Some(hashes.iter().map(|h| h ^ request_salt.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15).collect())
+        }
     }
 }
 
@@ -264,4 +259,3 @@ impl Facts for HostFacts<'_> {
         Cow::Owned(self.candidate_ids.iter().map(|&id| self.worker_capacity(id)).collect())
     }
 }
-

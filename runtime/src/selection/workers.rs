@@ -18,8 +18,7 @@ pub struct Worker {
 impl Worker {
     /// `dp_size` data-parallel ranks (at least 1). `total_kv_blocks` 0 means unknown.
     pub fn new(id: u64, dp_size: u32, total_kv_blocks: u32, max_num_batched_tokens: Option<u32>) -> Self {
-        let capacity = (total_kv_blocks > 0)
-            .then_some(Capacity { total_kv_blocks, max_num_batched_tokens });
+        let capacity = (total_kv_blocks > 0).then_some(Capacity { total_kv_blocks, max_num_batched_tokens });
         Self { id, dp_size: dp_size.max(1), capacity, taints: Vec::new() }
     }
 

@@ -12,7 +12,9 @@ pub struct Probe;
 
 fn capacity(c: Option<Capacity>) -> serde_json::Value {
     match c {
-        Some(c) => json!({ "total_kv_blocks": c.total_kv_blocks, "max_num_batched_tokens": c.max_num_batched_tokens }),
+        Some(c) => {
+            json!({ "total_kv_blocks": c.total_kv_blocks, "max_num_batched_tokens": c.max_num_batched_tokens })
+        }
         None => serde_json::Value::Null,
     }
 }
@@ -26,7 +28,12 @@ impl Policy for Probe {
         PolicyInfo { inputs: InputGroups::ALL, filters: false, wants_commits: false }
     }
 
-    fn score(&mut self, request: &Request<'_>, c: &Candidates<'_>, _costs: &mut [f64]) -> Result<(), PolicyError> {
+    fn score(
+        &mut self,
+        request: &Request<'_>,
+        c: &Candidates<'_>,
+        _costs: &mut [f64],
+    ) -> Result<(), PolicyError> {
         let f = request.facts();
         let single: Vec<_> = c.worker_ids().iter().map(|&id| capacity(request.worker_capacity(id))).collect();
         let batch: Vec<_> = request.candidate_capacities().iter().map(|&c| capacity(c)).collect();
