@@ -31,6 +31,32 @@ impl ColumnBuffers {
         let affinity = groups.contains(InputGroups::AFFINITY);
         let inputs = request.inputs();
         let tainted = affinity && request.has_preferred_taints();
+        if request.is_dense_for(table) {
+            // Every slot is a candidate and has a row: the columns are copies.
+            self.worker_id.extend_from_slice(&inputs.worker_id);
+            self.dp_rank.extend_from_slice(&inputs.dp_rank);
+            if cache {
+                self.device_overlap_blocks.extend_from_slice(&inputs.device_overlap_blocks);
+                self.host_overlap_blocks.extend_from_slice(&inputs.host_overlap_blocks);
+                self.disk_overlap_blocks.extend_from_slice(&inputs.disk_overlap_blocks);
+                self.cached_tokens.extend_from_slice(&inputs.cached_tokens);
+            }
+            if load {
+                self.active_prefill_tokens.extend_from_slice(&inputs.active_prefill_tokens);
+                self.decode_blocks.extend_from_slice(&inputs.decode_blocks);
+                self.active_requests.extend_from_slice(&inputs.active_requests);
+            }
+            if affinity {
+                if tainted {
+                    let slots = 0..table.slots().len();
+                    self.preferred_multiplier
+                        .extend(slots.map(|i| request.preferred_multiplier(table.slot_worker(i).taints())));
+                } else {
+                    self.preferred_multiplier.resize(inputs.len(), 1.0);
+                }
+            }
+            return;
+        }
         // Rows and slots are both sorted by (worker, rank): merge them in one pass.
         let mut row = 0;
         let rows = inputs.len();
@@ -112,6 +138,11 @@ impl ColumnBuffers {
         self.worker_id.is_empty()
     }
 
+    /// The worker id column.
+    pub fn worker_ids(&self) -> &[u64] {
+        &self.worker_id
+    }
+
     pub fn worker_rank(&self, row: usize) -> WorkerRank {
         WorkerRank { worker_id: self.worker_id[row], dp_rank: self.dp_rank[row] }
     }
@@ -144,4 +175,65 @@ fn key(worker_id: u64, dp_rank: u32) -> (u64, u32) {
 
 fn key_of(slot: WorkerRank) -> (u64, u32) {
     (slot.worker_id, slot.dp_rank)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use switchyard_guest_sdk::{InputGroups, Pool, RequestFacts};
+
+    use super::ColumnBuffers;
+    use crate::selection::{RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable};
+
+    fn columns(table: &WorkerTable, options: RequestOptions) -> ColumnBuffers {
+        let facts = RequestFacts {
+            prompt_tokens: 64,
+            block_size: 16,
+            request_blocks: 4,
+            expected_output_tokens: None,
+            pinned: None,
+            pool: Pool::Aggregated,
+            seed: 1,
+        };
+        let inputs = WorkerInputs {
+            worker_id: vec![1, 2, 2, 5],
+            dp_rank: vec![0, 0, 1, 0],
+            device_overlap_blocks: vec![1, 2, 3, 4],
+            host_overlap_blocks: vec![5, 6, 7, 8],
+            cached_tokens: vec![16, 32, 48, 64],
+            active_prefill_tokens: vec![9, 10, 11, 12],
+            decode_blocks: vec![13, 14, 15, 16],
+            active_requests: vec![17, 18, 19, 20],
+            ..Default::default()
+        };
+        let request = SelectionRequest::new(table, facts, options, inputs).unwrap();
+        let mut buffers = ColumnBuffers::default();
+        buffers.materialise(table, &request, InputGroups::ALL);
+        buffers
+    }
+
+    #[test]
+    fn dense_copy_and_merge_paths_build_the_same_columns() {
+        let table = WorkerTable::new(vec![
+            Worker::new(1, 1, 0, None),
+            Worker::new(2, 2, 0, None).with_taints(vec!["a".into()]),
+            Worker::new(5, 1, 0, None),
+        ])
+        .unwrap();
+        let taints = BTreeMap::from([("a".to_string(), 0.5)]);
+        let dense =
+            columns(&table, RequestOptions { preferred_taints: taints.clone(), ..Default::default() });
+        // Allowing every worker forces the merge path without changing the candidates.
+        let allowed = RequestOptions {
+            preferred_taints: taints,
+            allowed_workers: Some(vec![1, 2, 5]),
+            ..Default::default()
+        };
+        let merged = columns(&table, allowed);
+        assert_eq!(format!("{:?}", dense.columns()), format!("{:?}", merged.columns()));
+        assert_eq!(dense.worker_ids(), &[1, 2, 2, 5]);
+        assert_eq!(dense.preferred_multiplier[1], (-(0.5f64).tanh()).exp());
+        assert_eq!(dense.preferred_multiplier[0], 1.0);
+    }
 }

@@ -118,6 +118,9 @@ pub struct SelectionRequest {
     allowed_workers: Option<Vec<u64>>,
     temperature: Option<f64>,
     inputs: WorkerInputs,
+    /// The table this request was validated against, if its rows are exactly that
+    /// table's slots in order (the common case): columns are then plain copies.
+    dense_for: Option<u64>,
 }
 
 /// The optional parts of a request; `Default` is a request with none of them.
@@ -168,6 +171,12 @@ impl SelectionRequest {
             )));
         }
         inputs.normalise(table)?;
+        let dense = inputs.len() == table.slots().len()
+            && table
+                .slots()
+                .iter()
+                .enumerate()
+                .all(|(i, s)| inputs.worker_id[i] == s.worker_id && inputs.dp_rank[i] == s.dp_rank);
         let mut allowed = options.allowed_workers;
         if let Some(ids) = &mut allowed {
             ids.sort_unstable();
@@ -181,6 +190,7 @@ impl SelectionRequest {
             allowed_workers: allowed,
             temperature: options.temperature,
             inputs,
+            dense_for: dense.then(|| table.identity()),
         })
     }
 
@@ -201,6 +211,13 @@ impl SelectionRequest {
     }
     pub fn has_preferred_taints(&self) -> bool {
         !self.preferred_taints.is_empty()
+    }
+
+    /// Whether every slot of `table` is a candidate and has a row, in slot order.
+    pub(super) fn is_dense_for(&self, table: &WorkerTable) -> bool {
+        self.dense_for == Some(table.identity())
+            && self.facts.pinned.is_none()
+            && self.allowed_workers.is_none()
     }
 
     /// Whether `slot` may be chosen: the pinned worker only, else the allowed set.
@@ -240,9 +257,20 @@ pub fn hashes_for_pool(pool: Pool, hashes: Vec<u64>, request_salt: u64) -> Optio
 /// The lazily fetched facts for one call: what both a native policy and a guest's
 /// imports read, so the two see exactly the same data.
 pub struct HostFacts<'a> {
-    pub(super) request: &'a SelectionRequest,
-    pub(super) table: &'a WorkerTable,
-    pub(super) candidate_ids: &'a [u64],
+    request: &'a SelectionRequest,
+    table: &'a WorkerTable,
+    candidate_ids: &'a [u64],
+}
+
+impl<'a> HostFacts<'a> {
+    /// The facts of `request` for a call over `columns`.
+    pub fn new(
+        request: &'a SelectionRequest,
+        table: &'a WorkerTable,
+        columns: &'a super::ColumnBuffers,
+    ) -> Self {
+        Self { request, table, candidate_ids: columns.worker_ids() }
+    }
 }
 
 impl Facts for HostFacts<'_> {

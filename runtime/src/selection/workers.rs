@@ -1,6 +1,7 @@
 //! The worker table: which (worker, dp rank) slots exist, and what each worker advertises.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use switchyard_guest_sdk::{Capacity, WorkerRank};
 
@@ -52,6 +53,8 @@ pub struct WorkerTable {
     /// For each slot, its worker's index in `workers`.
     slot_worker: Vec<u32>,
     by_id: HashMap<u64, u32>,
+    /// Unique per table built, so a request can tell whether it was validated against it.
+    identity: u64,
 }
 
 impl WorkerTable {
@@ -71,7 +74,9 @@ impl WorkerTable {
                 slot_worker.push(index as u32);
             }
         }
-        Ok(Self { workers, slots, slot_worker, by_id })
+        static NEXT_IDENTITY: AtomicU64 = AtomicU64::new(1);
+        let identity = NEXT_IDENTITY.fetch_add(1, Ordering::Relaxed);
+        Ok(Self { workers, slots, slot_worker, by_id, identity })
     }
 
     /// Every (worker, rank), ascending.
@@ -94,5 +99,11 @@ impl WorkerTable {
 
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
+    }
+
+    /// Identifies this table (not its contents): requests remember the table they were
+    /// validated against.
+    pub(super) fn identity(&self) -> u64 {
+        self.identity
     }
 }

@@ -1,0 +1,165 @@
+//! Dynamo's own bench fixture, built for both selectors so the numbers compare:
+//! per worker id, `cached_tokens = (id % 32) × 64`, overlap `cached_tokens / 16` blocks,
+//! `active_prefill_tokens = id × 16`, `active_decode_blocks = id % 127`,
+//! `active_requests = id % 17`, `total_kv_blocks = 131072`; prompt 2,048 tokens,
+//! block size 16, one dp rank.
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+
+use dynamo_kv_router::protocols::{RoutingConstraints, WorkerConfigLike, WorkerId, WorkerWithDpRank};
+use dynamo_kv_router::scheduling::{OverlapSignals, ScheduleMode};
+use dynamo_kv_router::{
+    DefaultWorkerSelector, KvRouterConfig, SchedulingRequest, WorkerLoadProjection, WorkerSelectionInput,
+    WorkerSelector,
+};
+use rustc_hash::FxHashMap;
+use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
+use switchyard::{SelectionRequest, WorkerTable};
+use switchyard_guest_sdk::{Pool, RequestFacts};
+
+pub const SIZES: [usize; 4] = [64, 1_024, 4_096, 10_000];
+pub const PROMPT_TOKENS: u32 = 2_048;
+pub const BLOCK_SIZE: u32 = 16;
+
+pub const NOOP: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/switchyard_noop.component.wasm"));
+pub const IMPORTS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/switchyard_imports.component.wasm"));
+
+fn cached_tokens(id: u64) -> u32 {
+    (id % 32) as u32 * 64
+}
+
+/// The fixture for Switchyard: the worker table and one request.
+pub fn switchyard_fixture(workers: usize, temperature: f64) -> (WorkerTable, SelectionRequest) {
+    let table = WorkerTable::new((0..workers as u64).map(|id| Worker::new(id, 1, 131_072, None)).collect())
+        .expect("unique ids");
+    let ids: Vec<u64> = (0..workers as u64).collect();
+    let inputs = WorkerInputs {
+        device_overlap_blocks: ids.iter().map(|&id| cached_tokens(id) / 16).collect(),
+        cached_tokens: ids.iter().map(|&id| cached_tokens(id)).collect(),
+        active_prefill_tokens: ids.iter().map(|&id| id as u32 * 16).collect(),
+        decode_blocks: ids.iter().map(|&id| (id % 127) as u32).collect(),
+        active_requests: ids.iter().map(|&id| (id % 17) as u32).collect(),
+        dp_rank: vec![0; workers],
+        worker_id: ids,
+        ..Default::default()
+    };
+    let facts = RequestFacts {
+        prompt_tokens: PROMPT_TOKENS,
+        block_size: BLOCK_SIZE,
+        request_blocks: PROMPT_TOKENS.div_ceil(BLOCK_SIZE),
+        expected_output_tokens: Some(256),
+        pinned: None,
+        pool: Pool::Aggregated,
+        seed: 7,
+    };
+    let options = RequestOptions {
+        prefix_hashes: Some((0..u64::from(facts.request_blocks)).collect()),
+        policy_class: Some("latency".into()),
+        temperature: Some(temperature),
+        ..Default::default()
+    };
+    let request = SelectionRequest::new(&table, facts, options, inputs).expect("valid fixture");
+    (table, request)
+}
+
+#[derive(Default)]
+pub struct DynamoWorker {
+    taints: HashSet<String>,
+}
+
+impl WorkerConfigLike for DynamoWorker {
+    fn data_parallel_start_rank(&self) -> u32 {
+        0
+    }
+    fn data_parallel_size(&self) -> u32 {
+        1
+    }
+    fn max_num_batched_tokens(&self) -> Option<u64> {
+        None
+    }
+    fn total_kv_blocks(&self) -> Option<u64> {
+        Some(131_072)
+    }
+    fn taints(&self) -> &HashSet<String> {
+        &self.taints
+    }
+}
+
+/// Dynamo's selector, its workers and request, on the same fixture.
+pub struct DynamoFixture {
+    pub selector: DefaultWorkerSelector,
+    pub workers: HashMap<WorkerId, DynamoWorker>,
+    pub request: SchedulingRequest,
+}
+
+impl DynamoFixture {
+    pub fn new(workers: usize, temperature: f64) -> Self {
+        let mut table = HashMap::with_capacity(workers);
+        let mut overlap = FxHashMap::default();
+        let mut cached = FxHashMap::default();
+        let mut loads = FxHashMap::default();
+        for id in 0..workers as WorkerId {
+            let worker = WorkerWithDpRank::from_worker_id(id);
+            table.insert(id, DynamoWorker::default());
+            overlap.insert(worker, f64::from(cached_tokens(id)) / 16.0);
+            cached.insert(worker, cached_tokens(id) as usize);
+            loads.insert(
+                worker,
+                WorkerLoadProjection {
+                    active_prefill_tokens: id as usize * 16,
+                    active_decode_blocks: id as usize % 127,
+                    active_requests: id as usize % 17,
+                    ..Default::default()
+                },
+            );
+        }
+        let request = SchedulingRequest {
+            mode: ScheduleMode::QueryOnly { request_id: None },
+            token_seq: None,
+            isl_tokens: PROMPT_TOKENS as usize,
+            lora_name: None,
+            expected_output_tokens: Some(256),
+            affinity_target: None,
+            pinned_worker: None,
+            allowed_worker_ids: None,
+            routing_constraints: RoutingConstraints {
+                required_taints: HashSet::new(),
+                preferred_taints: HashMap::new(),
+            },
+            router_config_override: None,
+            track_prefill_tokens: true,
+            priority_jump: 0.0,
+            strict_priority: 0,
+            policy_class: None,
+            session_context: None,
+            overlap: OverlapSignals {
+                tier_overlap_blocks: Default::default(),
+                effective_overlap_blocks: overlap,
+                effective_cached_tokens: cached,
+            },
+            kv_transfer_candidates: None,
+            retain_kv_transfer_chain: false,
+            shared_cache_hits: None,
+            worker_loads: loads,
+            resp_tx: None,
+        };
+        let selector = DefaultWorkerSelector::new(
+            Some(KvRouterConfig { router_temperature: temperature, ..Default::default() }),
+            "prefill",
+        );
+        Self { selector, workers: table, request }
+    }
+
+    /// One selection; returns the chosen worker id.
+    pub fn select(&self) -> u64 {
+        let input = WorkerSelectionInput::configured(
+            &self.workers,
+            &self.request,
+            self.request.eligibility(),
+            BLOCK_SIZE,
+        );
+        self.selector.select_worker(input).expect("dynamo selects").worker.worker_id
+    }
+}

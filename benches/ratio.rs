@@ -1,0 +1,200 @@
+//! The one-run ratio table: native, guest and Dynamo selections interleaved in one
+//! process (native, guest, Dynamo, native, guest, Dynamo, …), medians per selection, and
+//! the ratios. Prints markdown. `cargo bench --bench ratio` (about a minute on 2 cores).
+
+mod common;
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use common::{DynamoFixture, IMPORTS, NOOP, SIZES, switchyard_fixture};
+use switchyard::selection::{Call, ColumnBuffers, HostFacts, Scorer};
+use switchyard::{GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
+
+const ROUNDS: usize = 31;
+/// Each timed batch runs about this long, so timer overhead is negligible.
+const BATCH: Duration = Duration::from_millis(2);
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Times `fs` interleaved over ROUNDS rounds; returns the median ns per call of each.
+fn interleaved(fs: &mut [&mut dyn FnMut()]) -> Vec<f64> {
+    // Warm up and size the batches.
+    let mut per_batch = Vec::new();
+    for f in fs.iter_mut() {
+        let start = Instant::now();
+        let mut calls = 0u64;
+        while start.elapsed() < Duration::from_millis(100) {
+            f();
+            calls += 1;
+        }
+        let ns = start.elapsed().as_nanos() as f64 / calls as f64;
+        per_batch.push(((BATCH.as_nanos() as f64 / ns) as u64).max(5));
+    }
+    let mut samples = vec![Vec::with_capacity(ROUNDS); fs.len()];
+    for _ in 0..ROUNDS {
+        for (i, f) in fs.iter_mut().enumerate() {
+            let start = Instant::now();
+            for _ in 0..per_batch[i] {
+                f();
+            }
+            samples[i].push(start.elapsed().as_nanos() as f64 / per_batch[i] as f64);
+        }
+    }
+    samples.into_iter().map(median).collect()
+}
+
+fn fmt_ns(ns: f64) -> String {
+    if ns >= 1_000.0 { format!("{:.2} µs", ns / 1_000.0) } else { format!("{ns:.0} ns") }
+}
+
+fn selection_table(engine: &PolicyEngine, temperature: f64) {
+    let default = builtin::find("default").unwrap();
+    println!("\n### Full selection, default policy, temperature {temperature}\n");
+    println!("| workers | native | guest | guest/native | Dynamo | guest/Dynamo |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
+    for &n in &SIZES {
+        let (table, request) = switchyard_fixture(n, temperature);
+        let mut native = Selector::new(default.native("{}").unwrap());
+        let mut guest = Selector::new(Box::new(default.guest(engine, "{}").unwrap()));
+        let dynamo = DynamoFixture::new(n, temperature);
+        if temperature == 0.0 {
+            // Same fixture, same answer: Dynamo's pick has our minimum cost.
+            let ours = native.select(&table, &request).unwrap();
+            let theirs = dynamo.select();
+            let costs: Vec<f64> = native.last_costs().to_vec();
+            assert_eq!(costs[theirs as usize], ours.cost, "Dynamo's pick is one of our argmins");
+        }
+        let mut run_native = || {
+            black_box(native.select(&table, &request).unwrap());
+        };
+        let mut run_guest = || {
+            black_box(guest.select(&table, &request).unwrap());
+        };
+        let mut run_dynamo = || {
+            black_box(dynamo.select());
+        };
+        let t = interleaved(&mut [&mut run_native, &mut run_guest, &mut run_dynamo]);
+        println!(
+            "| {n} | {} | {} | {:.2} | {} | {:.3} |",
+            fmt_ns(t[0]),
+            fmt_ns(t[1]),
+            t[1] / t[0],
+            fmt_ns(t[2]),
+            t[1] / t[2]
+        );
+    }
+}
+
+struct ScoreOnly {
+    table: switchyard::WorkerTable,
+    request: switchyard::SelectionRequest,
+    columns: ColumnBuffers,
+    costs: Vec<f64>,
+}
+
+impl ScoreOnly {
+    fn new(n: usize, scorer: &dyn Scorer) -> Self {
+        let (table, request) = switchyard_fixture(n, 0.0);
+        let mut columns = ColumnBuffers::default();
+        columns.materialise(&table, &request, scorer.info().inputs);
+        Self { table, request, columns, costs: Vec::new() }
+    }
+
+    fn run(&mut self, scorer: &mut dyn Scorer) {
+        let facts = HostFacts::new(&self.request, &self.table, &self.columns);
+        let call = Call { request: &self.request, columns: &self.columns, facts };
+        scorer.score(&call, &mut self.costs).unwrap();
+        black_box(&self.costs);
+    }
+}
+
+fn overhead_table(engine: &PolicyEngine) {
+    let mut noop = GuestScorer::new("noop", PolicyComponent::load(engine, NOOP).unwrap(), "{}").unwrap();
+    let mut imports =
+        GuestScorer::new("imports", PolicyComponent::load(engine, IMPORTS).unwrap(), "{}").unwrap();
+    let default = builtin::find("default").unwrap();
+    let mut native = default.native("{}").unwrap();
+    let mut guest = default.guest(engine, "{}").unwrap();
+    let mut empty = ScoreOnly::new(0, &noop);
+    let mut one_noop = ScoreOnly::new(1, &noop);
+    let mut one_imports = ScoreOnly::new(1, &imports);
+    let mut n1 = ScoreOnly::new(1_024, native.as_ref());
+    let mut n4 = ScoreOnly::new(4_096, native.as_ref());
+    let mut g1 = ScoreOnly::new(1_024, &guest);
+    let mut g4 = ScoreOnly::new(4_096, &guest);
+    let t = interleaved(&mut [
+        &mut || empty.run(&mut noop),
+        &mut || one_noop.run(&mut noop),
+        &mut || one_imports.run(&mut imports),
+        &mut || n1.run(native.as_mut()),
+        &mut || n4.run(native.as_mut()),
+        &mut || g1.run(&mut guest),
+        &mut || g4.run(&mut guest),
+    ]);
+    let native_slope = (t[4] - t[3]) / 3_072.0;
+    let guest_slope = (t[6] - t[5]) / 3_072.0;
+    println!("\n### Guest call overhead (score call only, no selection around it)\n");
+    println!("| what | median |");
+    println!("| --- | ---: |");
+    println!("| empty batch (noop guest, 0 candidates) | {} |", fmt_ns(t[0]));
+    println!("| noop guest, 1 candidate | {} |", fmt_ns(t[1]));
+    println!("| reading all three imports, 1 candidate | {} (+{}) |", fmt_ns(t[2]), fmt_ns(t[2] - t[1]));
+    println!("| default policy score, 1,024 / 4,096: native | {} / {} |", fmt_ns(t[3]), fmt_ns(t[4]));
+    println!("| default policy score, 1,024 / 4,096: guest | {} / {} |", fmt_ns(t[5]), fmt_ns(t[6]));
+    println!(
+        "| per-candidate slope: native / guest / ratio | {native_slope:.2} ns / {guest_slope:.2} ns / {:.2} |",
+        guest_slope / native_slope
+    );
+}
+
+fn concurrency(engine: &PolicyEngine) {
+    println!("\n### Throughput, guest default policy, 1,024 workers, each thread its own instance\n");
+    println!("| threads | selections/s (total) |");
+    println!("| ---: | ---: |");
+    for threads in [1, 2] {
+        let window = Duration::from_secs(2);
+        let total: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        let (table, request) = switchyard_fixture(1_024, 0.0);
+                        let guest = builtin::find("default").unwrap().guest(engine, "{}").unwrap();
+                        let mut selector = Selector::new(Box::new(guest));
+                        let start = Instant::now();
+                        let mut count = 0u64;
+                        while start.elapsed() < window {
+                            black_box(selector.select(&table, &request).unwrap());
+                            count += 1;
+                        }
+                        count
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        println!("| {threads} | {:.0} |", total as f64 / window.as_secs_f64());
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing we need.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let engine = PolicyEngine::new(Limits::default()).expect("engine");
+    let started = Instant::now();
+    println!("## Switchyard ratio table\n");
+    println!(
+        "Fixture: Dynamo's bench fixture (prompt 2,048 tokens, block 16, one dp rank). Guest budget: fuel (the default)."
+    );
+    println!("Medians of {ROUNDS} interleaved rounds of ~{} ms batches.", BATCH.as_millis());
+    selection_table(&engine, 0.0);
+    selection_table(&engine, 0.7);
+    overhead_table(&engine);
+    concurrency(&engine);
+    println!("\n(took {:.0} s)", started.elapsed().as_secs_f64());
+}

@@ -1,0 +1,120 @@
+//! Full selection (columns → score → pick) native vs guest vs Dynamo, call overhead and
+//! per-candidate slope, instantiate and compile costs. `cargo bench --bench selection`.
+
+mod common;
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use common::{DynamoFixture, IMPORTS, NOOP, SIZES, switchyard_fixture};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use switchyard::selection::{Call, ColumnBuffers, HostFacts, Scorer};
+use switchyard::{GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
+
+fn engine() -> PolicyEngine {
+    PolicyEngine::new(Limits::default()).expect("engine")
+}
+
+fn full_selection(c: &mut Criterion) {
+    let engine = engine();
+    let default = builtin::find("default").unwrap();
+    for temperature in [0.0, 0.7] {
+        let mut group = c.benchmark_group(format!("selection/default/temperature_{temperature}"));
+        group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(30);
+        for &n in &SIZES {
+            let (table, request) = switchyard_fixture(n, temperature);
+            group.throughput(Throughput::Elements(n as u64));
+            let mut native = Selector::new(default.native("{}").unwrap());
+            group.bench_with_input(BenchmarkId::new("native", n), &n, |b, _| {
+                b.iter(|| black_box(native.select(&table, &request).unwrap()))
+            });
+            let mut guest = Selector::new(Box::new(default.guest(&engine, "{}").unwrap()));
+            group.bench_with_input(BenchmarkId::new("guest", n), &n, |b, _| {
+                b.iter(|| black_box(guest.select(&table, &request).unwrap()))
+            });
+            let dynamo = DynamoFixture::new(n, temperature);
+            group.bench_with_input(BenchmarkId::new("dynamo", n), &n, |b, _| {
+                b.iter(|| black_box(dynamo.select()))
+            });
+        }
+        group.finish();
+    }
+}
+
+/// Materialised columns for calling a scorer directly: the guest call alone.
+struct ScoreOnly {
+    table: switchyard::WorkerTable,
+    request: switchyard::SelectionRequest,
+    columns: ColumnBuffers,
+    costs: Vec<f64>,
+}
+
+impl ScoreOnly {
+    fn new(n: usize, scorer: &dyn Scorer) -> Self {
+        let (table, request) = switchyard_fixture(n, 0.0);
+        let mut columns = ColumnBuffers::default();
+        columns.materialise(&table, &request, scorer.info().inputs);
+        Self { table, request, columns, costs: Vec::new() }
+    }
+
+    fn run(&mut self, scorer: &mut dyn Scorer) {
+        let call = Call {
+            request: &self.request,
+            columns: &self.columns,
+            facts: HostFacts::new(&self.request, &self.table, &self.columns),
+        };
+        scorer.score(&call, &mut self.costs).unwrap();
+        black_box(&self.costs);
+    }
+}
+
+fn call_overhead(c: &mut Criterion) {
+    let engine = engine();
+    let mut group = c.benchmark_group("guest_call");
+    group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(50);
+    let noop = PolicyComponent::load(&engine, NOOP).unwrap();
+    let imports = PolicyComponent::load(&engine, IMPORTS).unwrap();
+    let mut noop = GuestScorer::new("noop", noop, "{}").unwrap();
+    let mut imports = GuestScorer::new("imports", imports, "{}").unwrap();
+    let mut empty = ScoreOnly::new(0, &noop);
+    group.bench_function("empty_batch", |b| b.iter(|| empty.run(&mut noop)));
+    // One candidate, so the batched capacity import has a row to return.
+    let mut one = ScoreOnly::new(1, &noop);
+    group.bench_function("noop_1", |b| b.iter(|| one.run(&mut noop)));
+    group.bench_function("read_all_imports_1", |b| b.iter(|| one.run(&mut imports)));
+    group.finish();
+
+    // Per-candidate slope of the default policy's score call: guest vs native.
+    let default = builtin::find("default").unwrap();
+    let mut group = c.benchmark_group("score_only/default");
+    group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(50);
+    for n in [1_024, 4_096] {
+        let mut native = default.native("{}").unwrap();
+        let mut guest = default.guest(&engine, "{}").unwrap();
+        let mut fixture = ScoreOnly::new(n, native.as_ref());
+        group.bench_with_input(BenchmarkId::new("native", n), &n, |b, _| {
+            b.iter(|| fixture.run(native.as_mut()))
+        });
+        group.bench_with_input(BenchmarkId::new("guest", n), &n, |b, _| b.iter(|| fixture.run(&mut guest)));
+    }
+    group.finish();
+}
+
+fn lifecycle(c: &mut Criterion) {
+    let engine = engine();
+    let default = builtin::find("default").unwrap();
+    let component = PolicyComponent::load(&engine, default.component).unwrap();
+    let mut group = c.benchmark_group("lifecycle/default");
+    group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(30);
+    group.bench_function("instantiate_configure_describe", |b| {
+        b.iter(|| black_box(GuestScorer::new("default", component.clone(), "{}").unwrap()))
+    });
+    group.sample_size(10).measurement_time(Duration::from_secs(10));
+    group.bench_function("compile", |b| {
+        b.iter(|| black_box(PolicyComponent::load(&engine, default.component).unwrap()))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, full_selection, call_overhead, lifecycle);
+criterion_main!(benches);
