@@ -25,9 +25,11 @@
 //! so dry runs and abandoned retries leave no trace. Eviction runs on each commit instead
 //! of on SGLang's timer (a guest has no clock), for the worker whose tree grew.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasherDefault;
 
 use serde::Deserialize;
+use switchyard_guest_sdk::hash::mix64;
 use switchyard_guest_sdk::{
     Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, WorkerRank, parse_parameters,
 };
@@ -80,67 +82,162 @@ impl Parameters {
     }
 }
 
-/// One held block: when its worker last used it and how deep in the prompt it was.
-#[derive(Debug, Clone, Copy)]
-struct Held {
+/// "No entry" in the LRU lists.
+const NIL: u32 = u32::MAX;
+
+/// One block held by one worker, a link in that worker's LRU list.
+#[derive(Debug, Clone)]
+struct Entry {
+    hash: u64,
+    worker: u32,
+    /// The commit that last used it.
     tick: u64,
-    depth: u32,
+    /// Towards the most recently used end.
+    newer: u32,
+    /// Towards the least recently used end.
+    older: u32,
 }
 
-/// The per-worker trees, all in ordered maps: deterministic in both builds.
+/// One worker's tree: its LRU list and size.
+#[derive(Debug, Clone)]
+struct WorkerTree {
+    rank: WorkerRank,
+    newest: u32,
+    oldest: u32,
+    size: u64,
+}
+
+/// A fixed-key hasher (a `HashMap` with std's random keys would still be deterministic
+/// here, as nothing iterates one, but SipHash costs more than the whole lookup).
+#[derive(Default)]
+struct MixHasher(u64);
+
+impl std::hash::Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = mix64(self.0 ^ u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = mix64(self.0 ^ x);
+    }
+}
+
+type Map<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
+
+/// The per-worker trees. A block hash maps to its holders; each (block, worker) is an
+/// entry in that worker's doubly linked LRU list, so a touch and an eviction are O(1).
 #[derive(Debug, Default, Clone)]
 struct Trees {
-    /// Commits so far: the LRU clock.
+    /// Commits so far: the clock of `Entry::tick`.
     tick: u64,
-    /// (block hash, worker) → its last use.
-    held: BTreeMap<(u64, WorkerRank), Held>,
-    /// Per worker, blocks in eviction order: oldest tick first, deepest first on a tie
-    /// (the third field is `u32::MAX − depth`), so a prefix outlives its extensions.
-    lru: BTreeSet<(WorkerRank, u64, u32, u64)>,
-    /// Blocks per worker.
-    sizes: BTreeMap<WorkerRank, u64>,
+    workers: Vec<WorkerTree>,
+    worker_index: BTreeMap<WorkerRank, u32>,
+    entries: Vec<Entry>,
+    free: Vec<u32>,
+    /// Block hash → (worker, entry) of each holder, in insertion order.
+    holders: Map<u64, Vec<(u32, u32)>>,
 }
 
 impl Trees {
     fn size(&self, worker: WorkerRank) -> u64 {
-        self.sizes.get(&worker).copied().unwrap_or(0)
+        self.worker_index.get(&worker).map_or(0, |&w| self.workers[w as usize].size)
     }
 
-    /// Inserts the prompt under `worker`, then evicts its oldest blocks beyond `limit`.
-    fn insert(&mut self, hashes: &[u64], worker: WorkerRank, limit: u64) {
+    fn worker(&mut self, rank: WorkerRank) -> u32 {
+        if let Some(&w) = self.worker_index.get(&rank) {
+            return w;
+        }
+        let w = self.workers.len() as u32;
+        self.workers.push(WorkerTree { rank, newest: NIL, oldest: NIL, size: 0 });
+        self.worker_index.insert(rank, w);
+        w
+    }
+
+    fn unlink(&mut self, e: u32) {
+        let Entry { worker, newer, older, .. } = self.entries[e as usize];
+        let tree = &mut self.workers[worker as usize];
+        if newer == NIL {
+            tree.newest = older
+        } else {
+            self.entries[newer as usize].older = older
+        }
+        let tree = &mut self.workers[worker as usize];
+        if older == NIL { tree.oldest = newer } else { self.entries[older as usize].newer = newer }
+    }
+
+    fn push_newest(&mut self, e: u32) {
+        let worker = self.entries[e as usize].worker as usize;
+        let head = self.workers[worker].newest;
+        self.entries[e as usize].newer = NIL;
+        self.entries[e as usize].older = head;
+        if head == NIL {
+            self.workers[worker].oldest = e;
+        } else {
+            self.entries[head as usize].newer = e;
+        }
+        self.workers[worker].newest = e;
+    }
+
+    /// Inserts the prompt under `rank`, then evicts its least recently used blocks
+    /// beyond `limit`. Blocks go in deepest first, so within one commit the deepest is
+    /// the oldest: a prefix outlives its extensions.
+    fn insert(&mut self, hashes: &[u64], rank: WorkerRank, limit: u64) {
         self.tick += 1;
         let tick = self.tick;
-        for (depth, &hash) in hashes.iter().enumerate() {
-            let depth = u32::try_from(depth).unwrap_or(u32::MAX);
-            let new = Held { tick, depth };
-            match self.held.insert((hash, worker), new) {
-                Some(old) => {
-                    self.lru.remove(&(worker, old.tick, u32::MAX - old.depth, hash));
-                }
-                None => *self.sizes.entry(worker).or_insert(0) += 1,
+        let w = self.worker(rank);
+        for &hash in hashes.iter().rev() {
+            let holders = self.holders.entry(hash).or_default();
+            if let Some(&(_, e)) = holders.iter().find(|(holder, _)| *holder == w) {
+                self.entries[e as usize].tick = tick;
+                self.unlink(e);
+                self.push_newest(e);
+                continue;
             }
-            self.lru.insert((worker, tick, u32::MAX - depth, hash));
+            let entry = Entry { hash, worker: w, tick, newer: NIL, older: NIL };
+            let e = match self.free.pop() {
+                Some(e) => {
+                    self.entries[e as usize] = entry;
+                    e
+                }
+                None => {
+                    self.entries.push(entry);
+                    (self.entries.len() - 1) as u32
+                }
+            };
+            holders.push((w, e));
+            self.push_newest(e);
+            self.workers[w as usize].size += 1;
         }
-        while self.size(worker) > limit {
-            let first = (worker, 0, 0, 0);
-            let Some(&oldest) = self.lru.range(first..).next().filter(|e| e.0 == worker) else { break };
-            self.lru.remove(&oldest);
-            self.held.remove(&(oldest.3, worker));
-            *self.sizes.entry(worker).or_insert(1) -= 1;
+        while self.workers[w as usize].size > limit {
+            let e = self.workers[w as usize].oldest;
+            self.unlink(e);
+            let hash = self.entries[e as usize].hash;
+            if let Some(holders) = self.holders.get_mut(&hash) {
+                holders.retain(|&(holder, _)| holder != w);
+                if holders.is_empty() {
+                    self.holders.remove(&hash);
+                }
+            }
+            self.free.push(e);
+            self.workers[w as usize].size -= 1;
         }
     }
 
-    /// (blocks matched, owner row) of the longest prefix a candidate holds.
+    /// (blocks matched, owner row) of the longest prefix a candidate holds; the owner is
+    /// the holder of the deepest matched block that used it last.
     fn longest_match(&self, hashes: &[u64], candidates: &Candidates<'_>) -> (usize, Option<usize>) {
         let mut best = (0, None);
-        for (i, &hash) in hashes.iter().enumerate() {
-            let lo = (hash, WorkerRank { worker_id: 0, dp_rank: 0 });
-            let hi = (hash, WorkerRank { worker_id: u64::MAX, dp_rank: u32::MAX });
+        for (i, hash) in hashes.iter().enumerate() {
             let mut owner: Option<(u64, usize)> = None;
-            for (&(_, worker), held) in self.held.range(lo..=hi) {
-                let Some(row) = row_of(candidates, worker) else { continue };
-                if owner.is_none_or(|(tick, _)| held.tick > tick) {
-                    owner = Some((held.tick, row));
+            for &(w, e) in self.holders.get(hash).map_or(&[][..], Vec::as_slice) {
+                let Some(row) = row_of(candidates, self.workers[w as usize].rank) else { continue };
+                let tick = self.entries[e as usize].tick;
+                if owner.is_none_or(|(newest, _)| tick > newest) {
+                    owner = Some((tick, row));
                 }
             }
             match owner {
