@@ -193,3 +193,26 @@ fn sglang_cache_aware_guest_and_native_agree_over_2400_selections_with_commits()
     assert!(committed > 1800 && dry > 200, "{committed} commits, {dry} dry runs");
     assert!(followed_cache > 0, "the tree steered some repeats to the committed worker");
 }
+
+/// A long prompt (32,768 tokens in 16-token blocks: 2,048 hashes) commits, repeatedly and
+/// with evictions, within the default fuel budget of a one-candidate call.
+#[test]
+fn sglang_commits_of_long_prompts_fit_the_default_budget() {
+    let builtin = builtin::find("sglang-cache-aware").unwrap();
+    // 2^15 tokens per worker = the prompt exactly: each new prompt evicts the last.
+    let params = r#"{"max_tree_size": 32768}"#;
+    let guest = GuestScorer::new("sglang", component(builtin.component), params).unwrap();
+    let mut guest = Selector::new(Box::new(guest) as Box<dyn Scorer>);
+    let table = WorkerTable::new(vec![switchyard::selection::Worker::new(1, 1, 1000, None)]).unwrap();
+    let mut rng = Rng::seeded(7);
+    for round in 0..4 {
+        let facts = crate::support::facts(32_768, 16, Pool::Aggregated, round);
+        let options = switchyard::selection::RequestOptions {
+            prefix_hashes: Some(random_hashes(&mut rng, facts.request_blocks, 1_000_000)),
+            ..Default::default()
+        };
+        let request = SelectionRequest::new(&table, facts, options, Default::default()).unwrap();
+        let pick = guest.select(&table, &request).unwrap();
+        guest.commit(&table, &request, pick.chosen).expect("a long commit fits the budget");
+    }
+}

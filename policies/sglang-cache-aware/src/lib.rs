@@ -25,6 +25,7 @@
 //! so dry runs and abandoned retries leave no trace. Eviction runs on each commit instead
 //! of on SGLang's timer (a guest has no clock), for the worker whose tree grew.
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasherDefault;
 
@@ -96,6 +97,8 @@ struct Entry {
     newer: u32,
     /// Towards the least recently used end.
     older: u32,
+    /// The next holder of the same block (another worker), or `NIL`.
+    next_holder: u32,
 }
 
 /// One worker's tree: its LRU list and size.
@@ -128,8 +131,9 @@ impl std::hash::Hasher for MixHasher {
 
 type Map<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
 
-/// The per-worker trees. A block hash maps to its holders; each (block, worker) is an
-/// entry in that worker's doubly linked LRU list, so a touch and an eviction are O(1).
+/// The per-worker trees. Each (block, worker) is one entry, linked twice: into its
+/// worker's doubly linked LRU list (a touch and an eviction are O(1)) and into the chain
+/// of the block's holders (a few workers at most). No allocation per block but the entry.
 #[derive(Debug, Default, Clone)]
 struct Trees {
     /// Commits so far: the clock of `Entry::tick`.
@@ -138,8 +142,8 @@ struct Trees {
     worker_index: BTreeMap<WorkerRank, u32>,
     entries: Vec<Entry>,
     free: Vec<u32>,
-    /// Block hash → (worker, entry) of each holder, in insertion order.
-    holders: Map<u64, Vec<(u32, u32)>>,
+    /// Block hash → its most recently added holder's entry (the head of the chain).
+    holders: Map<u64, u32>,
 }
 
 impl Trees {
@@ -189,41 +193,63 @@ impl Trees {
         self.tick += 1;
         let tick = self.tick;
         let w = self.worker(rank);
+        // One hash lookup per block: the entry API, and room reserved up front.
+        self.holders.reserve(hashes.len());
         for &hash in hashes.iter().rev() {
-            let holders = self.holders.entry(hash).or_default();
-            if let Some(&(_, e)) = holders.iter().find(|(holder, _)| *holder == w) {
+            let slot = self.holders.entry(hash).or_insert(NIL);
+            let mut e = *slot;
+            while e != NIL && self.entries[e as usize].worker != w {
+                e = self.entries[e as usize].next_holder;
+            }
+            if e != NIL {
                 self.entries[e as usize].tick = tick;
                 self.unlink(e);
-                self.push_newest(e);
-                continue;
+            } else {
+                let entry = Entry { hash, worker: w, tick, newer: NIL, older: NIL, next_holder: *slot };
+                e = match self.free.pop() {
+                    Some(free) => {
+                        self.entries[free as usize] = entry;
+                        free
+                    }
+                    None => {
+                        self.entries.push(entry);
+                        (self.entries.len() - 1) as u32
+                    }
+                };
+                *slot = e;
+                self.workers[w as usize].size += 1;
             }
-            let entry = Entry { hash, worker: w, tick, newer: NIL, older: NIL };
-            let e = match self.free.pop() {
-                Some(e) => {
-                    self.entries[e as usize] = entry;
-                    e
-                }
-                None => {
-                    self.entries.push(entry);
-                    (self.entries.len() - 1) as u32
-                }
-            };
-            holders.push((w, e));
             self.push_newest(e);
-            self.workers[w as usize].size += 1;
         }
         while self.workers[w as usize].size > limit {
             let e = self.workers[w as usize].oldest;
             self.unlink(e);
-            let hash = self.entries[e as usize].hash;
-            if let Some(holders) = self.holders.get_mut(&hash) {
-                holders.retain(|&(holder, _)| holder != w);
-                if holders.is_empty() {
-                    self.holders.remove(&hash);
-                }
-            }
+            self.unchain(e);
             self.free.push(e);
             self.workers[w as usize].size -= 1;
+        }
+    }
+
+    /// Removes entry `e` from its block's chain of holders.
+    fn unchain(&mut self, e: u32) {
+        let Entry { hash, next_holder, .. } = self.entries[e as usize];
+        let MapEntry::Occupied(mut head) = self.holders.entry(hash) else { return };
+        if *head.get() == e {
+            if next_holder == NIL {
+                head.remove();
+            } else {
+                head.insert(next_holder);
+            }
+            return;
+        }
+        let mut p = *head.get();
+        while p != NIL {
+            let next = self.entries[p as usize].next_holder;
+            if next == e {
+                self.entries[p as usize].next_holder = next_holder;
+                return;
+            }
+            p = next;
         }
     }
 
@@ -233,11 +259,16 @@ impl Trees {
         let mut best = (0, None);
         for (i, hash) in hashes.iter().enumerate() {
             let mut owner: Option<(u64, usize)> = None;
-            for &(w, e) in self.holders.get(hash).map_or(&[][..], Vec::as_slice) {
-                let Some(row) = row_of(candidates, self.workers[w as usize].rank) else { continue };
-                let tick = self.entries[e as usize].tick;
-                if owner.is_none_or(|(newest, _)| tick > newest) {
-                    owner = Some((tick, row));
+            let mut e = self.holders.get(hash).copied().unwrap_or(NIL);
+            while e != NIL {
+                let entry = &self.entries[e as usize];
+                e = entry.next_holder;
+                let Some(row) = row_of(candidates, self.workers[entry.worker as usize].rank) else {
+                    continue;
+                };
+                // The newest use wins; on a tie (never within one worker) the later holder.
+                if owner.is_none_or(|(newest, _)| entry.tick > newest) {
+                    owner = Some((entry.tick, row));
                 }
             }
             match owner {
