@@ -6,7 +6,17 @@ use std::path::PathBuf;
 use switchyard_guest_sdk::build::{GuestCrate, build_guests};
 
 /// Builtin policy packages; `src/builtin.rs` names each by its short name.
-const BUILTINS: &[&str] = &["switchyard-policy-default"];
+const BUILTINS: &[&str] = &[
+    "switchyard-policy-default",
+    "switchyard-policy-chwbl",
+    "switchyard-policy-two-choice",
+    "switchyard-policy-lmetric",
+    "switchyard-policy-llmd-precise",
+    "switchyard-policy-capacity-aware",
+    "switchyard-policy-class-aware",
+    "switchyard-policy-request-limit",
+    "switchyard-policy-sglang-cache-aware",
+];
 
 fn main() -> anyhow::Result<()> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);

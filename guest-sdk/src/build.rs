@@ -42,6 +42,26 @@ pub fn build_guests(
     target_dir: &Path,
     guests: &[GuestCrate],
 ) -> Result<Vec<(GuestCrate, Vec<u8>)>> {
+    // One cargo run per guest, its module read right after: cargo unifies features across
+    // the packages of one run, and a policy built on another policy's library (e.g.
+    // `request-limit` on `default`) must get it without that policy's `export` feature,
+    // whose component exports would otherwise be linked twice.
+    let out = target_dir.join("wasm32-unknown-unknown").join("guest");
+    guests
+        .iter()
+        .map(|guest| {
+            build_one(workspace, target_dir, guest)?;
+            let path: PathBuf = out.join(format!("{}.wasm", guest.lib_name));
+            let core = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            let component =
+                componentize(&core).with_context(|| format!("componentizing {}", guest.package))?;
+            Ok((guest.clone(), component))
+        })
+        .collect()
+}
+
+/// Builds one guest crate for `wasm32-unknown-unknown` with the `guest` profile.
+fn build_one(workspace: &Path, target_dir: &Path, guest: &GuestCrate) -> Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.arg("build")
@@ -50,9 +70,7 @@ pub fn build_guests(
         .args(["--target", "wasm32-unknown-unknown", "--profile", "guest", "--locked"])
         .arg("--target-dir")
         .arg(target_dir);
-    for guest in guests {
-        cmd.args(["-p", &guest.package]);
-    }
+    cmd.args(["-p", &guest.package]);
     // The outer build's flags and wrappers target the host; none of them may leak in.
     for var in [
         "CARGO_ENCODED_RUSTFLAGS",
@@ -82,17 +100,7 @@ pub fn build_guests(
     cmd.env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", "-Ctarget-feature=+simd128");
     let status = cmd.status().context("running cargo to build the guests")?;
     if !status.success() {
-        bail!("building the guests failed: {status}");
+        bail!("building the guest {} failed: {status}", guest.package);
     }
-    let out = target_dir.join("wasm32-unknown-unknown").join("guest");
-    guests
-        .iter()
-        .map(|guest| {
-            let path: PathBuf = out.join(format!("{}.wasm", guest.lib_name));
-            let core = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            let component =
-                componentize(&core).with_context(|| format!("componentizing {}", guest.package))?;
-            Ok((guest.clone(), component))
-        })
-        .collect()
+    Ok(())
 }

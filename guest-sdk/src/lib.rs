@@ -9,8 +9,13 @@
 //! compares the same code, and the cost logic lives in one place.
 
 mod candidates;
+pub mod hash;
 mod params;
 mod request;
+
+/// Hand-made cases for policies' unit tests (native only).
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
 
 #[cfg(feature = "build")]
 pub mod build;

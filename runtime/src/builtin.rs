@@ -46,12 +46,62 @@ macro_rules! component {
 }
 
 /// Every builtin, by name.
-pub static BUILTINS: &[Builtin] = &[Builtin {
-    name: "default",
-    summary: "Dynamo's default cost: uncredited prefill blocks + decode blocks (+ request weight)",
-    native: native::<switchyard_policy_default::DefaultPolicy>,
-    component: component!("switchyard_policy_default"),
-}];
+pub static BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "default",
+        summary: "Dynamo's default cost: uncredited prefill blocks + decode blocks (+ request weight)",
+        native: native::<switchyard_policy_default::DefaultPolicy>,
+        component: component!("switchyard_policy_default"),
+    },
+    Builtin {
+        name: "chwbl",
+        summary: "consistent hashing with bounded loads on the prompt's prefix hash (KubeAI, SODA'18)",
+        native: native::<switchyard_policy_chwbl::Chwbl>,
+        component: component!("switchyard_policy_chwbl"),
+    },
+    Builtin {
+        name: "two-choice",
+        summary: "two hashed choices per prefix, affinity kept under a load bound (DualMap-style)",
+        native: native::<switchyard_policy_two_choice::TwoChoice>,
+        component: component!("switchyard_policy_two_choice"),
+    },
+    Builtin {
+        name: "lmetric",
+        summary: "LMetric: uncached prefill tokens x requests in flight, no tunables",
+        native: native::<switchyard_policy_lmetric::LMetric>,
+        component: component!("switchyard_policy_lmetric"),
+    },
+    Builtin {
+        name: "llmd-precise",
+        summary: "llm-d precise-prefix profile: prefix 2, KV utilisation 1, queue 1",
+        native: native::<switchyard_policy_llmd_precise::LlmdPrecise>,
+        component: component!("switchyard_policy_llmd_precise"),
+    },
+    Builtin {
+        name: "capacity-aware",
+        summary: "KV-capacity-aware decode: decode blocks / total KV blocks, overfull workers last",
+        native: native::<switchyard_policy_capacity_aware::CapacityAware>,
+        component: component!("switchyard_policy_capacity_aware"),
+    },
+    Builtin {
+        name: "class-aware",
+        summary: "policy class -> Dynamo-cost parameter table (latency: cache affinity, batch: load)",
+        native: native::<switchyard_policy_class_aware::ClassAware>,
+        component: component!("switchyard_policy_class_aware"),
+    },
+    Builtin {
+        name: "request-limit",
+        summary: "filter out workers at their in-flight request limit, then Dynamo's cost",
+        native: native::<switchyard_policy_request_limit::RequestLimit>,
+        component: component!("switchyard_policy_request_limit"),
+    },
+    Builtin {
+        name: "sglang-cache-aware",
+        summary: "SGLang cache_aware: approximate per-worker prefix tree, updated on commit (stateful)",
+        native: native::<switchyard_policy_sglang_cache_aware::SglangCacheAware>,
+        component: component!("switchyard_policy_sglang_cache_aware"),
+    },
+];
 
 /// The builtin called `name`.
 pub fn find(name: &str) -> Option<&'static Builtin> {

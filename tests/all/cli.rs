@@ -121,3 +121,69 @@ fn policy_check_prints_world_imports_exports_and_size() {
     }
     fails_with(&["policy", "check", &wasm, "--params", r#"{"prefill_load_scale": -1}"#], "configure-failed");
 }
+
+/// Every builtin by name: native and guest builds agree on the fixture with `--params`,
+/// and a bad parameter is a `configure-failed` error naming the field, in both builds.
+#[test]
+fn every_builtin_selects_by_name_with_params_and_bad_params_name_the_field() {
+    let input = fixture();
+    let cases = [
+        ("default", r#"{"prefill_load_scale": 0.5}"#, r#"{"prefill_load_scale": -1}"#, "prefill_load_scale"),
+        ("chwbl", r#"{"replication": 64, "prefix_blocks": 4}"#, r#"{"load_factor": 0}"#, "load_factor"),
+        ("two-choice", r#"{"load_factor": 2}"#, r#"{"prefix_blocks": 0}"#, "prefix_blocks"),
+        ("lmetric", "{}", r#"{"alpha": 1}"#, "alpha"),
+        ("llmd-precise", r#"{"prefix_cache_weight": 5}"#, r#"{"queue_weight": "high"}"#, "queue_weight"),
+        ("capacity-aware", r#"{"max_usage": 0.5}"#, r#"{"max_usage": -1}"#, "max_usage"),
+        (
+            "class-aware",
+            r#"{"classes": {"latency": {"prefill_load_scale": 3}}}"#,
+            r#"{"classes": {"latency": {"overlap_score_credit": 9}}}"#,
+            "overlap_score_credit",
+        ),
+        (
+            "request-limit",
+            r#"{"max_in_flight_requests": 4}"#,
+            r#"{"max_in_flight_requests": 0}"#,
+            "max_in_flight_requests",
+        ),
+        ("sglang-cache-aware", r#"{"cache_threshold": 0.5}"#, r#"{"cache_threshold": 2}"#, "cache_threshold"),
+    ];
+    let mut names: Vec<&str> = cases.iter().map(|c| c.0).collect();
+    names.sort();
+    let mut builtins = switchyard::builtin::names();
+    builtins.sort();
+    assert_eq!(names, builtins, "every builtin is covered");
+    for (name, good, bad, field) in cases {
+        let args = ["select", "--policy", name, "--input", &input, "--params", good];
+        let native = json(&switchyard(&args));
+        let guest = json(&switchyard(&[&args[..], &["--guest"]].concat()));
+        assert_eq!(native["policy"], name);
+        assert_eq!(native["fallback"], Value::Null, "{name}");
+        assert_eq!((native["build"].as_str(), guest["build"].as_str()), (Some("native"), Some("guest")));
+        assert_eq!(guest["costs"], native["costs"], "{name}: both builds score alike");
+        assert_eq!(guest["worker_id"], native["worker_id"], "{name}");
+        for guest_flag in [&[][..], &["--guest"][..]] {
+            let args =
+                [&["select", "--policy", name, "--input", &input, "--params", bad][..], guest_flag].concat();
+            let err = fails_with(&args, "configure-failed");
+            assert!(err.contains(field), "{name}: the error names `{field}`: {err}");
+        }
+    }
+    // The limit filters: at 4 requests in flight, workers 1 (9), 2 (5), 5 (7), 6 (4, 4) are out.
+    let limited = json(&switchyard(&[
+        "select",
+        "--policy",
+        "request-limit",
+        "--input",
+        &input,
+        "--params",
+        r#"{"max_in_flight_requests": 4}"#,
+    ]));
+    let kept: Vec<u64> =
+        limited["costs"].as_array().unwrap().iter().map(|c| c["worker_id"].as_u64().unwrap()).collect();
+    assert_eq!(kept, vec![0, 3, 4, 7]);
+    // The class table: the fixture is a `latency` request; its row changes the costs.
+    let latency = json(&switchyard(&["select", "--policy", "class-aware", "--input", &input]));
+    let default = json(&switchyard(&["select", "--policy", "default", "--input", &input]));
+    assert_ne!(latency["costs"], default["costs"]);
+}

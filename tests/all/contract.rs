@@ -142,3 +142,41 @@ fn pinned_request_shows_only_the_pinned_candidate() {
     assert_eq!(seen["columns"]["dp_rank"], json!([1]));
     assert_eq!(seen["facts"]["pinned"], json!([12, 1]));
 }
+
+/// `on-selected` runs on `Selector::commit` only: selections alone (dry runs, retries)
+/// leave a stateful policy as it was. Shown with the SGLang policy, whose tree sizes
+/// steer a request that matches nothing to the smallest tree.
+#[test]
+fn on_selected_is_called_on_commit_and_never_on_select_guest_and_native() {
+    let builtin = switchyard::builtin::find("sglang-cache-aware").unwrap();
+    let guest = GuestScorer::new("sglang", component(builtin.component), "{}").unwrap();
+    let table = WorkerTable::new((0..3).map(|id| Worker::new(id, 1, 1000, None)).collect()).unwrap();
+    let with_hashes = |hashes: Vec<u64>, seed: u64| {
+        let options = RequestOptions { prefix_hashes: Some(hashes), ..Default::default() };
+        request(&table, facts(64, 16, Pool::Aggregated, seed), options, WorkerInputs::default())
+    };
+    let worker = |id: u64| WorkerRank { worker_id: id, dp_rank: 0 };
+    for scorer in [Box::new(guest) as Box<dyn Scorer>, builtin.native("{}").unwrap()] {
+        assert!(scorer.info().wants_commits);
+        let mut selector = Selector::new(scorer);
+        let a = with_hashes(vec![1, 2, 3, 4], 1);
+        let d = with_hashes(vec![50, 51, 52, 53], 2);
+        let e = with_hashes(vec![90, 91, 92, 93], 3);
+        // Commit A to worker 0: its tree holds 4 blocks, workers 1 and 2 none.
+        selector.select(&table, &a).unwrap();
+        selector.commit(&table, &a, worker(0)).unwrap();
+        // Dry runs of D: the smallest tree (worker 1, first of the tie) each time.
+        for _ in 0..5 {
+            assert_eq!(selector.select(&table, &d).unwrap().chosen, worker(1));
+        }
+        // Had a dry run inserted D under worker 1, E (matching nothing) would go to the
+        // now smallest tree, worker 2. It still goes to worker 1: nothing was inserted.
+        assert_eq!(selector.select(&table, &e).unwrap().chosen, worker(1));
+        // Commit D to worker 1: now E goes to worker 2, and D follows its cache.
+        selector.select(&table, &d).unwrap();
+        selector.commit(&table, &d, worker(1)).unwrap();
+        assert_eq!(selector.select(&table, &e).unwrap().chosen, worker(2));
+        assert_eq!(selector.select(&table, &d).unwrap().chosen, worker(1));
+        assert_eq!(selector.select(&table, &a).unwrap().chosen, worker(0));
+    }
+}

@@ -1,27 +1,11 @@
 //! Guest and native builds of the default policy decide identically: bit-identical costs
 //! and the same pick, over randomised selections.
 
-use rand_chacha::ChaCha8Rng;
-use rand_core::{RngCore, SeedableRng};
 use switchyard::selection::{RequestOptions, Scorer, Worker, WorkerInputs};
 use switchyard::{GuestScorer, Selector, WorkerTable};
-use switchyard_guest_sdk::{Pool, RequestFacts, WorkerRank};
+use switchyard_guest_sdk::{Pool, WorkerRank};
 
-use crate::support::{DEFAULT_POLICY, component};
-
-struct Rng(ChaCha8Rng);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0.next_u64() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn unit(&mut self) -> f64 {
-        (self.0.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use crate::support::{DEFAULT_POLICY, Rng, component, random_case};
 
 /// Random but valid parameters, so every branch of the cost is exercised.
 fn random_parameters(rng: &mut Rng) -> String {
@@ -45,82 +29,9 @@ fn random_parameters(rng: &mut Rng) -> String {
     format!("{{{}}}", fields.join(", "))
 }
 
-fn random_case(rng: &mut Rng) -> (WorkerTable, switchyard::SelectionRequest) {
-    let slots_wanted = if rng.chance(15) { 1 + rng.below(4096) } else { 1 + rng.below(96) };
-    let mut workers = Vec::new();
-    let mut slots = 0;
-    let mut id = rng.below(1000);
-    while slots < slots_wanted {
-        let dp = if rng.chance(10) { 1 + rng.below(4) as u32 } else { 1 };
-        let dp = dp.min((slots_wanted - slots) as u32);
-        let taints = if rng.chance(30) { vec![format!("t{}", rng.below(3))] } else { vec![] };
-        workers.push(Worker::new(id, dp, rng.below(200_000) as u32, None).with_taints(taints));
-        slots += u64::from(dp);
-        id += 1 + rng.below(3);
-    }
-    let table = WorkerTable::new(workers).unwrap();
-    let block_size = [1u32, 16, 32, 64, 512][rng.below(5) as usize];
-    let prompt_tokens = if rng.chance(5) { 0 } else { rng.below(40_000) as u32 };
-    let pool = [Pool::Aggregated, Pool::Prefill, Pool::Decode][rng.below(3) as usize];
-    let mut inputs = WorkerInputs::default();
-    for &slot in table.slots() {
-        if rng.chance(30) {
-            continue; // no row: zeros
-        }
-        let big = |rng: &mut Rng, n: u64| {
-            if rng.chance(10) { rng.below(u64::from(u32::MAX)) as u32 } else { rng.below(n) as u32 }
-        };
-        inputs.worker_id.push(slot.worker_id);
-        inputs.dp_rank.push(slot.dp_rank);
-        inputs.device_overlap_blocks.push(rng.below(3000) as u32);
-        inputs.host_overlap_blocks.push(if rng.chance(50) { 0 } else { rng.below(500) as u32 });
-        inputs.disk_overlap_blocks.push(if rng.chance(70) { 0 } else { rng.below(500) as u32 });
-        inputs.cached_tokens.push(rng.below(u64::from(prompt_tokens) + 2000) as u32);
-        inputs.active_prefill_tokens.push(if pool == Pool::Decode { 0 } else { big(rng, 100_000) });
-        inputs.decode_blocks.push(big(rng, 50_000));
-        inputs.active_requests.push(rng.below(256) as u32);
-    }
-    let slot_list = table.slots().to_vec();
-    let pinned = rng.chance(5).then(|| slot_list[rng.below(slot_list.len() as u64) as usize]);
-    let allowed = (pinned.is_none() && rng.chance(10)).then(|| {
-        table
-            .workers()
-            .iter()
-            .filter(|_| rng.chance(50))
-            .map(|w| w.id())
-            .chain([table.workers()[0].id()])
-            .collect()
-    });
-    let mut preferred_taints = std::collections::BTreeMap::new();
-    if rng.chance(25) {
-        preferred_taints.insert("t0".to_string(), rng.unit() * 4.0 - 2.0);
-        preferred_taints.insert("t1".to_string(), rng.unit() * 2.0 - 1.0);
-    }
-    let temperature = if rng.chance(50) { 0.0 } else { 0.05 + rng.unit() * 2.0 };
-    let facts = RequestFacts {
-        prompt_tokens,
-        block_size,
-        request_blocks: prompt_tokens.div_ceil(block_size),
-        expected_output_tokens: rng.chance(50).then(|| rng.below(4000) as u32),
-        pinned,
-        pool,
-        seed: rng.0.next_u64(),
-    };
-    let options = RequestOptions {
-        prefix_hashes: Some((0..facts.request_blocks as u64).collect()),
-        preferred_taints,
-        allowed_workers: allowed,
-        temperature: Some(temperature),
-        ..Default::default()
-    };
-    let request =
-        switchyard::SelectionRequest::new(&table, facts, options, inputs).expect("valid random request");
-    (table, request)
-}
-
 #[test]
 fn default_policy_guest_and_native_agree_bit_for_bit_on_10000_random_selections() {
-    let mut rng = Rng(ChaCha8Rng::seed_from_u64(0x5717_c4ad));
+    let mut rng = Rng::seeded(0x5717_c4ad);
     let component = component(DEFAULT_POLICY);
     let builtin = switchyard::builtin::find("default").unwrap();
     let (mut compared, mut max_candidates, mut sampled) = (0, 0, 0);

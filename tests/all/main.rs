@@ -4,5 +4,6 @@
 mod cli;
 mod contract;
 mod equivalence;
+mod policies;
 mod support;
 mod world;

@@ -2,7 +2,9 @@
 
 use std::sync::OnceLock;
 
-use switchyard::selection::{RequestOptions, WorkerInputs};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+use switchyard::selection::{RequestOptions, Worker, WorkerInputs, hashes_for_pool};
 use switchyard::{Limits, PolicyComponent, PolicyEngine, SelectionRequest, WorkerTable};
 use switchyard_guest_sdk::{Pool, RequestFacts};
 
@@ -49,4 +51,139 @@ pub fn request(
     inputs: WorkerInputs,
 ) -> SelectionRequest {
     SelectionRequest::new(table, facts, options, inputs).expect("valid request")
+}
+
+/// A seeded generator for randomised cases.
+pub struct Rng(ChaCha8Rng);
+
+impl Rng {
+    pub fn seeded(seed: u64) -> Self {
+        Self(ChaCha8Rng::seed_from_u64(seed))
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+    /// Uniform in 0..n (0 for n = 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0.next_u64() % n.max(1)
+    }
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.0.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// A random worker table with about `slots_wanted` (worker, rank) slots: gaps in the ids,
+/// some data-parallel workers, some taints, and capacities of which some are unknown (0).
+pub fn random_table(rng: &mut Rng, slots_wanted: u64) -> WorkerTable {
+    let mut workers = Vec::new();
+    let mut slots = 0;
+    let mut id = rng.below(1000);
+    while slots < slots_wanted {
+        let dp = if rng.chance(10) { 1 + rng.below(4) as u32 } else { 1 };
+        let dp = dp.min((slots_wanted - slots) as u32);
+        let taints = if rng.chance(30) { vec![format!("t{}", rng.below(3))] } else { vec![] };
+        let kv_blocks = if rng.chance(10) { 0 } else { rng.below(200_000) as u32 };
+        let batched = rng.chance(50).then(|| rng.below(16_384) as u32);
+        workers.push(Worker::new(id, dp, kv_blocks, batched).with_taints(taints));
+        slots += u64::from(dp);
+        id += 1 + rng.below(3);
+    }
+    WorkerTable::new(workers).unwrap()
+}
+
+/// Random per-slot inputs for a prompt of `prompt_tokens`; 30 % of slots have no row.
+pub fn random_inputs(rng: &mut Rng, table: &WorkerTable, prompt_tokens: u32, pool: Pool) -> WorkerInputs {
+    let mut inputs = WorkerInputs::default();
+    for &slot in table.slots() {
+        if rng.chance(30) {
+            continue; // no row: zeros
+        }
+        let big = |rng: &mut Rng, n: u64| {
+            if rng.chance(10) { rng.below(u64::from(u32::MAX)) as u32 } else { rng.below(n) as u32 }
+        };
+        inputs.worker_id.push(slot.worker_id);
+        inputs.dp_rank.push(slot.dp_rank);
+        inputs.device_overlap_blocks.push(rng.below(3000) as u32);
+        inputs.host_overlap_blocks.push(if rng.chance(50) { 0 } else { rng.below(500) as u32 });
+        inputs.disk_overlap_blocks.push(if rng.chance(70) { 0 } else { rng.below(500) as u32 });
+        inputs.cached_tokens.push(rng.below(u64::from(prompt_tokens) + 2000) as u32);
+        inputs.active_prefill_tokens.push(if pool == Pool::Decode { 0 } else { big(rng, 100_000) });
+        inputs.decode_blocks.push(big(rng, 50_000));
+        // Mostly light loads, sometimes a spread: the load bounds and balance tests trip.
+        let requests = if rng.chance(20) { rng.below(256) } else { rng.below(8) };
+        inputs.active_requests.push(requests as u32);
+    }
+    inputs
+}
+
+/// Chained block hashes of a prompt from one of a few shared conversations: requests of
+/// the same conversation share a prefix up to a random divergence point.
+pub fn random_hashes(rng: &mut Rng, blocks: u32, conversations: u64) -> Vec<u64> {
+    let conversation = rng.below(conversations);
+    let shared = if rng.chance(30) { blocks } else { rng.below(u64::from(blocks) + 1) as u32 };
+    let own = rng.next_u64();
+    (0..blocks)
+        .map(|i| {
+            let stem = if i < shared { conversation } else { own };
+            switchyard_guest_sdk::hash::hash2(stem, u64::from(i))
+        })
+        .collect()
+}
+
+/// A random selection over `table`: every pool, pinned and allowed sets, taints,
+/// temperatures, classes, hashes from shared conversations.
+pub fn random_request(rng: &mut Rng, table: &WorkerTable, max_prompt: u64) -> SelectionRequest {
+    let block_size = [1u32, 16, 32, 64, 512][rng.below(5) as usize];
+    let prompt_tokens = if rng.chance(5) { 0 } else { rng.below(max_prompt) as u32 };
+    let pool = [Pool::Aggregated, Pool::Prefill, Pool::Decode][rng.below(3) as usize];
+    let inputs = random_inputs(rng, table, prompt_tokens, pool);
+    let slot_list = table.slots().to_vec();
+    let pinned = rng.chance(5).then(|| slot_list[rng.below(slot_list.len() as u64) as usize]);
+    let allowed = (pinned.is_none() && rng.chance(10)).then(|| {
+        table
+            .workers()
+            .iter()
+            .filter(|_| rng.chance(50))
+            .map(|w| w.id())
+            .chain([table.workers()[0].id()])
+            .collect()
+    });
+    let mut preferred_taints = std::collections::BTreeMap::new();
+    if rng.chance(25) {
+        preferred_taints.insert("t0".to_string(), rng.unit() * 4.0 - 2.0);
+        preferred_taints.insert("t1".to_string(), rng.unit() * 2.0 - 1.0);
+    }
+    let temperature = if rng.chance(50) { 0.0 } else { 0.05 + rng.unit() * 2.0 };
+    let facts = RequestFacts {
+        prompt_tokens,
+        block_size,
+        request_blocks: prompt_tokens.div_ceil(block_size),
+        expected_output_tokens: rng.chance(50).then(|| rng.below(4000) as u32),
+        pinned,
+        pool,
+        seed: rng.next_u64(),
+    };
+    let hashes = random_hashes(rng, facts.request_blocks, 8);
+    let classes = [None, Some("latency"), Some("batch"), Some("gold")];
+    let options = RequestOptions {
+        prefix_hashes: hashes_for_pool(pool, hashes, facts.seed),
+        policy_class: classes[rng.below(4) as usize].map(str::to_string),
+        classifier_class: rng.chance(10).then(|| "batch".to_string()),
+        preferred_taints,
+        allowed_workers: allowed,
+        temperature: Some(temperature),
+    };
+    SelectionRequest::new(table, facts, options, inputs).expect("valid random request")
+}
+
+/// A random table and request: mostly small batches, 15 % up to 4096 slots.
+pub fn random_case(rng: &mut Rng) -> (WorkerTable, SelectionRequest) {
+    let slots_wanted = if rng.chance(15) { 1 + rng.below(4096) } else { 1 + rng.below(96) };
+    let table = random_table(rng, slots_wanted);
+    let request = random_request(rng, &table, 40_000);
+    (table, request)
 }

@@ -186,6 +186,7 @@ impl Policy for DefaultPolicy {
     }
 }
 
+#[cfg(feature = "export")]
 switchyard_guest_sdk::export_policy!(DefaultPolicy);
 
 #[cfg(test)]

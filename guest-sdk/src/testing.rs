@@ -1,0 +1,135 @@
+//! Hand-made cases for a policy's unit tests: owned columns and facts, so a test states
+//! only what its rule reads. Native only; not part of a guest.
+
+use std::borrow::Cow;
+
+use crate::{
+    Candidates, Capacity, Columns, Facts, InputGroups, Policy, PolicyError, Pool, Request, RequestFacts,
+    WorkerRank,
+};
+
+/// Lazily fetched facts, held by value.
+#[derive(Debug, Clone, Default)]
+pub struct StaticFacts {
+    pub prefix_hashes: Option<Vec<u64>>,
+    pub policy_class: Option<String>,
+    /// One per candidate, in row order; `worker_capacity` looks them up by worker id.
+    pub capacities: Vec<Option<Capacity>>,
+    /// The worker ids the capacities belong to (filled by [`Case::facts_for_rows`]).
+    pub capacity_ids: Vec<u64>,
+}
+
+impl Facts for StaticFacts {
+    fn prefix_hashes(&self) -> Option<Cow<'_, [u64]>> {
+        self.prefix_hashes.as_deref().map(Cow::Borrowed)
+    }
+    fn policy_class(&self) -> Option<Cow<'_, str>> {
+        self.policy_class.as_deref().map(Cow::Borrowed)
+    }
+    fn worker_capacity(&self, worker_id: u64) -> Option<Capacity> {
+        let row = self.capacity_ids.iter().position(|&id| id == worker_id)?;
+        self.capacities.get(row).copied().flatten()
+    }
+    fn candidate_capacities(&self) -> Cow<'_, [Option<Capacity>]> {
+        Cow::Borrowed(&self.capacities)
+    }
+}
+
+/// A batch of candidates with every column owned; all zero (multiplier 1) until set.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub worker_ids: Vec<u64>,
+    pub dp_ranks: Vec<u32>,
+    pub device_overlap_blocks: Vec<u32>,
+    pub host_overlap_blocks: Vec<u32>,
+    pub disk_overlap_blocks: Vec<u32>,
+    pub cached_tokens: Vec<u32>,
+    pub active_prefill_tokens: Vec<u32>,
+    pub decode_blocks: Vec<u32>,
+    pub active_requests: Vec<u32>,
+    pub preferred_multiplier: Vec<f64>,
+    pub facts: RequestFacts,
+    pub lazy: StaticFacts,
+}
+
+impl Case {
+    /// `n` candidates with worker ids 0..n, rank 0; a 1024-token prompt in 16-token blocks.
+    pub fn new(n: usize) -> Self {
+        Self {
+            worker_ids: (0..n as u64).collect(),
+            dp_ranks: vec![0; n],
+            device_overlap_blocks: vec![0; n],
+            host_overlap_blocks: vec![0; n],
+            disk_overlap_blocks: vec![0; n],
+            cached_tokens: vec![0; n],
+            active_prefill_tokens: vec![0; n],
+            decode_blocks: vec![0; n],
+            active_requests: vec![0; n],
+            preferred_multiplier: vec![1.0; n],
+            facts: RequestFacts {
+                prompt_tokens: 1024,
+                block_size: 16,
+                request_blocks: 64,
+                expected_output_tokens: None,
+                pinned: None,
+                pool: Pool::Aggregated,
+                seed: 0,
+            },
+            lazy: StaticFacts { capacity_ids: (0..n as u64).collect(), ..Default::default() },
+        }
+    }
+
+    /// Sets the prompt length (and its block count).
+    pub fn prompt(mut self, tokens: u32) -> Self {
+        self.facts.prompt_tokens = tokens;
+        self.facts.request_blocks = tokens.div_ceil(self.facts.block_size);
+        self
+    }
+
+    /// The candidate of row `row`.
+    pub fn rank(&self, row: usize) -> WorkerRank {
+        WorkerRank { worker_id: self.worker_ids[row], dp_rank: self.dp_ranks[row] }
+    }
+
+    fn view(&self) -> Candidates<'_> {
+        let columns = Columns {
+            worker_ids: &self.worker_ids,
+            dp_ranks: &self.dp_ranks,
+            device_overlap_blocks: &self.device_overlap_blocks,
+            host_overlap_blocks: &self.host_overlap_blocks,
+            disk_overlap_blocks: &self.disk_overlap_blocks,
+            cached_tokens: &self.cached_tokens,
+            active_prefill_tokens: &self.active_prefill_tokens,
+            decode_blocks: &self.decode_blocks,
+            active_requests: &self.active_requests,
+            preferred_multiplier: &self.preferred_multiplier,
+        };
+        Candidates::new(columns, InputGroups::ALL).expect("a Case's columns line up")
+    }
+
+    /// The policy's costs for this case.
+    pub fn costs<P: Policy>(&self, policy: &mut P) -> Result<Vec<f64>, PolicyError> {
+        let mut costs = vec![0.0; self.worker_ids.len()];
+        policy.score(&Request::new(&self.facts, &self.lazy), &self.view(), &mut costs)?;
+        Ok(costs)
+    }
+
+    /// The row of the lowest cost (the first on ties), as the host's argmin would see it
+    /// before its seeded tie-break.
+    pub fn best<P: Policy>(&self, policy: &mut P) -> usize {
+        let costs = self.costs(policy).expect("the policy scores the case");
+        (0..costs.len()).fold(0, |best, i| if costs[i] < costs[best] { i } else { best })
+    }
+
+    /// The policy's keep mask for this case.
+    pub fn keep<P: Policy>(&self, policy: &mut P) -> Result<Vec<bool>, PolicyError> {
+        let mut keep = vec![true; self.worker_ids.len()];
+        policy.filter(&Request::new(&self.facts, &self.lazy), &self.view(), &mut keep)?;
+        Ok(keep)
+    }
+
+    /// Commits `row` to the policy, as the host does after accepting a pick.
+    pub fn commit<P: Policy>(&self, policy: &mut P, row: usize) {
+        policy.on_selected(&Request::new(&self.facts, &self.lazy), self.rank(row));
+    }
+}

@@ -1,0 +1,100 @@
+//! The bounded-load walk on hand-made cases.
+
+use switchyard_guest_sdk::Policy;
+use switchyard_guest_sdk::testing::Case;
+
+use super::Chwbl;
+
+fn case(n: usize, key: u64) -> Case {
+    let mut case = Case::new(n);
+    case.lazy.prefix_hashes = Some(vec![key, key + 1, key + 2]);
+    case
+}
+
+fn policy(params: &str) -> Chwbl {
+    Chwbl::configure(params).unwrap()
+}
+
+#[test]
+fn unloaded_workers_get_the_ring_owner_and_the_key_is_sticky() {
+    let case = case(8, 42);
+    let costs = case.costs(&mut policy("{}")).unwrap();
+    let owner = case.best(&mut policy("{}"));
+    assert_eq!(costs[owner], 0.0);
+    assert!(costs.iter().enumerate().all(|(i, &c)| i == owner || (1.0..2.0).contains(&c)));
+    // Same key, same owner; a different key somewhere on the ring (most keys elsewhere).
+    assert_eq!(case.best(&mut policy("{}")), owner);
+    let others = (100..140).filter(|&k| case_owner(8, k) != owner).count();
+    assert!(others > 20, "keys spread over the ring ({others}/40 elsewhere)");
+}
+
+fn case_owner(n: usize, key: u64) -> usize {
+    case(n, key).best(&mut policy("{}"))
+}
+
+#[test]
+fn an_overloaded_owner_spills_to_the_next_worker_on_the_ring() {
+    let mut case = case(4, 7);
+    let owner = case.best(&mut policy("{}"));
+    let walk_order = |case: &Case| {
+        let costs = case.costs(&mut policy("{}")).unwrap();
+        let mut rows: Vec<usize> = (0..costs.len()).collect();
+        rows.sort_by(|&a, &b| costs[a].total_cmp(&costs[b]));
+        rows
+    };
+    let order = walk_order(&case);
+    assert_eq!(order[0], owner);
+    // Mean load with the new request: (10 + 1) / 4 × 1.25 = 3.44: the owner at 10 spills.
+    case.active_requests[owner] = 10;
+    let spilled = case.best(&mut policy("{}"));
+    assert_ne!(spilled, owner);
+    // The spill goes to the next candidate in ring order (not merely the least loaded).
+    let unloaded_order: Vec<usize> = order.iter().copied().filter(|&r| r != owner).collect();
+    assert_eq!(spilled, unloaded_order[0]);
+    // At the bound exactly, the owner keeps the key: (3 + 1) / 4 × 1.25 = 1.25 ≥ 1.
+    case.active_requests = vec![0; 4];
+    case.active_requests[owner] = 1;
+    case.active_requests[unloaded_order[0]] = 2;
+    assert_eq!(case.best(&mut policy("{}")), owner);
+    // With every other worker busier than the bound too, the walk continues past them.
+    case.active_requests = vec![9, 9, 9, 9];
+    case.active_requests[unloaded_order[2]] = 0;
+    // bound = (27 + 1) / 4 × 1.25 = 8.75: only the idle one qualifies.
+    assert_eq!(case.best(&mut policy("{}")), unloaded_order[2]);
+}
+
+#[test]
+fn when_no_worker_is_within_the_bound_the_first_met_wins() {
+    let mut case = case(3, 99);
+    let owner = case.best(&mut policy("{}"));
+    case.active_requests = vec![5, 5, 5];
+    // bound = 16 / 3 × 0.5 = 2.67 < 5 for all: fall back to the first on the walk.
+    assert_eq!(case.best(&mut policy(r#"{"load_factor": 0.5}"#)), owner);
+}
+
+#[test]
+fn the_key_is_the_hash_of_the_first_k_blocks() {
+    // Hashes differ after block 2: with K = 2 both requests share a key, with K = 16 not.
+    let mut a = Case::new(16);
+    let mut b = Case::new(16);
+    a.lazy.prefix_hashes = Some(vec![1, 2, 3]);
+    b.lazy.prefix_hashes = Some(vec![1, 2, 4]);
+    let k2 = r#"{"prefix_blocks": 2}"#;
+    assert_eq!(a.costs(&mut policy(k2)).unwrap(), b.costs(&mut policy(k2)).unwrap());
+    assert_ne!(a.costs(&mut policy("{}")).unwrap(), b.costs(&mut policy("{}")).unwrap());
+}
+
+#[test]
+fn parameters_are_checked_by_name() {
+    for (params, field) in [
+        (r#"{"prefix_blocks": 0}"#, "prefix_blocks"),
+        (r#"{"replication": 0}"#, "replication"),
+        (r#"{"replication": 5000}"#, "replication"),
+        (r#"{"load_factor": -1}"#, "load_factor"),
+        (r#"{"load_factor": "x"}"#, "load_factor"),
+        (r#"{"ring": 1}"#, "ring"),
+    ] {
+        let err = Chwbl::configure(params).unwrap_err();
+        assert!(err.message.contains(field), "{params}: {err}");
+    }
+}
