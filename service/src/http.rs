@@ -85,14 +85,14 @@ async fn metrics(State(service): Svc) -> Response {
 }
 
 async fn add_tenant(State(service): Svc, headers: HeaderMap, body: Body) -> Answer {
-    let who = who(&service, &headers)?;
     let body = read_body(&headers, body, service.limits.max_body_bytes).await?;
+    let who = who(&service, &headers)?;
     Ok(json(StatusCode::CREATED, service.add_tenant(&who, &body).await?))
 }
 
 async fn add_router(State(service): Svc, headers: HeaderMap, body: Body) -> Answer {
-    let who = who(&service, &headers)?;
     let body = read_body(&headers, body, service.limits.max_body_bytes).await?;
+    let who = who(&service, &headers)?;
     Ok(json(StatusCode::CREATED, service.add_router(&who, &body).await?))
 }
 
@@ -108,10 +108,18 @@ async fn upload(
     Query(query): Query<HashMap<String, String>>,
     body: Body,
 ) -> Answer {
-    // Authenticate before reading a possibly large body.
-    let who = who(&service, &headers)?;
-    crate::auth::require_tenant(&who, &tenant)?;
-    let bytes = read_body(&headers, body, service.limits.max_body_bytes).await?;
+    // Authenticate before keeping a possibly large body; a refused body is still read
+    // (and dropped) so the client sees the answer rather than a reset connection.
+    let limit = service.limits.max_body_bytes;
+    let who = match who(&service, &headers).and_then(|w| crate::auth::require_tenant(&w, &tenant).map(|()| w))
+    {
+        Ok(who) => who,
+        Err(e) => {
+            let _ = read_body(&headers, body, limit).await;
+            return Err(e);
+        }
+    };
+    let bytes = read_body(&headers, body, limit).await?;
     let params = query.get("params").cloned();
     Ok(json(StatusCode::CREATED, service.upload(&who, &tenant, &name, params, bytes).await?))
 }
@@ -131,14 +139,14 @@ async fn assign(
     Path((tenant, class)): Path<(String, String)>,
     body: Body,
 ) -> Answer {
-    let who = who(&service, &headers)?;
     let body = read_body(&headers, body, service.limits.max_body_bytes).await?;
+    let who = who(&service, &headers)?;
     Ok(json(StatusCode::OK, service.assign(&who, &tenant, &class, &body).await?))
 }
 
 async fn select(State(service): Svc, headers: HeaderMap, body: Body) -> Answer {
-    let who = who(&service, &headers)?;
     let body = read_body(&headers, body, service.limits.max_body_bytes).await?;
+    let who = who(&service, &headers)?;
     // Guest calls are CPU work: keep them off the async workers.
     let answer = tokio::task::spawn_blocking(move || service.select(&who, &body))
         .await

@@ -4,5 +4,8 @@
 mod cli;
 mod contract;
 mod equivalence;
+mod server;
+mod service;
+mod service_load;
 mod support;
 mod world;
