@@ -231,9 +231,9 @@ impl Service {
         }
         writer.components.insert(blob.clone(), component.clone());
         let key = (tenant.to_string(), name.to_string(), version.clone());
-        if !writer.loaded.contains_key(&key) {
-            let loaded = self.new_version(&key, &parameters, component.clone(), Some(first));
-            writer.loaded.insert(key, loaded);
+        if let std::collections::hash_map::Entry::Vacant(slot) = writer.loaded.entry(key) {
+            let loaded = self.new_version(slot.key(), &parameters, component.clone(), Some(first));
+            slot.insert(loaded);
         }
         self.commit(&mut writer, manifest)?;
         Ok(json!({
