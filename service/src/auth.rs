@@ -127,3 +127,41 @@ pub fn require_selector(who: &Principal, tenant: &str) -> Result<(), ApiError> {
         _ => require_tenant(who, tenant),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::TenantRecord;
+
+    fn headers(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, value.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn tokens_identify_their_principal_and_others_are_refused() {
+        let admin = hash_token("root");
+        let mut manifest = Manifest::default();
+        let tenant = TenantRecord { token_sha256: hash_token("t1"), ..Default::default() };
+        manifest.tenants.insert("acme".into(), tenant);
+        manifest.routers.insert("edge".into(), hash_token("r1"));
+        let id = |v: &str| identify(&headers(v), &admin, &manifest);
+        assert_eq!(id("Bearer root").unwrap(), Principal::Admin);
+        assert_eq!(id("Bearer t1").unwrap(), Principal::Tenant("acme".into()));
+        assert_eq!(id("Bearer r1").unwrap(), Principal::Router("edge".into()));
+        for bad in ["Bearer t2", "Basic t1", "Bearer ", "t1"] {
+            assert_eq!(id(bad).unwrap_err().status(), StatusCode::UNAUTHORIZED, "{bad}");
+        }
+        assert_eq!(
+            identify(&HeaderMap::new(), &admin, &manifest).unwrap_err().status(),
+            StatusCode::UNAUTHORIZED
+        );
+        let acme = Principal::Tenant("acme".into());
+        assert!(require_tenant(&acme, "acme").is_ok());
+        assert_eq!(require_tenant(&acme, "globex").unwrap_err().status(), StatusCode::FORBIDDEN);
+        assert!(require_selector(&Principal::Router("edge".into()), "globex").is_ok());
+        assert_eq!(require_admin(&acme).unwrap_err().status(), StatusCode::FORBIDDEN);
+        assert!(new_token().unwrap() != new_token().unwrap());
+    }
+}

@@ -214,3 +214,37 @@ impl Metrics {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_has_cumulative_buckets_and_every_fault_kind() {
+        let metrics = Metrics::default();
+        let p = metrics.policy("acme", "mine");
+        p.selected(Duration::from_micros(30), false);
+        p.selected(Duration::from_millis(2), true);
+        p.fault(FaultKind::Fuel);
+        p.fuel(1234);
+        metrics.compiled(Duration::from_millis(300));
+        let text = metrics.render();
+        let l = "tenant=\"acme\",policy=\"mine\"";
+        for line in [
+            format!("switchyard_selections_total{{{l}}} 2"),
+            format!("switchyard_fallbacks_total{{{l}}} 1"),
+            format!("switchyard_selection_seconds_bucket{{{l},le=\"0.00005\"}} 1"),
+            format!("switchyard_selection_seconds_bucket{{{l},le=\"0.005\"}} 2"),
+            format!("switchyard_selection_seconds_bucket{{{l},le=\"+Inf\"}} 2"),
+            format!("switchyard_selection_seconds_count{{{l}}} 2"),
+            format!("switchyard_policy_faults_total{{{l},kind=\"fuel\"}} 1"),
+            format!("switchyard_policy_faults_total{{{l},kind=\"quarantined\"}} 0"),
+            format!("switchyard_fuel_used_total{{{l}}} 1234"),
+            "switchyard_compile_seconds_bucket{le=\"0.25\"} 0".to_string(),
+            "switchyard_compile_seconds_bucket{le=\"0.5\"} 1".to_string(),
+            "switchyard_compile_seconds_count 1".to_string(),
+        ] {
+            assert!(text.lines().any(|x| x == line), "missing `{line}` in\n{text}");
+        }
+    }
+}

@@ -175,3 +175,43 @@ pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()>
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("switchyard-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn manifest_round_trips_and_a_crash_leftover_is_removed() {
+        let dir = temp("round-trip");
+        let store = Store::open(&dir).unwrap();
+        assert_eq!(store.load_manifest().unwrap().tenants.len(), 0, "empty on first start");
+        let mut manifest = store.load_manifest().unwrap();
+        manifest
+            .tenants
+            .insert("acme".into(), TenantRecord { token_sha256: "ab".into(), ..Default::default() });
+        store.write_manifest(&manifest).unwrap();
+        // What a kill between write and rename leaves behind.
+        std::fs::write(dir.join(".manifest.json.1.0.tmp"), b"{\"half").unwrap();
+        let store = Store::open(&dir).unwrap();
+        assert_eq!(store.load_manifest().unwrap(), manifest);
+        assert!(!dir.join(".manifest.json.1.0.tmp").exists());
+        store.write_blob("00ff", b"bytes").unwrap();
+        assert_eq!(store.read_blob("00ff").unwrap(), b"bytes");
+    }
+
+    #[test]
+    fn a_corrupt_or_foreign_manifest_is_an_error_not_an_empty_store() {
+        let dir = temp("corrupt");
+        let store = Store::open(&dir).unwrap();
+        std::fs::write(dir.join("manifest.json"), b"{\"format\": 1, \"tenants\": ").unwrap();
+        assert!(store.load_manifest().unwrap_err().contains("manifest.json"));
+        std::fs::write(dir.join("manifest.json"), b"{\"format\": 9, \"tenants\": {}}").unwrap();
+        assert!(store.load_manifest().unwrap_err().contains("format 9"));
+    }
+}
