@@ -186,6 +186,24 @@ fn service_endpoints_end_to_end() {
     assert_eq!(c.call("GET", "/v1/nothing", None, Body::None).0, 404);
 }
 
+/// A hand-assembled component that imports a WASI interface (an empty instance type)
+/// and exports nothing: valid wasm, compiles, and asks for a capability no policy gets.
+fn wasi_importer() -> Vec<u8> {
+    let name = b"wasi:cli/environment@0.2.0";
+    // Type section (7): one instance type (0x42) with no declarations.
+    let types = [1u8, 0x42, 0x00];
+    // Import section (10): one import, plain name (0x00), of instance type 0 (0x05 0x00).
+    let mut import = vec![1u8, 0x00, name.len() as u8];
+    import.extend_from_slice(name);
+    import.extend_from_slice(&[0x05, 0x00]);
+    let mut bytes = b"\0asm\x0d\0\x01\0".to_vec();
+    bytes.extend_from_slice(&[7, types.len() as u8]);
+    bytes.extend_from_slice(&types);
+    bytes.extend_from_slice(&[10, import.len() as u8]);
+    bytes.extend_from_slice(&import);
+    bytes
+}
+
 /// Writes a `switchyard.toml` into `dir`.
 fn config(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
     let path = dir.join("switchyard.toml");
@@ -205,10 +223,11 @@ fn uploads_are_refused_with_the_validation_kind_and_limits_are_clear_errors() {
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
     let empty_component: &[u8] = b"\0asm\x0d\0\x01\0";
-    let cases: [(&str, &[u8], &str); 5] = [
+    let cases: [(&str, &[u8], &str); 6] = [
         ("json", b"{\"not\": \"wasm\"}", "not-wasm"),
         ("core", b"\0asm\x01\0\0\0", "core-module"),
         ("empty", empty_component, "wrong-world"),
+        ("wasi", &wasi_importer(), "forbidden-import"),
         ("garbage", b"\0asm\x0d\0\x01\0\xff\xff\xff", "compile-failed"),
         ("huge", &[0u8; 250_000], "too-large"),
     ];
@@ -245,10 +264,10 @@ fn uploads_are_refused_with_the_validation_kind_and_limits_are_clear_errors() {
     assert_eq!((status, kind(&v)), (409, "too-many-policies"));
     assert!(v["error"]["message"].as_str().unwrap().contains("max_policies_per_tenant"), "{v}");
 
-    // Uploads per minute: 12. Seven counted so far for acme (every attempt that got
+    // Uploads per minute: 12. Eight counted so far for acme (every attempt that got
     // past authentication, the name, the policy count and the parameters counts: it
-    // may cost a compile), so five more are taken and the sixth is refused.
-    for _ in 0..5 {
+    // may cost a compile), so four more are taken and the fifth is refused.
+    for _ in 0..4 {
         assert_eq!(kind(&c.upload(&token, "acme", "one", b"x").1), "not-wasm");
     }
     let (status, v) = c.upload(&token, "acme", "one", b"x");
