@@ -1,10 +1,12 @@
-//! Limits from `--config switchyard.toml` (`[limits]`) and flags; flags win.
+//! Limits from `--config switchyard.toml` (`[limits]`, and `[service]` for `serve`) and
+//! flags; flags win.
 
 use std::path::PathBuf;
 
 use clap::Args;
 use serde::Deserialize;
 use switchyard::{Budget, Limits, PolicyEngine};
+use switchyard_service::ServiceLimits;
 
 use super::CliError;
 
@@ -54,20 +56,31 @@ fn parse_budget(s: &str) -> Result<Budget, String> {
 struct ConfigFile {
     #[serde(default)]
     limits: Limits,
+    /// `switchyard serve`'s own limits.
+    #[serde(default)]
+    service: ServiceLimits,
 }
 
 impl LimitArgs {
-    pub fn limits(&self) -> Result<Limits, CliError> {
-        let mut limits = match &self.config {
+    fn file(&self) -> Result<ConfigFile, CliError> {
+        match &self.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| CliError::new("config", format!("{}: {e}", path.display())))?;
                 toml::from_str::<ConfigFile>(&text)
-                    .map_err(|e| CliError::new("config", format!("{}: {e}", path.display())))?
-                    .limits
+                    .map_err(|e| CliError::new("config", format!("{}: {e}", path.display())))
             }
-            None => Limits::default(),
-        };
+            None => Ok(ConfigFile::default()),
+        }
+    }
+
+    /// The `[service]` table of the config file (defaults without one).
+    pub fn service_limits(&self) -> Result<ServiceLimits, CliError> {
+        Ok(self.file()?.service)
+    }
+
+    pub fn limits(&self) -> Result<Limits, CliError> {
+        let mut limits = self.file()?.limits;
         macro_rules! set {
             ($($field:ident),*) => {$( if let Some(v) = self.$field { limits.$field = v; } )*};
         }

@@ -1,9 +1,12 @@
 //! Command-line interface. Output is JSON on stdout; errors are one line on stderr
 //! starting with `error: <kind>:`, and a non-zero exit.
 
+mod client;
 mod config;
 mod policy;
 mod select;
+mod serve;
+mod tenant;
 
 use std::process::ExitCode;
 
@@ -20,9 +23,14 @@ struct Cli {
 enum Command {
     /// Select a worker for one request and print the decision as JSON.
     Select(select::SelectArgs),
-    /// Inspect, check and build policy components.
+    /// Inspect, check and build policy components; upload, assign and roll back on a server.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Run the multi-tenant policy service (HTTP).
+    Serve(serve::ServeArgs),
+    /// Manage tenants on a running server.
+    #[command(subcommand)]
+    Tenant(tenant::TenantCommand),
 }
 
 /// A failure to report: a stable kind and a message.
@@ -43,6 +51,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Select(args) => select::run(args),
         Command::Policy(command) => policy::run(command),
+        Command::Serve(args) => serve::run(args),
+        Command::Tenant(command) => tenant::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,5 @@
-//! `switchyard policy …`: list builtins, check a component, wrap a core module.
+//! `switchyard policy …`: list builtins, check a component, wrap a core module; and, against
+//! a running server, upload, assign, roll back and list a tenant's policies.
 
 use std::path::PathBuf;
 
@@ -6,13 +7,63 @@ use clap::Subcommand;
 use serde_json::json;
 use switchyard::{GuestScorer, PolicyComponent, builtin};
 
+use super::client::{Method, ServerArgs, encode_query};
 use super::config::LimitArgs;
 use super::{CliError, print_json};
 
 #[derive(Subcommand)]
 pub enum PolicyCommand {
-    /// List the builtin policies.
-    List,
+    /// List the builtin policies; with --tenant, that tenant's policies on a server.
+    List {
+        /// List this tenant's policies, versions and assignments on --server instead.
+        #[arg(long)]
+        tenant: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Upload a component to a server as a tenant's policy (a new active version).
+    Upload {
+        /// The component file.
+        file: PathBuf,
+        #[arg(long)]
+        tenant: String,
+        /// The policy's name; default: the file name without `.wasm`.
+        #[arg(long)]
+        name: Option<String>,
+        /// Parameters to configure it with, a JSON object.
+        #[arg(long)]
+        params: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Route a policy class of a tenant to a policy (a builtin or the tenant's own).
+    Assign {
+        #[arg(long)]
+        tenant: String,
+        /// The policy class (a request's `policy_class`).
+        #[arg(long)]
+        class: String,
+        /// The policy's name.
+        #[arg(long)]
+        policy: String,
+        /// Pin this version; absent: follow the policy's active version.
+        #[arg(long)]
+        version: Option<String>,
+        /// On a policy fault: `open` (the native default decides) or `closed` (fail).
+        #[arg(long, default_value = "open", value_parser = ["open", "closed"])]
+        on_fault: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Make the previously active version of a tenant's policy active again.
+    Rollback {
+        /// The policy's name.
+        name: String,
+        #[arg(long)]
+        tenant: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Validate a component: world, imports, exports, size; configure it with --params.
     Check {
         /// The component file.
@@ -42,7 +93,38 @@ pub enum PolicyCommand {
 
 pub fn run(command: PolicyCommand) -> Result<(), CliError> {
     match command {
-        PolicyCommand::List => {
+        PolicyCommand::List { tenant: Some(tenant), server } => {
+            print_json(&server.call(Method::Get, &format!("/v1/tenants/{tenant}/policies"), None)?);
+            Ok(())
+        }
+        PolicyCommand::Upload { file, tenant, name, params, server } => {
+            let bytes = read(&file)?;
+            let name = match name {
+                Some(n) => n,
+                None => file
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .ok_or_else(|| CliError::new("invalid-input", "name the policy with --name"))?,
+            };
+            let mut path = format!("/v1/tenants/{tenant}/policies/{name}");
+            if let Some(p) = params {
+                path.push_str(&format!("?params={}", encode_query(&p)));
+            }
+            print_json(&server.call(Method::Put, &path, Some(&bytes))?);
+            Ok(())
+        }
+        PolicyCommand::Assign { tenant, class, policy, version, on_fault, server } => {
+            let body = json!({ "policy": policy, "version": version, "on_fault": on_fault }).to_string();
+            let path = format!("/v1/tenants/{tenant}/classes/{class}");
+            print_json(&server.call(Method::Put, &path, Some(body.as_bytes()))?);
+            Ok(())
+        }
+        PolicyCommand::Rollback { name, tenant, server } => {
+            let path = format!("/v1/tenants/{tenant}/policies/{name}/rollback");
+            print_json(&server.call(Method::Post, &path, None)?);
+            Ok(())
+        }
+        PolicyCommand::List { tenant: None, .. } => {
             let list: Vec<_> = builtin::BUILTINS
                 .iter()
                 .map(

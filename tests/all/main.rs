@@ -5,5 +5,8 @@ mod cli;
 mod contract;
 mod equivalence;
 mod policies;
+mod server;
+mod service;
+mod service_load;
 mod support;
 mod world;

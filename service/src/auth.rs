@@ -1,0 +1,167 @@
+//! Bearer tokens: random, shown once, stored only as sha256 hashes, compared in constant
+//! time. Three kinds of principal: the admin, a tenant, a router.
+
+use std::io::Write;
+use std::path::Path;
+
+use axum::http::{HeaderMap, StatusCode, header};
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+use crate::store::Manifest;
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    Admin,
+    Tenant(String),
+    Router(String),
+}
+
+/// A fresh token: 32 random bytes, hex, with a prefix that makes it recognisable in a
+/// leaked log.
+pub fn new_token() -> Result<String, ApiError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| ApiError::internal(format!("no randomness: {e}")))?;
+    Ok(format!("sy_{}", hex::encode(bytes)))
+}
+
+/// sha256 of a token, hex: what the store keeps.
+pub fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// The admin token's hash: from `SWITCHYARD_ADMIN_TOKEN` if set, else from
+/// `<data-dir>/admin.token`, created (mode 0600) with a fresh token on first start.
+pub fn admin_token_hash(data_dir: &Path, from_env: Option<String>) -> std::io::Result<String> {
+    if let Some(token) = from_env.filter(|t| !t.is_empty()) {
+        return Ok(hash_token(&token));
+    }
+    let path = data_dir.join("admin.token");
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => return Ok(hash_token(token.trim())),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let token = new_token().map_err(|e| std::io::Error::other(e.message().to_string()))?;
+    write_private(data_dir, &path, &token)?;
+    Ok(hash_token(&token))
+}
+
+/// Writes the token readable by the owner only, atomically (a crash leaves no empty file).
+fn write_private(dir: &Path, path: &Path, token: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let temp = dir.join(".admin.token.tmp");
+    let _ = std::fs::remove_file(&temp);
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&temp)?;
+    writeln!(file, "{token}")?;
+    file.sync_all()?;
+    std::fs::rename(&temp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Equal hashes, in time independent of where they differ.
+fn same(a: &str, b: &str) -> bool {
+    constant_time_eq::constant_time_eq(a.as_bytes(), b.as_bytes())
+}
+
+/// Identifies the caller from `Authorization: Bearer <token>`: 401 without a token or
+/// with an unknown one. Every known hash is compared, so the time does not say which
+/// principal (if any) nearly matched.
+pub fn identify(headers: &HeaderMap, admin_sha256: &str, manifest: &Manifest) -> Result<Principal, ApiError> {
+    let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", m);
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| unauthorized("send `Authorization: Bearer <token>`"))?;
+    let token = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| unauthorized("the Authorization header must be `Bearer <token>`"))?;
+    let presented = hash_token(token);
+    let mut found = None;
+    if same(&presented, admin_sha256) {
+        found = Some(Principal::Admin);
+    }
+    for (name, tenant) in &manifest.tenants {
+        if same(&presented, &tenant.token_sha256) {
+            found = Some(Principal::Tenant(name.clone()));
+        }
+    }
+    for (name, hash) in &manifest.routers {
+        if same(&presented, hash) {
+            found = Some(Principal::Router(name.clone()));
+        }
+    }
+    found.ok_or_else(|| unauthorized("unknown token"))
+}
+
+/// 403 unless the caller is the admin.
+pub fn require_admin(who: &Principal) -> Result<(), ApiError> {
+    match who {
+        Principal::Admin => Ok(()),
+        _ => Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this needs the admin token")),
+    }
+}
+
+/// 403 unless the caller is `tenant` itself or the admin.
+pub fn require_tenant(who: &Principal, tenant: &str) -> Result<(), ApiError> {
+    match who {
+        Principal::Admin => Ok(()),
+        Principal::Tenant(name) if name == tenant => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("this token may not act for tenant `{tenant}`"),
+        )),
+    }
+}
+
+/// 403 unless the caller may select for `tenant`: the admin, any router, or the tenant.
+pub fn require_selector(who: &Principal, tenant: &str) -> Result<(), ApiError> {
+    match who {
+        Principal::Router(_) => Ok(()),
+        _ => require_tenant(who, tenant),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::TenantRecord;
+
+    fn headers(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, value.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn tokens_identify_their_principal_and_others_are_refused() {
+        let admin = hash_token("root");
+        let mut manifest = Manifest::default();
+        let tenant = TenantRecord { token_sha256: hash_token("t1"), ..Default::default() };
+        manifest.tenants.insert("acme".into(), tenant);
+        manifest.routers.insert("edge".into(), hash_token("r1"));
+        let id = |v: &str| identify(&headers(v), &admin, &manifest);
+        assert_eq!(id("Bearer root").unwrap(), Principal::Admin);
+        assert_eq!(id("Bearer t1").unwrap(), Principal::Tenant("acme".into()));
+        assert_eq!(id("Bearer r1").unwrap(), Principal::Router("edge".into()));
+        for bad in ["Bearer t2", "Basic t1", "Bearer ", "t1"] {
+            assert_eq!(id(bad).unwrap_err().status(), StatusCode::UNAUTHORIZED, "{bad}");
+        }
+        assert_eq!(
+            identify(&HeaderMap::new(), &admin, &manifest).unwrap_err().status(),
+            StatusCode::UNAUTHORIZED
+        );
+        let acme = Principal::Tenant("acme".into());
+        assert!(require_tenant(&acme, "acme").is_ok());
+        assert_eq!(require_tenant(&acme, "globex").unwrap_err().status(), StatusCode::FORBIDDEN);
+        assert!(require_selector(&Principal::Router("edge".into()), "globex").is_ok());
+        assert_eq!(require_admin(&acme).unwrap_err().status(), StatusCode::FORBIDDEN);
+        assert!(new_token().unwrap() != new_token().unwrap());
+    }
+}

@@ -1,0 +1,40 @@
+//! The service's own limits (the `[service]` table of `switchyard.toml`); the sandbox's
+//! limits are `switchyard::Limits` (`[limits]`).
+
+use serde::{Deserialize, Serialize};
+
+/// Limits on what clients may ask of the service. Each refusal is a clear error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServiceLimits {
+    /// Largest request body, bytes (→ 413 `body-too-large`). 8 MiB: twice the largest
+    /// component the engine accepts by default, so an oversized component is reported by
+    /// the validator as `too-large` with its size rather than cut off here.
+    pub max_body_bytes: usize,
+    /// Uploads one tenant may make in any 60 s window (→ 429 `rate-limited`). 60: a CI
+    /// pipeline pushing on every commit stays far below; each upload costs a compile.
+    pub uploads_per_minute: usize,
+    /// Distinct policy names per tenant (→ 409 `too-many-policies`). 32: a tenant needs a
+    /// few (one per class at most); every version of each stays compiled in memory.
+    pub max_policies_per_tenant: usize,
+    /// Compilations at once. 1: compiling is CPU-bound; with more, hostile uploads could
+    /// take every core from the selections.
+    pub compile_concurrency: usize,
+    /// Idle guest instances kept per active policy version (a Store is single-threaded, so
+    /// each concurrent selection needs its own). 8: more than the worker threads of a
+    /// small host; beyond that an instance is dropped after use. Instances also count
+    /// against the engine's `max_instances`.
+    pub idle_instances_per_version: usize,
+}
+
+impl Default for ServiceLimits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 8 << 20,
+            uploads_per_minute: 60,
+            max_policies_per_tenant: 32,
+            compile_concurrency: 1,
+            idle_instances_per_version: 8,
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The service's one error shape: an HTTP status, a stable kind, and a message, answered
+//! as `{"error": {"kind": "...", "message": "..."}}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use switchyard::LoadError;
+
+/// A refusal or failure, as the client sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: String,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { status, kind: kind.into(), message: message.into() }
+    }
+
+    /// 400 with `kind`.
+    pub fn bad_request(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, kind, message)
+    }
+
+    /// 500: our fault, not the client's (storage, a panicked worker thread).
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+
+    pub fn not_found(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, kind, message)
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<LoadError> for ApiError {
+    /// A refused component: 400 with the same kind `switchyard policy check` prints.
+    fn from(e: LoadError) -> Self {
+        Self::bad_request(e.kind.as_str(), e.message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({ "error": { "kind": self.kind, "message": self.message } });
+        (self.status, axum::Json(body)).into_response()
+    }
+}

@@ -1,0 +1,67 @@
+//! The multi-tenant policy service behind `switchyard serve`: tenants upload policy
+//! components over HTTP, assign them to policy classes, and routers ask it to select.
+//!
+//! A crate of its own so the runtime library stays free of tokio and HTTP for routers
+//! that embed it; this crate adds only the service around it.
+//!
+//! - [`store`]: the data directory (content-addressed blobs, an atomically written manifest).
+//! - [`state`]: compiled versions, instance pools, and the snapshot swapped on every change.
+//! - [`manage`]: tenants, uploads, assignments, rollback, listing.
+//! - [`select`]: one selection; [`fault`]: what a policy fault means for it.
+//! - [`auth`]: tokens; [`metrics`]: Prometheus text; [`http`]: the routes.
+
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod fault;
+pub mod http;
+pub mod manage;
+pub mod metrics;
+pub mod select;
+pub mod state;
+pub mod store;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub use config::ServiceLimits;
+pub use error::ApiError;
+pub use state::Service;
+use switchyard::Limits;
+
+/// What `switchyard serve` was asked for.
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub limits: ServiceLimits,
+    pub engine_limits: Limits,
+}
+
+/// Opens the data directory, binds, prints `listening on http://ADDR` on stdout (tests
+/// and scripts read the port from it when listening on port 0), and serves until
+/// interrupted.
+pub fn run(options: ServeOptions) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let admin_env = std::env::var("SWITCHYARD_ADMIN_TOKEN").ok();
+        let ServeOptions { listen, data_dir, limits, engine_limits } = options;
+        let dir = data_dir.clone();
+        let service =
+            tokio::task::spawn_blocking(move || Service::open(&dir, limits, engine_limits, admin_env))
+                .await??;
+        let listener = tokio::net::TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
+        if std::env::var_os("SWITCHYARD_ADMIN_TOKEN").is_none() {
+            eprintln!("admin token: {}", data_dir.join("admin.token").display());
+        }
+        println!("listening on http://{addr}");
+        std::io::stdout().flush()?;
+        axum::serve(listener, http::router(service))
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        Ok(())
+    })
+}

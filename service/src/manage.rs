@@ -1,0 +1,364 @@
+//! The management API: tenants, routers, uploads, assignments, rollback, listing.
+//! Every change is committed to the manifest before it is answered (see `state`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use switchyard::{GuestScorer, PolicyComponent, builtin};
+
+use crate::auth::{Principal, hash_token, new_token, require_admin, require_tenant};
+use crate::error::ApiError;
+use crate::state::Service;
+use crate::store::{Assignment, OnFault, PolicyRecord, TenantRecord, VersionRecord};
+
+/// How many previous versions rollback can go back through.
+const MAX_PREVIOUS: usize = 64;
+
+/// Names of tenants, routers, policies and classes: `[a-z0-9_-]`, 1–64 characters, so
+/// they are safe in paths, file names and metric labels.
+fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "invalid-name",
+            format!("{what} `{name}`: use 1–64 characters of a-z, 0-9, `-`, `_`"),
+        ))
+    }
+}
+
+fn unknown_tenant(tenant: &str) -> ApiError {
+    ApiError::not_found("unknown-tenant", format!("no tenant `{tenant}`"))
+}
+
+/// The version of an upload: sha256 of the component bytes; with parameters, sha256 of
+/// the bytes' sha256, a newline, and the parameters text (so each (bytes, parameters)
+/// pair is its own version, and a parameterless upload's version is the file's sha256,
+/// as `switchyard select` and `policy check` print it).
+pub fn version_of(blob_sha256: &str, params: Option<&str>) -> String {
+    match params {
+        None => blob_sha256.to_string(),
+        Some(p) => hex::encode(Sha256::digest(format!("{blob_sha256}\n{p}"))),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NameBody {
+    name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AssignBody {
+    policy: String,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default)]
+    on_fault: OnFault,
+}
+
+fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request("invalid-input", format!("body: {e}")))
+}
+
+impl Service {
+    /// `POST /v1/tenants` (admin): a tenant and its token (shown once).
+    pub async fn add_tenant(&self, who: &Principal, body: &[u8]) -> Result<Value, ApiError> {
+        require_admin(who)?;
+        let NameBody { name } = parse(body)?;
+        check_name("tenant", &name)?;
+        let token = new_token()?;
+        let mut writer = self.writer.lock().await;
+        let mut manifest = writer.manifest.clone();
+        if manifest.tenants.contains_key(&name) {
+            return Err(ApiError::new(StatusCode::CONFLICT, "exists", format!("tenant `{name}` exists")));
+        }
+        let record = TenantRecord { token_sha256: hash_token(&token), ..TenantRecord::default() };
+        manifest.tenants.insert(name.clone(), record);
+        self.commit(&mut writer, manifest)?;
+        Ok(json!({ "tenant": name, "token": token }))
+    }
+
+    /// `POST /v1/routers` (admin): a router token, which may select for any tenant.
+    pub async fn add_router(&self, who: &Principal, body: &[u8]) -> Result<Value, ApiError> {
+        require_admin(who)?;
+        let NameBody { name } = parse(body)?;
+        check_name("router", &name)?;
+        let token = new_token()?;
+        let mut writer = self.writer.lock().await;
+        let mut manifest = writer.manifest.clone();
+        if manifest.routers.contains_key(&name) {
+            return Err(ApiError::new(StatusCode::CONFLICT, "exists", format!("router `{name}` exists")));
+        }
+        manifest.routers.insert(name.clone(), hash_token(&token));
+        self.commit(&mut writer, manifest)?;
+        Ok(json!({ "router": name, "token": token }))
+    }
+
+    /// Counts an upload against the tenant's per-minute allowance.
+    fn rate_limit(&self, tenant: &str) -> Result<(), ApiError> {
+        let mut uploads = self.uploads.lock().unwrap_or_else(|p| p.into_inner());
+        let times = uploads.entry(tenant.to_string()).or_default();
+        let now = Instant::now();
+        while times.front().is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(60)) {
+            times.pop_front();
+        }
+        if times.len() >= self.limits.uploads_per_minute {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate-limited",
+                format!(
+                    "tenant `{tenant}` made {} uploads in the last minute; the limit is {} (`uploads_per_minute`)",
+                    times.len(),
+                    self.limits.uploads_per_minute
+                ),
+            ));
+        }
+        times.push_back(now);
+        Ok(())
+    }
+
+    fn check_policy_count(&self, record: &TenantRecord, tenant: &str, name: &str) -> Result<(), ApiError> {
+        if !record.policies.contains_key(name) && record.policies.len() >= self.limits.max_policies_per_tenant
+        {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "too-many-policies",
+                format!(
+                    "tenant `{tenant}` has {} policies; the limit is {} (`max_policies_per_tenant`)",
+                    record.policies.len(),
+                    self.limits.max_policies_per_tenant
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The compiled component for `bytes`: from memory if these bytes were compiled
+    /// before, else compiled on a blocking thread under the compile semaphore, so
+    /// uploads never take the async workers and at most `compile_concurrency` run.
+    async fn compile(self: &Arc<Self>, blob: &str, bytes: Arc<[u8]>) -> Result<PolicyComponent, ApiError> {
+        if let Some(c) = self.writer.lock().await.components.get(blob) {
+            return Ok(c.clone());
+        }
+        let _permit = self.compile_permits.acquire().await.map_err(|e| ApiError::internal(e.to_string()))?;
+        let engine = self.engine.clone();
+        let component = tokio::task::spawn_blocking(move || PolicyComponent::load(&engine, &bytes))
+            .await
+            .map_err(|e| ApiError::internal(format!("the compile thread: {e}")))??;
+        self.metrics.compiled(component.compile_time());
+        Ok(component)
+    }
+
+    /// `PUT /v1/tenants/{tenant}/policies/{name}`: validate, compile, configure, store,
+    /// activate. Answers once the version is durable and routed.
+    pub async fn upload(
+        self: &Arc<Self>,
+        who: &Principal,
+        tenant: &str,
+        name: &str,
+        params: Option<String>,
+        bytes: Vec<u8>,
+    ) -> Result<Value, ApiError> {
+        require_tenant(who, tenant)?;
+        check_name("policy", name)?;
+        if builtin::find(name).is_some() {
+            return Err(ApiError::bad_request(
+                "invalid-name",
+                format!("`{name}` is a builtin's name; choose another"),
+            ));
+        }
+        {
+            let snapshot = self.snapshot();
+            let record = snapshot.manifest().tenants.get(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+            self.check_policy_count(record, tenant, name)?;
+        }
+        if let Some(p) = &params {
+            match serde_json::from_str::<Value>(p) {
+                Ok(Value::Object(_)) => {}
+                _ => return Err(ApiError::bad_request("invalid-params", "`params` must be a JSON object")),
+            }
+        }
+        self.rate_limit(tenant)?;
+        let blob = hex::encode(Sha256::digest(&bytes));
+        let version = version_of(&blob, params.as_deref());
+        let bytes: Arc<[u8]> = bytes.into();
+        let component = self.compile(&blob, bytes.clone()).await?;
+        let parameters = params.clone().unwrap_or_else(|| "{}".into());
+        let (first, component) = {
+            let (name, parameters) = (name.to_string(), parameters.clone());
+            tokio::task::spawn_blocking(move || {
+                GuestScorer::new(name, component.clone(), &parameters).map(|s| (s, component))
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("the configure thread: {e}")))??
+        };
+        let store_bytes = bytes.clone();
+        tokio::task::block_in_place(|| self.store.write_blob(&blob, &store_bytes))
+            .map_err(|e| ApiError::internal(format!("storing the component: {e}")))?;
+
+        let mut writer = self.writer.lock().await;
+        let mut manifest = writer.manifest.clone();
+        let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+        self.check_policy_count(record, tenant, name)?;
+        let policy = record.policies.entry(name.to_string()).or_insert_with(|| PolicyRecord {
+            versions: Vec::new(),
+            active: version.clone(),
+            previous: Vec::new(),
+        });
+        if policy.version(&version).is_none() {
+            policy.versions.push(VersionRecord {
+                version: version.clone(),
+                blob: blob.clone(),
+                params: parameters.clone(),
+                size: bytes.len(),
+            });
+        }
+        if policy.active != version {
+            let old = std::mem::replace(&mut policy.active, version.clone());
+            policy.previous.push(old);
+            if policy.previous.len() > MAX_PREVIOUS {
+                policy.previous.remove(0);
+            }
+        }
+        writer.components.insert(blob.clone(), component.clone());
+        let key = (tenant.to_string(), name.to_string(), version.clone());
+        if let std::collections::hash_map::Entry::Vacant(slot) = writer.loaded.entry(key) {
+            let loaded = self.new_version(slot.key(), &parameters, component.clone(), Some(first));
+            slot.insert(loaded);
+        }
+        self.commit(&mut writer, manifest)?;
+        Ok(json!({
+            "tenant": tenant,
+            "policy": name,
+            "version": version,
+            "sha256": blob,
+            "size_bytes": bytes.len(),
+            "compile_ms": component.compile_time().as_secs_f64() * 1e3,
+        }))
+    }
+
+    /// `PUT /v1/tenants/{tenant}/classes/{class}`: routes a class to a builtin or one of
+    /// the tenant's policies (a pinned version, or whichever is active).
+    pub async fn assign(
+        &self,
+        who: &Principal,
+        tenant: &str,
+        class: &str,
+        body: &[u8],
+    ) -> Result<Value, ApiError> {
+        require_tenant(who, tenant)?;
+        check_name("class", class)?;
+        let AssignBody { policy, version, on_fault } = parse(body)?;
+        let mut writer = self.writer.lock().await;
+        let mut manifest = writer.manifest.clone();
+        let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+        let effective = if let Some(p) = record.policies.get(&policy) {
+            match &version {
+                Some(v) if p.version(v).is_none() => {
+                    return Err(ApiError::not_found(
+                        "unknown-version",
+                        format!("policy `{policy}` has no version {v}"),
+                    ));
+                }
+                Some(v) => Some(v.clone()),
+                None => Some(p.active.clone()),
+            }
+        } else if builtin::find(&policy).is_some() {
+            if version.is_some() {
+                return Err(ApiError::bad_request(
+                    "invalid-input",
+                    "a builtin has no versions; omit `version`",
+                ));
+            }
+            None
+        } else {
+            return Err(ApiError::not_found(
+                "unknown-policy",
+                format!(
+                    "`{policy}` is neither tenant `{tenant}`'s policy nor a builtin ({})",
+                    builtin::names().join(", ")
+                ),
+            ));
+        };
+        record.classes.insert(
+            class.to_string(),
+            Assignment { policy: policy.clone(), version: version.clone(), on_fault },
+        );
+        self.commit(&mut writer, manifest)?;
+        Ok(json!({
+            "tenant": tenant,
+            "class": class,
+            "policy": policy,
+            "pinned": version.is_some(),
+            "version": effective,
+            "on_fault": on_fault,
+        }))
+    }
+
+    /// `POST /v1/tenants/{tenant}/policies/{name}/rollback`: the version active before the
+    /// current one becomes active again.
+    pub async fn rollback(&self, who: &Principal, tenant: &str, name: &str) -> Result<Value, ApiError> {
+        require_tenant(who, tenant)?;
+        let mut writer = self.writer.lock().await;
+        let mut manifest = writer.manifest.clone();
+        let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+        let policy = record.policies.get_mut(name).ok_or_else(|| {
+            ApiError::not_found("unknown-policy", format!("tenant `{tenant}` has no policy `{name}`"))
+        })?;
+        let Some(previous) = policy.previous.pop() else {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "no-previous-version",
+                format!("policy `{name}` has had only one active version"),
+            ));
+        };
+        let replaced = std::mem::replace(&mut policy.active, previous.clone());
+        self.commit(&mut writer, manifest)?;
+        Ok(json!({ "tenant": tenant, "policy": name, "version": previous, "replaced": replaced }))
+    }
+
+    /// `GET /v1/tenants/{tenant}/policies`: names, versions, the active one, counters,
+    /// and the class assignments.
+    pub fn list(&self, who: &Principal, tenant: &str) -> Result<Value, ApiError> {
+        require_tenant(who, tenant)?;
+        let snapshot = self.snapshot();
+        let record = snapshot.manifest().tenants.get(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+        let policies: Vec<Value> = record
+            .policies
+            .iter()
+            .map(|(name, p)| {
+                let m = self.metrics.policy(tenant, name);
+                json!({
+                    "name": name,
+                    "active": p.active,
+                    "versions": p.versions.iter().map(|v| json!({
+                        "version": v.version, "sha256": v.blob, "size_bytes": v.size, "params": v.params,
+                    })).collect::<Vec<_>>(),
+                    "previous": p.previous,
+                    "selections": m.selections(),
+                    "faults": m.faults(),
+                })
+            })
+            .collect();
+        let classes: serde_json::Map<String, Value> = record
+            .classes
+            .iter()
+            .map(|(class, a)| {
+                let effective = a.version.clone().or_else(|| record.policies.get(&a.policy).map(|p| p.active.clone()));
+                (class.clone(), json!({ "policy": a.policy, "pinned": a.version.is_some(), "version": effective, "on_fault": a.on_fault }))
+            })
+            .collect();
+        Ok(
+            json!({ "tenant": tenant, "policies": policies, "classes": classes, "builtins": builtin::names() }),
+        )
+    }
+}

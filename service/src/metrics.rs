@@ -1,0 +1,250 @@
+//! Counters and histograms, rendered as Prometheus text. Lock-free on the selection path
+//! (atomics); a mutex only to find or create a (tenant, policy) entry.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use switchyard::FaultKind;
+
+/// Every fault kind, in the order counters are kept.
+pub const FAULT_KINDS: [FaultKind; 8] = [
+    FaultKind::Fuel,
+    FaultKind::Deadline,
+    FaultKind::Memory,
+    FaultKind::Stack,
+    FaultKind::Trap,
+    FaultKind::InvalidOutput,
+    FaultKind::PolicyError,
+    FaultKind::Quarantined,
+];
+
+/// Upper bounds of the selection latency buckets, seconds (10 µs … 100 ms).
+const LATENCY_BOUNDS: [f64; 10] = [1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 2.5e-2, 1e-1];
+/// Upper bounds of the compile time buckets, seconds (10 ms … 10 s).
+const COMPILE_BOUNDS: [f64; 8] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0];
+
+/// A histogram with fixed buckets; sums kept in nanoseconds.
+struct Histogram<const N: usize> {
+    bounds: &'static [f64; N],
+    buckets: [AtomicU64; N],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+impl<const N: usize> Histogram<N> {
+    fn new(bounds: &'static [f64; N]) -> Self {
+        Self {
+            bounds,
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            count: AtomicU64::new(0),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        if let Some(i) = self.bounds.iter().position(|b| s <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Writes `_bucket` (cumulative), `_sum` and `_count` lines.
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let braced = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
+        let mut cumulative = 0;
+        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
+            cumulative += bucket.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}");
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum{braced} {sum}");
+        let _ = writeln!(out, "{name}_count{braced} {count}");
+    }
+}
+
+/// The counters of one tenant's policy (all its versions together).
+pub struct PolicyMetrics {
+    selections: AtomicU64,
+    fallbacks: AtomicU64,
+    latency: Histogram<10>,
+    faults: [AtomicU64; 8],
+    fuel: AtomicU64,
+}
+
+impl PolicyMetrics {
+    fn new() -> Self {
+        Self {
+            selections: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+            latency: Histogram::new(&LATENCY_BOUNDS),
+            faults: std::array::from_fn(|_| AtomicU64::new(0)),
+            fuel: AtomicU64::new(0),
+        }
+    }
+
+    /// One answered selection (by the policy or its fallback) and how long it took.
+    pub fn selected(&self, latency: Duration, fell_back: bool) {
+        self.selections.fetch_add(1, Ordering::Relaxed);
+        if fell_back {
+            self.fallbacks.fetch_add(1, Ordering::Relaxed);
+        }
+        self.latency.observe(latency);
+    }
+
+    pub fn fault(&self, kind: FaultKind) {
+        let i = FAULT_KINDS.iter().position(|k| *k == kind).expect("every kind is listed");
+        self.faults[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Fuel a guest call consumed.
+    pub fn fuel(&self, fuel: u64) {
+        self.fuel.fetch_add(fuel, Ordering::Relaxed);
+    }
+
+    /// Faults so far, by kind (every kind, zeros included).
+    pub fn faults(&self) -> BTreeMap<&'static str, u64> {
+        FAULT_KINDS.iter().zip(&self.faults).map(|(k, n)| (k.as_str(), n.load(Ordering::Relaxed))).collect()
+    }
+
+    pub fn selections(&self) -> u64 {
+        self.selections.load(Ordering::Relaxed)
+    }
+}
+
+/// All the service's metrics.
+pub struct Metrics {
+    policies: Mutex<BTreeMap<(String, String), Arc<PolicyMetrics>>>,
+    compile: Histogram<8>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self { policies: Mutex::default(), compile: Histogram::new(&COMPILE_BOUNDS) }
+    }
+}
+
+impl Metrics {
+    /// The counters of `policy` of `tenant`, created on first use.
+    pub fn policy(&self, tenant: &str, policy: &str) -> Arc<PolicyMetrics> {
+        let mut map = self.policies.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry((tenant.to_string(), policy.to_string()))
+            .or_insert_with(|| Arc::new(PolicyMetrics::new()))
+            .clone()
+    }
+
+    pub fn compiled(&self, took: Duration) {
+        self.compile.observe(took);
+    }
+
+    /// Prometheus text exposition. Tenant and policy names are `[a-z0-9_-]`, so labels
+    /// need no escaping.
+    pub fn render(&self) -> String {
+        let map = self.policies.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut out = String::new();
+        let mut family =
+            |name: &str, kind: &str, help: &str, f: &mut dyn FnMut(&mut String, &str, &PolicyMetrics)| {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+                for ((tenant, policy), m) in &map {
+                    f(&mut out, &format!("tenant=\"{tenant}\",policy=\"{policy}\""), m);
+                }
+            };
+        family(
+            "switchyard_selections_total",
+            "counter",
+            "Selections answered, by tenant and assigned policy.",
+            &mut |o, l, m| {
+                let _ = writeln!(
+                    o,
+                    "switchyard_selections_total{{{l}}} {}",
+                    m.selections.load(Ordering::Relaxed)
+                );
+            },
+        );
+        family(
+            "switchyard_fallbacks_total",
+            "counter",
+            "Selections the native default decided after a fault (fail-open).",
+            &mut |o, l, m| {
+                let _ =
+                    writeln!(o, "switchyard_fallbacks_total{{{l}}} {}", m.fallbacks.load(Ordering::Relaxed));
+            },
+        );
+        family(
+            "switchyard_selection_seconds",
+            "histogram",
+            "Selection latency inside the service.",
+            &mut |o, l, m| {
+                m.latency.render(o, "switchyard_selection_seconds", l);
+            },
+        );
+        family("switchyard_policy_faults_total", "counter", "Guest faults by kind.", &mut |o, l, m| {
+            for (kind, n) in m.faults() {
+                let _ = writeln!(o, "switchyard_policy_faults_total{{{l},kind=\"{kind}\"}} {n}");
+            }
+        });
+        family(
+            "switchyard_fuel_used_total",
+            "counter",
+            "Fuel consumed by guest calls (0 without a fuel budget).",
+            &mut |o, l, m| {
+                let _ = writeln!(o, "switchyard_fuel_used_total{{{l}}} {}", m.fuel.load(Ordering::Relaxed));
+            },
+        );
+        family(
+            "switchyard_policy_quarantined",
+            "gauge",
+            "1 while the policy is quarantined (no quarantine yet: always 0).",
+            &mut |o, l, _| {
+                let _ = writeln!(o, "switchyard_policy_quarantined{{{l}}} 0");
+            },
+        );
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_compile_seconds Compile time of uploaded components.\n# TYPE switchyard_compile_seconds histogram"
+        );
+        self.compile.render(&mut out, "switchyard_compile_seconds", "");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_has_cumulative_buckets_and_every_fault_kind() {
+        let metrics = Metrics::default();
+        let p = metrics.policy("acme", "mine");
+        p.selected(Duration::from_micros(30), false);
+        p.selected(Duration::from_millis(2), true);
+        p.fault(FaultKind::Fuel);
+        p.fuel(1234);
+        metrics.compiled(Duration::from_millis(300));
+        let text = metrics.render();
+        let l = "tenant=\"acme\",policy=\"mine\"";
+        for line in [
+            format!("switchyard_selections_total{{{l}}} 2"),
+            format!("switchyard_fallbacks_total{{{l}}} 1"),
+            format!("switchyard_selection_seconds_bucket{{{l},le=\"0.00005\"}} 1"),
+            format!("switchyard_selection_seconds_bucket{{{l},le=\"0.005\"}} 2"),
+            format!("switchyard_selection_seconds_bucket{{{l},le=\"+Inf\"}} 2"),
+            format!("switchyard_selection_seconds_count{{{l}}} 2"),
+            format!("switchyard_policy_faults_total{{{l},kind=\"fuel\"}} 1"),
+            format!("switchyard_policy_faults_total{{{l},kind=\"quarantined\"}} 0"),
+            format!("switchyard_fuel_used_total{{{l}}} 1234"),
+            "switchyard_compile_seconds_bucket{le=\"0.25\"} 0".to_string(),
+            "switchyard_compile_seconds_bucket{le=\"0.5\"} 1".to_string(),
+            "switchyard_compile_seconds_count 1".to_string(),
+        ] {
+            assert!(text.lines().any(|x| x == line), "missing `{line}` in\n{text}");
+        }
+    }
+}

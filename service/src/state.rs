@@ -1,0 +1,336 @@
+//! The service's state: the committed manifest, the compiled versions, and the routing
+//! snapshot selections read.
+//!
+//! Hot swap: every mutation builds a new immutable [`Snapshot`] and swaps it in with one
+//! atomic pointer store (`ArcSwap`). A selection loads the snapshot once and holds an
+//! `Arc` to the version it runs, so a swap never disturbs it: it finishes on the old
+//! version, the next one sees the new. Mutations are serialised by one async mutex and
+//! reach the disk (the manifest) before the swap, so an acknowledged change is durable.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use switchyard::builtin::{self, Builtin};
+use switchyard::selection::{Call, Scorer};
+use switchyard::{Fault, FaultKind, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
+use switchyard_guest_sdk::{PolicyInfo, WorkerRank};
+use tokio::sync::{MutexGuard, Semaphore};
+
+use crate::config::ServiceLimits;
+use crate::error::ApiError;
+use crate::metrics::{Metrics, PolicyMetrics};
+use crate::store::{Manifest, OnFault, Store};
+
+/// (tenant, policy name, version).
+pub type VersionKey = (String, String, String);
+
+/// One compiled version of a tenant's policy, with its idle instances.
+pub struct LoadedVersion {
+    policy: String,
+    version: String,
+    params: String,
+    component: PolicyComponent,
+    /// Idle selectors, each owning one guest instance (a Store is single-threaded, so a
+    /// concurrent selection takes its own).
+    idle: Mutex<Vec<Selector>>,
+    max_idle: usize,
+    /// Whether a route uses this version; a retired version keeps no idle instances
+    /// (they hold slots of the engine's instance pool).
+    routed: AtomicBool,
+    metrics: Arc<PolicyMetrics>,
+}
+
+impl LoadedVersion {
+    pub fn policy(&self) -> &str {
+        &self.policy
+    }
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+    pub fn metrics(&self) -> &Arc<PolicyMetrics> {
+        &self.metrics
+    }
+
+    /// An idle selector, or a new instance; an instance that cannot be created is a fault
+    /// like any other.
+    pub fn checkout(&self) -> Result<Selector, Fault> {
+        if let Some(selector) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(selector);
+        }
+        let scorer = GuestScorer::new(self.policy.clone(), self.component.clone(), &self.params)
+            .map_err(|e| Fault::new(FaultKind::Trap, format!("instantiating: {e}")))?;
+        Ok(self.wrap(scorer))
+    }
+
+    /// Returns a selector for reuse (or drops it when retired or the pool is full).
+    pub fn checkin(&self, selector: Selector) {
+        if self.routed.load(Ordering::Acquire) {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            if idle.len() < self.max_idle {
+                idle.push(selector);
+            }
+        }
+    }
+
+    fn wrap(&self, scorer: GuestScorer) -> Selector {
+        Selector::new(Box::new(Metered { inner: scorer, metrics: self.metrics.clone() }))
+    }
+
+    fn set_routed(&self, routed: bool) {
+        self.routed.store(routed, Ordering::Release);
+        if !routed {
+            self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+    }
+}
+
+/// A guest scorer that adds the fuel of each call to its policy's counter.
+struct Metered {
+    inner: GuestScorer,
+    metrics: Arc<PolicyMetrics>,
+}
+
+impl Scorer for Metered {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn info(&self) -> PolicyInfo {
+        self.inner.info()
+    }
+    fn score(&mut self, call: &Call<'_>, costs: &mut Vec<f64>) -> Result<(), Fault> {
+        let r = self.inner.score(call, costs);
+        self.metrics.fuel(self.inner.last_fuel());
+        r
+    }
+    fn filter(&mut self, call: &Call<'_>, keep: &mut Vec<bool>) -> Result<(), Fault> {
+        let r = self.inner.filter(call, keep);
+        self.metrics.fuel(self.inner.last_fuel());
+        r
+    }
+    fn on_selected(&mut self, call: &Call<'_>, chosen: WorkerRank) -> Result<(), Fault> {
+        let r = self.inner.on_selected(call, chosen);
+        self.metrics.fuel(self.inner.last_fuel());
+        r
+    }
+}
+
+/// What runs for a class.
+#[derive(Clone)]
+pub enum Target {
+    /// A builtin, native build.
+    Builtin(&'static Builtin),
+    /// A tenant's version, as a guest.
+    Guest(Arc<LoadedVersion>),
+}
+
+/// A class's route: the policy, what runs it, and what a fault does.
+#[derive(Clone)]
+pub struct Route {
+    pub policy: String,
+    pub target: Target,
+    pub on_fault: OnFault,
+}
+
+/// An immutable view for readers: swapped whole on every change.
+pub struct Snapshot {
+    manifest: Arc<Manifest>,
+    /// tenant → class → route.
+    routes: HashMap<String, HashMap<String, Route>>,
+}
+
+impl Snapshot {
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The route of `class` for `tenant`: `None` for an unknown tenant; the builtin
+    /// default (fail-open) for an unassigned class.
+    pub fn route(&self, tenant: &str, class: Option<&str>) -> Option<Route> {
+        let classes = self.routes.get(tenant)?;
+        Some(class.and_then(|c| classes.get(c)).cloned().unwrap_or_else(|| Route {
+            policy: "default".into(),
+            target: Target::Builtin(builtin::find("default").expect("the default builtin exists")),
+            on_fault: OnFault::Open,
+        }))
+    }
+}
+
+/// What only the writer touches.
+pub struct Writer {
+    pub manifest: Manifest,
+    /// Compiled components by blob sha256 (several versions may share one).
+    pub components: HashMap<String, PolicyComponent>,
+    pub loaded: HashMap<VersionKey, Arc<LoadedVersion>>,
+}
+
+/// The running service.
+pub struct Service {
+    pub(crate) limits: ServiceLimits,
+    pub(crate) engine: PolicyEngine,
+    pub(crate) store: Store,
+    pub(crate) admin_sha256: String,
+    pub(crate) writer: tokio::sync::Mutex<Writer>,
+    snapshot: ArcSwap<Snapshot>,
+    pub(crate) compile_permits: Semaphore,
+    pub(crate) metrics: Metrics,
+    /// Upload times per tenant in the last minute, for `uploads_per_minute`.
+    pub(crate) uploads: Mutex<HashMap<String, std::collections::VecDeque<std::time::Instant>>>,
+}
+
+impl Service {
+    /// Opens the data directory and loads every committed version, compiling each
+    /// component once. Blocking: call before serving, or off the async runtime.
+    pub fn open(
+        data_dir: &Path,
+        limits: ServiceLimits,
+        engine_limits: Limits,
+        admin_token: Option<String>,
+    ) -> anyhow::Result<Arc<Self>> {
+        let store = Store::open(data_dir)
+            .map_err(|e| anyhow::anyhow!("opening the data dir {}: {e}", data_dir.display()))?;
+        let manifest = store.load_manifest().map_err(anyhow::Error::msg)?;
+        let admin_sha256 = crate::auth::admin_token_hash(data_dir, admin_token)
+            .map_err(|e| anyhow::anyhow!("the admin token in {}: {e}", data_dir.display()))?;
+        let engine = PolicyEngine::new(engine_limits)?;
+        let metrics = Metrics::default();
+        let mut writer = Writer { manifest, components: HashMap::new(), loaded: HashMap::new() };
+        let mut keys = Vec::new();
+        for (tenant, record) in &writer.manifest.tenants {
+            for (name, policy) in &record.policies {
+                for v in &policy.versions {
+                    keys.push((tenant.clone(), name.clone(), v.clone()));
+                }
+            }
+        }
+        for (tenant, name, v) in keys {
+            if !writer.components.contains_key(&v.blob) {
+                let bytes = store.read_blob(&v.blob).map_err(|e| anyhow::anyhow!("blob {}: {e}", v.blob))?;
+                let component = PolicyComponent::load(&engine, &bytes)
+                    .map_err(|e| anyhow::anyhow!("recompiling {tenant}/{name} {}: {e}", v.version))?;
+                metrics.compiled(component.compile_time());
+                writer.components.insert(v.blob.clone(), component);
+            }
+            let component = writer.components[&v.blob].clone();
+            let loaded =
+                new_version(&limits, &metrics, &tenant, &name, &v.version, &v.params, component, None);
+            writer.loaded.insert((tenant, name, v.version), loaded);
+        }
+        let snapshot = build_snapshot(&writer);
+        let service = Arc::new(Self {
+            compile_permits: Semaphore::new(limits.compile_concurrency.max(1)),
+            limits,
+            engine,
+            store,
+            admin_sha256,
+            writer: tokio::sync::Mutex::new(writer),
+            snapshot: ArcSwap::from_pointee(snapshot),
+            metrics,
+            uploads: Mutex::default(),
+        });
+        Ok(service)
+    }
+
+    /// The current snapshot (lock-free).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Makes `manifest` durable, then visible: writes it (temp + fsync + rename), adopts
+    /// it and swaps in a new snapshot. On a write error nothing changes.
+    pub(crate) fn commit(
+        &self,
+        writer: &mut MutexGuard<'_, Writer>,
+        manifest: Manifest,
+    ) -> Result<(), ApiError> {
+        tokio::task::block_in_place(|| self.store.write_manifest(&manifest))
+            .map_err(|e| ApiError::internal(format!("writing the manifest: {e}")))?;
+        writer.manifest = manifest;
+        let snapshot = build_snapshot(writer);
+        let routed: HashSet<*const LoadedVersion> = snapshot
+            .routes
+            .values()
+            .flat_map(|classes| classes.values())
+            .filter_map(|r| match &r.target {
+                Target::Guest(v) => Some(Arc::as_ptr(v)),
+                Target::Builtin(_) => None,
+            })
+            .collect();
+        self.snapshot.store(Arc::new(snapshot));
+        for v in writer.loaded.values() {
+            v.set_routed(routed.contains(&Arc::as_ptr(v)));
+        }
+        Ok(())
+    }
+
+    /// A loaded version for the writer's map; `first` is the instance the upload's
+    /// configure check created, kept as the first idle one.
+    pub(crate) fn new_version(
+        &self,
+        key: &VersionKey,
+        params: &str,
+        component: PolicyComponent,
+        first: Option<GuestScorer>,
+    ) -> Arc<LoadedVersion> {
+        new_version(&self.limits, &self.metrics, &key.0, &key.1, &key.2, params, component, first)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn new_version(
+    limits: &ServiceLimits,
+    metrics: &Metrics,
+    tenant: &str,
+    policy: &str,
+    version: &str,
+    params: &str,
+    component: PolicyComponent,
+    first: Option<GuestScorer>,
+) -> Arc<LoadedVersion> {
+    let loaded = Arc::new(LoadedVersion {
+        policy: policy.to_string(),
+        version: version.to_string(),
+        params: params.to_string(),
+        component,
+        idle: Mutex::new(Vec::new()),
+        max_idle: limits.idle_instances_per_version,
+        routed: AtomicBool::new(true),
+        metrics: metrics.policy(tenant, policy),
+    });
+    if let Some(scorer) = first {
+        let selector = loaded.wrap(scorer);
+        loaded.checkin(selector);
+    }
+    loaded
+}
+
+/// Routes from the manifest: a class names a builtin or one of the tenant's policies
+/// (pinned version, or the policy's active one).
+fn build_snapshot(writer: &Writer) -> Snapshot {
+    let mut routes = HashMap::new();
+    for (tenant, record) in &writer.manifest.tenants {
+        let mut classes = HashMap::new();
+        for (class, a) in &record.classes {
+            let target = if let Some(policy) = record.policies.get(&a.policy) {
+                let version = a.version.clone().unwrap_or_else(|| policy.active.clone());
+                match writer.loaded.get(&(tenant.clone(), a.policy.clone(), version)) {
+                    Some(v) => Target::Guest(v.clone()),
+                    None => continue,
+                }
+            } else if let Some(b) = builtin::find(&a.policy) {
+                Target::Builtin(b)
+            } else {
+                continue;
+            };
+            classes.insert(class.clone(), Route { policy: a.policy.clone(), target, on_fault: a.on_fault });
+        }
+        routes.insert(tenant.clone(), classes);
+    }
+    Snapshot { manifest: Arc::new(writer.manifest.clone()), routes }
+}

@@ -1,0 +1,32 @@
+//! `switchyard serve`: the multi-tenant policy service (see the `switchyard-service` crate).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::CliError;
+use super::config::LimitArgs;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port (printed on stdout).
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    listen: SocketAddr,
+    /// Where tenants, policies and the admin token are kept.
+    #[arg(long, default_value = "./switchyard-data")]
+    data_dir: PathBuf,
+    /// Sandbox limits (`[limits]`) and service limits (`[service]`); see --config.
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+pub fn run(args: ServeArgs) -> Result<(), CliError> {
+    let options = switchyard_service::ServeOptions {
+        listen: args.listen,
+        data_dir: args.data_dir,
+        limits: args.limits.service_limits()?,
+        engine_limits: args.limits.limits()?,
+    };
+    switchyard_service::run(options).map_err(|e| CliError::new("serve", format!("{e:#}")))
+}

@@ -1,0 +1,28 @@
+//! `switchyard tenant add NAME`: create a tenant on a running server (admin token).
+
+use clap::Subcommand;
+use serde_json::json;
+
+use super::client::{Method, ServerArgs};
+use super::{CliError, print_json};
+
+#[derive(Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant; prints its token (shown once).
+    Add {
+        /// The tenant's name: a-z, 0-9, `-`, `_`.
+        name: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+pub fn run(command: TenantCommand) -> Result<(), CliError> {
+    match command {
+        TenantCommand::Add { name, server } => {
+            let body = json!({ "name": name }).to_string();
+            print_json(&server.call(Method::Post, "/v1/tenants", Some(body.as_bytes()))?);
+            Ok(())
+        }
+    }
+}

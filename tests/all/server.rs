@@ -1,0 +1,170 @@
+//! A real `switchyard serve` on a loopback port, and a small blocking HTTP client.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+/// The admin token the test servers run with (set through `SWITCHYARD_ADMIN_TOKEN`).
+pub const ADMIN: &str = "test-admin-token";
+
+/// A fresh, empty directory for one test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("creating a temp dir");
+    dir
+}
+
+/// A running server process; killed when dropped.
+pub struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    /// Starts `switchyard serve --listen 127.0.0.1:0` on `data_dir` and reads the bound
+    /// address from its first line of stdout.
+    pub fn start(data_dir: &Path, config: Option<&Path>, admin_token: Option<&str>) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir);
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
+        match admin_token {
+            Some(token) => command.env("SWITCHYARD_ADMIN_TOKEN", token),
+            None => command.env_remove("SWITCHYARD_ADMIN_TOKEN"),
+        };
+        let mut child =
+            command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("starting switchyard serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).expect("reading stdout");
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("the server did not start: {line:?}"))
+            .to_string();
+        Self { child, url }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// `kill -9`.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A keep-alive HTTP client that returns every status as a value.
+pub struct Client {
+    agent: ureq::Agent,
+    base: String,
+}
+
+pub enum Body<'a> {
+    None,
+    Json(Value),
+    Bytes(&'a [u8]),
+}
+
+impl Client {
+    pub fn new(server: &Server) -> Self {
+        Self::at(server.url())
+    }
+
+    pub fn at(base: &str) -> Self {
+        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        Self { agent, base: base.to_string() }
+    }
+
+    /// Sends a request; `Err` only for a transport failure. The answer is
+    /// (status, JSON body, or `Value::String` of the text if it is not JSON).
+    pub fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Body<'_>,
+    ) -> Result<(u16, Value), String> {
+        let url = format!("{}{path}", self.base);
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let bytes: Vec<u8> = match &body {
+            Body::None => Vec::new(),
+            Body::Json(v) => v.to_string().into_bytes(),
+            Body::Bytes(b) => b.to_vec(),
+        };
+        let response = match method {
+            "GET" => {
+                let mut r = self.agent.get(&url);
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.call()
+            }
+            "POST" | "PUT" => {
+                let mut r = if method == "POST" { self.agent.post(&url) } else { self.agent.put(&url) };
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.send(&bytes[..])
+            }
+            _ => unreachable!("no such method in these tests"),
+        };
+        let mut response = response.map_err(|e| format!("{method} {url}: {e}"))?;
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().map_err(|e| format!("{method} {url}: {e}"))?;
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Ok((status, value))
+    }
+
+    /// [`Client::send`] for tests that expect the transport to work.
+    pub fn call(&self, method: &str, path: &str, token: Option<&str>, body: Body<'_>) -> (u16, Value) {
+        self.send(method, path, token, body).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Creates a tenant (as the admin) and returns its token.
+    pub fn add_tenant(&self, name: &str) -> String {
+        let (status, v) =
+            self.call("POST", "/v1/tenants", Some(ADMIN), Body::Json(serde_json::json!({ "name": name })));
+        assert_eq!(status, 201, "{v}");
+        v["token"].as_str().expect("a token").to_string()
+    }
+
+    /// Uploads `bytes` as `tenant`'s policy `name`; returns (status, answer).
+    pub fn upload(&self, token: &str, tenant: &str, name: &str, bytes: &[u8]) -> (u16, Value) {
+        self.call("PUT", &format!("/v1/tenants/{tenant}/policies/{name}"), Some(token), Body::Bytes(bytes))
+    }
+}
+
+/// `bytes` with a custom section appended: the same policy, a different sha256 (so a
+/// different version). Custom sections are allowed anywhere in a component.
+pub fn variant(bytes: &[u8], tag: u32) -> Vec<u8> {
+    let name = b"switchyard-test";
+    let payload = tag.to_le_bytes();
+    let mut section = vec![name.len() as u8];
+    section.extend_from_slice(name);
+    section.extend_from_slice(&payload);
+    let mut out = bytes.to_vec();
+    out.push(0); // custom section id
+    out.push(section.len() as u8); // < 128: one LEB128 byte
+    out.extend_from_slice(&section);
+    out
+}
+
+/// The sample request as the service takes it: plus tenant and class.
+pub fn select_body(tenant: &str, class: Option<&str>) -> Value {
+    let mut v: Value = serde_json::from_str(switchyard::input::SAMPLE_REQUEST).expect("the sample parses");
+    v["tenant"] = Value::from(tenant);
+    v["policy_class"] = class.map_or(Value::Null, Value::from);
+    v
+}
