@@ -1,8 +1,10 @@
 //! Command-line interface. Output is JSON on stdout; errors are one line on stderr
 //! starting with `error: <kind>:`, and a non-zero exit.
 
+mod chart;
 mod config;
 mod policy;
+mod replay;
 mod select;
 
 use std::process::ExitCode;
@@ -23,6 +25,8 @@ enum Command {
     /// Inspect, check and build policy components.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Replay a request trace through a simulated cluster: routing quality per policy.
+    Replay(replay::ReplayArgs),
 }
 
 /// A failure to report: a stable kind and a message.
@@ -43,6 +47,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Select(args) => select::run(args),
         Command::Policy(command) => policy::run(command),
+        Command::Replay(args) => replay::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,5 +4,6 @@
 mod cli;
 mod contract;
 mod equivalence;
+mod replay;
 mod support;
 mod world;
