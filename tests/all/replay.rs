@@ -55,7 +55,8 @@ fn succeeded(out: Output) -> String {
 }
 
 /// Workers for the byte-identical test: the full 16 of the benchmark fit CI's time on two
-/// cores (debug builds: ~2.5 s per process, four processes per builtin, two at a time).
+/// cores (debug build: ~2.5 s of CPU per process, four processes per builtin run at once,
+/// so ~5 s per builtin on two idle cores).
 const WORKERS: &str = "16";
 
 #[test]
