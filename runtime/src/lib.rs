@@ -13,6 +13,7 @@ pub mod component;
 pub mod engine;
 pub mod guest;
 pub mod input;
+pub mod replay;
 pub mod selection;
 
 pub use component::{LoadError, LoadErrorKind, PolicyComponent};

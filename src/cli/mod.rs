@@ -1,9 +1,11 @@
 //! Command-line interface. Output is JSON on stdout; errors are one line on stderr
 //! starting with `error: <kind>:`, and a non-zero exit.
 
+mod chart;
 mod client;
 mod config;
 mod policy;
+mod replay;
 mod select;
 mod serve;
 mod tenant;
@@ -31,6 +33,8 @@ enum Command {
     /// Manage tenants on a running server.
     #[command(subcommand)]
     Tenant(tenant::TenantCommand),
+    /// Replay a request trace through a simulated cluster: routing quality per policy.
+    Replay(replay::ReplayArgs),
 }
 
 /// A failure to report: a stable kind and a message.
@@ -53,6 +57,7 @@ pub fn main() -> ExitCode {
         Command::Policy(command) => policy::run(command),
         Command::Serve(args) => serve::run(args),
         Command::Tenant(command) => tenant::run(command),
+        Command::Replay(args) => replay::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,5 +8,6 @@ mod policies;
 mod server;
 mod service;
 mod service_load;
+mod replay;
 mod support;
 mod world;

@@ -1,0 +1,43 @@
+//! The whole conversation trace (12,031 rows) through 16 simulated workers with the
+//! default policy as a guest: the replay's speed goal is under 2 s.
+//!
+//! `cargo bench --bench replay`
+
+use std::path::PathBuf;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use switchyard::replay::{PolicyLabel, ReplayConfig, Trace, replay};
+use switchyard::{GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
+
+fn trace() -> Trace {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/conversation_trace.jsonl");
+    let bytes = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("the benchmark needs the conversation trace at {}: {e}", path.display()));
+    Trace::parse(&bytes, 512, None).expect("the conversation trace parses")
+}
+
+fn full_trace(c: &mut Criterion) {
+    let trace = trace();
+    assert_eq!(trace.rows().len(), 12_031);
+    let engine = PolicyEngine::new(Limits::default()).expect("engine");
+    let builtin = switchyard::builtin::find("default").expect("default builtin");
+    let component = PolicyComponent::load(&engine, builtin.component).expect("the default component loads");
+    let label =
+        PolicyLabel { name: "default".into(), parameters: serde_json::json!({}), component_sha256: None };
+    let config = ReplayConfig { workers: 16, ..ReplayConfig::default() };
+    let mut group = c.benchmark_group("replay");
+    group.sample_size(10);
+    group.bench_function("conversation_trace_12031_rows_16_workers_default_guest", |b| {
+        b.iter(|| {
+            // A fresh guest instance per run, as a `switchyard replay --guest` would have;
+            // the component is compiled once (its cost is the loader's, not the replay's).
+            let scorer = GuestScorer::new("default", component.clone(), "{}").expect("guest");
+            let mut selector = Selector::new(Box::new(scorer));
+            replay(&trace, &mut selector, &label, &config, &mut |_| {}).expect("replays")
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, full_trace);
+criterion_main!(benches);

@@ -1,0 +1,336 @@
+//! `switchyard replay`: route a trace through a simulated cluster with one or more
+//! policies; a human summary on stdout, the canonical report with `--report`, a chart
+//! with `--svg`. Progress goes to stderr, only when it is a terminal.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Args;
+use serde_json::{Value, json};
+use switchyard::replay::{Mode, PolicyLabel, ReplayConfig, ReplayError, Report, Trace, canonical_json};
+use switchyard::selection::Scorer;
+use switchyard::{GuestScorer, PolicyComponent, PolicyEngine, Selector, builtin};
+
+use super::CliError;
+use super::chart;
+use super::config::LimitArgs;
+
+/// The conversation trace, where a clone finds it: `shared/` beside the project root.
+const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/conversation_trace.jsonl");
+
+#[derive(Args)]
+pub struct ReplayArgs {
+    /// A Mooncake-format JSONL trace [default: ../shared/traces/conversation_trace.jsonl
+    /// beside the project root].
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// A builtin policy name or a component file (.wasm).
+    #[arg(long, default_value = "default")]
+    policy: String,
+    /// Run builtins' component builds instead of their native builds.
+    #[arg(long)]
+    guest: bool,
+    /// The policy's parameters, a JSON object (for every policy of --compare too).
+    #[arg(long, default_value = "{}")]
+    params: String,
+    /// Workers in all (disaggregated: ceil(N/2) prefill, floor(N/2) decode).
+    #[arg(long, default_value_t = 16)]
+    workers: u32,
+    /// Replay only the first ROWS rows.
+    #[arg(long, value_name = "ROWS")]
+    limit: Option<usize>,
+    /// aggregated or disaggregated.
+    #[arg(long, default_value = "aggregated", value_parser = parse_mode)]
+    mode: Mode,
+    /// The run's seed (ties and sampling of every request derive from it).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Replay arrivals this many times faster than the trace's timestamps.
+    #[arg(long, default_value_t = 1.0)]
+    speedup: f64,
+    /// KV blocks per worker (of --block-size tokens): the prefix cache's capacity.
+    #[arg(long, default_value_t = 2048)]
+    kv_blocks: u32,
+    /// Tokens per hash_ids block in the trace (Mooncake: 512).
+    #[arg(long, default_value_t = 512)]
+    block_size: u32,
+    /// Write the canonical JSON report here (with --compare: {"reports": [...]}).
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Several policies side by side, comma-separated (replaces --policy).
+    #[arg(long, value_delimiter = ',')]
+    compare: Vec<String>,
+    /// Write an SVG chart of the TTFT distribution (CDF) per policy here.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    Mode::parse(s).ok_or_else(|| format!("`{s}` is not a mode; use aggregated or disaggregated"))
+}
+
+/// One finished run.
+struct Run {
+    label: String,
+    report: Report,
+    wall_s: f64,
+}
+
+pub fn run(args: ReplayArgs) -> Result<(), CliError> {
+    let path = match &args.trace {
+        Some(path) => path.clone(),
+        None => {
+            let path = PathBuf::from(DEFAULT_TRACE);
+            if !path.is_file() {
+                return Err(CliError::new(
+                    "io",
+                    format!("no --trace given and the default trace {} is absent", path.display()),
+                ));
+            }
+            path
+        }
+    };
+    let bytes =
+        std::fs::read(&path).map_err(|e| CliError::new("io", format!("reading {}: {e}", path.display())))?;
+    let trace = Trace::parse(&bytes, args.block_size, args.limit)
+        .map_err(|e| CliError::new("invalid-trace", format!("{}: {e}", path.display())))?;
+    let parameters: Value = serde_json::from_str(&args.params)
+        .map_err(|e| CliError::new("configure-failed", format!("--params is not JSON: {e}")))?;
+    let config = ReplayConfig {
+        workers: args.workers,
+        mode: args.mode,
+        seed: args.seed,
+        speedup: args.speedup,
+        total_kv_blocks: args.kv_blocks,
+        ..ReplayConfig::default()
+    };
+    config.validate().map_err(|e| CliError::new("invalid-config", e.to_string()))?;
+    let policies = if args.compare.is_empty() { vec![args.policy.clone()] } else { args.compare.clone() };
+    let mut engine = None;
+    let mut runs = Vec::new();
+    for policy in &policies {
+        let (scorer, label, build) =
+            load(policy, args.guest, &args.params, &parameters, &args.limits, &mut engine)?;
+        let mut selector = Selector::new(scorer);
+        let mut bar = Progress::new(format!("{policy} ({build})"), trace.rows().len());
+        let started = Instant::now();
+        let report =
+            switchyard::replay::replay(&trace, &mut selector, &label, &config, &mut |done| bar.update(done))
+                .map_err(replay_error)?;
+        bar.finish();
+        runs.push(Run {
+            label: format!("{policy} ({build})"),
+            report,
+            wall_s: started.elapsed().as_secs_f64(),
+        });
+    }
+    let name =
+        path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    if runs.len() == 1 {
+        print_summary(&runs[0], &name, &config);
+    } else {
+        print_table(&runs, &name, &config);
+    }
+    if let Some(out) = &args.report {
+        let text = if runs.len() == 1 {
+            runs[0].report.canonical()
+        } else {
+            runs.iter()
+                .map(|r| r.report.to_json())
+                .collect::<Result<Vec<_>, _>>()
+                .and_then(|reports| canonical_json(&json!({ "reports": reports })))
+        }
+        .map_err(|e| CliError::new("report", e.to_string()))?;
+        write(out, text.as_bytes())?;
+        println!("report: {}", out.display());
+    }
+    if let Some(out) = &args.svg {
+        let series: Vec<(&str, &[f64])> =
+            runs.iter().map(|r| (r.label.as_str(), r.report.ttft_ms())).collect();
+        let title = format!(
+            "TTFT on {name}: {} rows, {} workers, {}",
+            trace.rows().len(),
+            config.workers,
+            config.mode.as_str()
+        );
+        write(out, chart::ttft_cdf(&title, &series).as_bytes())?;
+        println!("chart: {}", out.display());
+    }
+    Ok(())
+}
+
+/// Builds the scorer for `policy` and the label the report names it by.
+fn load(
+    policy: &str,
+    guest: bool,
+    params: &str,
+    parameters: &Value,
+    limits: &LimitArgs,
+    engine: &mut Option<PolicyEngine>,
+) -> Result<(Box<dyn Scorer>, PolicyLabel, &'static str), CliError> {
+    let load_error = |e: switchyard::LoadError| CliError::new(e.kind.as_str(), e.message);
+    let mut engine = |limits: &LimitArgs| -> Result<PolicyEngine, CliError> {
+        if engine.is_none() {
+            *engine = Some(limits.engine()?);
+        }
+        Ok(engine.clone().expect("just set"))
+    };
+    let path = Path::new(policy);
+    if policy.ends_with(".wasm") || path.is_file() {
+        let bytes = std::fs::read(path)
+            .map_err(|e| CliError::new("io", format!("reading {}: {e}", path.display())))?;
+        let component = PolicyComponent::load(&engine(limits)?, &bytes).map_err(load_error)?;
+        let sha = component.digest().to_string();
+        let name = path.file_stem().map_or("policy".into(), |s| s.to_string_lossy().into_owned());
+        let scorer = GuestScorer::new(name.clone(), component, params).map_err(load_error)?;
+        let label = PolicyLabel { name, parameters: parameters.clone(), component_sha256: Some(sha) };
+        return Ok((Box::new(scorer), label, "guest"));
+    }
+    let builtin = builtin::find(policy).ok_or_else(|| {
+        CliError::new(
+            "unknown-policy",
+            format!("`{policy}` is neither a builtin ({}) nor a .wasm file", builtin::names().join(", ")),
+        )
+    })?;
+    let label = PolicyLabel {
+        name: builtin.name.to_string(),
+        parameters: parameters.clone(),
+        component_sha256: None,
+    };
+    if guest {
+        let scorer = builtin.guest(&engine(limits)?, params).map_err(load_error)?;
+        Ok((Box::new(scorer), label, "guest"))
+    } else {
+        let scorer = builtin.native(params).map_err(|e| CliError::new("configure-failed", e.to_string()))?;
+        Ok((scorer, label, "native"))
+    }
+}
+
+fn replay_error(e: ReplayError) -> CliError {
+    match e {
+        ReplayError::Config(m) => CliError::new("invalid-config", m),
+        e @ ReplayError::Selection { .. } => CliError::new("selection-failed", e.to_string()),
+    }
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    std::fs::write(path, bytes).map_err(|e| CliError::new("io", format!("writing {}: {e}", path.display())))
+}
+
+fn print_summary(run: &Run, trace: &str, config: &ReplayConfig) {
+    let r = &run.report;
+    println!(
+        "replay of {trace}: {} requests, {} workers, {}, seed {}, speedup {}",
+        r.requests(),
+        config.workers,
+        config.mode.as_str(),
+        config.seed,
+        config.speedup
+    );
+    println!("policy: {}", run.label);
+    for (what, d) in [("TTFT", r.ttft()), ("end-to-end", r.e2e())] {
+        println!(
+            "  {what:<11} ms  mean {:>9.1}  p50 {:>9.1}  p90 {:>9.1}  p99 {:>9.1}",
+            d.mean, d.p50, d.p90, d.p99
+        );
+    }
+    println!("  cache hit ratio  {:.3}", r.cache_hit_ratio());
+    for load in r.pools() {
+        let counts = &load.requests_per_worker;
+        println!(
+            "  {:?} pool: requests per worker min {} max {}, imbalance (max/mean) {:.3}",
+            load.pool,
+            counts.iter().min().unwrap_or(&0),
+            counts.iter().max().unwrap_or(&0),
+            load.imbalance()
+        );
+    }
+    println!("  decisions {} (sha256 {})", r.decisions(), r.decisions_sha256());
+    println!(
+        "  wall clock {:.3} s ({:.0} decisions/s; not part of the report)",
+        run.wall_s,
+        r.decisions() as f64 / run.wall_s.max(1e-9)
+    );
+}
+
+fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
+    println!(
+        "replay of {trace}: {} requests, {} workers, {}, seed {}, speedup {}",
+        runs[0].report.requests(),
+        config.workers,
+        config.mode.as_str(),
+        config.seed,
+        config.speedup
+    );
+    let width = runs.iter().map(|r| r.label.len()).max().unwrap_or(6).max(6);
+    println!(
+        "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>6}  {:>9}  {:>12}  {:>7}",
+        "policy",
+        "TTFT mean",
+        "p50",
+        "p90",
+        "p99",
+        "E2E mean",
+        "p99",
+        "hit",
+        "imbalance",
+        "decisions",
+        "wall s"
+    );
+    for run in runs {
+        let r = &run.report;
+        let (t, e) = (r.ttft(), r.e2e());
+        let imbalance = r.pools().iter().map(|p| p.imbalance()).fold(0.0, f64::max);
+        println!(
+            "{:<width$}  {:>9.1} {:>9.1} {:>9.1} {:>9.1}  {:>9.1} {:>9.1}  {:>6.3}  {:>9.3}  {:>12}  {:>7.2}",
+            run.label,
+            t.mean,
+            t.p50,
+            t.p90,
+            t.p99,
+            e.mean,
+            e.p99,
+            r.cache_hit_ratio(),
+            imbalance,
+            &r.decisions_sha256()[..12],
+            run.wall_s
+        );
+    }
+}
+
+/// A progress bar on stderr, drawn only when stderr is a terminal.
+struct Progress {
+    label: String,
+    total: usize,
+    shown: usize,
+    tty: bool,
+}
+
+impl Progress {
+    fn new(label: String, total: usize) -> Self {
+        Self { label, total: total.max(1), shown: usize::MAX, tty: std::io::stderr().is_terminal() }
+    }
+
+    fn update(&mut self, done: usize) {
+        if !self.tty {
+            return;
+        }
+        let percent = done * 100 / self.total;
+        if percent == self.shown {
+            return;
+        }
+        self.shown = percent;
+        let filled = percent * 30 / 100;
+        let bar: String = "#".repeat(filled) + &" ".repeat(30 - filled);
+        let _ = write!(std::io::stderr(), "\r{} [{bar}] {percent:>3}% {done}/{}", self.label, self.total);
+    }
+
+    fn finish(&mut self) {
+        if self.tty {
+            let _ = writeln!(std::io::stderr());
+        }
+    }
+}
