@@ -19,7 +19,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Select a worker for one request and print the decision as JSON.
-    Select(select::SelectArgs),
+    Select(Box<select::SelectArgs>),
     /// Inspect, check and build policy components.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -41,13 +41,15 @@ impl CliError {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Select(args) => select::run(args),
+        Command::Select(args) => select::run(*args),
         Command::Policy(command) => policy::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}: {}", e.kind, e.message);
+            // One line, always: scripts read the kind from the first line.
+            let message = e.message.lines().map(str::trim).collect::<Vec<_>>().join("; ");
+            eprintln!("error: {}: {message}", e.kind);
             ExitCode::from(e.code)
         }
     }

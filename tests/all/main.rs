@@ -1,8 +1,12 @@
 //! Switchyard's integration tests: one binary, a module per feature.
 //! Guests are real components built from `policies/` by `build.rs`.
 
+mod adversarial;
 mod cli;
 mod contract;
 mod equivalence;
+mod guard;
+mod isolation;
+mod sandbox_cli;
 mod support;
 mod world;
