@@ -113,12 +113,16 @@ impl ScoreOnly {
 }
 
 fn overhead_table(engine: &PolicyEngine) {
-    let mut noop = GuestScorer::new("noop", PolicyComponent::load(engine, NOOP).unwrap(), "{}").unwrap();
+    let noop_component = PolicyComponent::load(engine, NOOP).unwrap();
+    let mut noop = GuestScorer::new("noop", noop_component.clone(), "{}").unwrap();
+    let mut noop_1 = GuestScorer::new("noop", noop_component, "{}").unwrap();
     let mut imports =
         GuestScorer::new("imports", PolicyComponent::load(engine, IMPORTS).unwrap(), "{}").unwrap();
     let default = builtin::find("default").unwrap();
     let mut native = default.native("{}").unwrap();
+    let mut native_4 = default.native("{}").unwrap();
     let mut guest = default.guest(engine, "{}").unwrap();
+    let mut guest_4 = default.guest(engine, "{}").unwrap();
     let mut empty = ScoreOnly::new(0, &noop);
     let mut one_noop = ScoreOnly::new(1, &noop);
     let mut one_imports = ScoreOnly::new(1, &imports);
@@ -128,12 +132,12 @@ fn overhead_table(engine: &PolicyEngine) {
     let mut g4 = ScoreOnly::new(4_096, &guest);
     let t = interleaved(&mut [
         &mut || empty.run(&mut noop),
-        &mut || one_noop.run(&mut noop),
+        &mut || one_noop.run(&mut noop_1),
         &mut || one_imports.run(&mut imports),
         &mut || n1.run(native.as_mut()),
-        &mut || n4.run(native.as_mut()),
+        &mut || n4.run(native_4.as_mut()),
         &mut || g1.run(&mut guest),
-        &mut || g4.run(&mut guest),
+        &mut || g4.run(&mut guest_4),
     ]);
     let native_slope = (t[4] - t[3]) / 3_072.0;
     let guest_slope = (t[6] - t[5]) / 3_072.0;

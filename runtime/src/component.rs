@@ -11,6 +11,7 @@ use wasmtime::component::{Component, Linker};
 
 use crate::engine::PolicyEngine;
 use crate::guest::{HostState, bindings};
+use crate::selection::{Fault, FaultKind};
 
 /// The interfaces a policy may import: the world's, and nothing else (no WASI).
 pub const ALLOWED_IMPORTS: &[&str] = &["switchyard:policy/types@0.1.0", "switchyard:policy/request@0.1.0"];
@@ -56,11 +57,19 @@ impl LoadErrorKind {
 pub struct LoadError {
     pub kind: LoadErrorKind,
     pub message: String,
+    /// When the guest ran and faulted (a start function or `configure` that spins,
+    /// traps or allocates without bound): how. `None` for a refusal before running.
+    pub fault: Option<FaultKind>,
 }
 
 impl LoadError {
     pub fn new(kind: LoadErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into() }
+        Self { kind, message: message.into(), fault: None }
+    }
+
+    /// Refused because the guest faulted while instantiating or configuring.
+    pub fn faulted(kind: LoadErrorKind, fault: Fault) -> Self {
+        Self { kind, message: fault.to_string(), fault: Some(fault.kind) }
     }
 }
 
@@ -78,6 +87,7 @@ struct Inner {
     imports: Vec<String>,
     exports: Vec<String>,
     compile_time: Duration,
+    from_cache: bool,
 }
 
 impl PolicyComponent {
@@ -108,7 +118,19 @@ impl PolicyComponent {
             return Err(LoadError::new(LoadErrorKind::NotWasm, "unknown wasm encoding version"));
         }
         let started = Instant::now();
-        let component = compile_with_timeout(engine, bytes)?;
+        let cached = engine.artifact_cache().and_then(|cache| cache.load(engine.engine(), bytes));
+        let from_cache = cached.is_some();
+        let component = match cached {
+            Some(component) => component,
+            None => {
+                let component = compile_with_timeout(engine, bytes)?;
+                if let Some(cache) = engine.artifact_cache() {
+                    // Caching is an optimisation: a full disk must not refuse the upload.
+                    let _ = cache.store(engine.engine(), bytes, &component);
+                }
+                component
+            }
+        };
         let compile_time = started.elapsed();
 
         let ty = component.component_type();
@@ -147,6 +169,7 @@ impl PolicyComponent {
                 imports,
                 exports,
                 compile_time,
+                from_cache,
             }),
         })
     }
@@ -171,8 +194,13 @@ impl PolicyComponent {
     pub fn exports(&self) -> &[String] {
         &self.inner.exports
     }
+    /// Time to compile (or load from the artifact cache).
     pub fn compile_time(&self) -> Duration {
         self.inner.compile_time
+    }
+    /// Whether the compiled code came from the artifact cache.
+    pub fn from_cache(&self) -> bool {
+        self.inner.from_cache
     }
 }
 
@@ -194,7 +222,20 @@ fn compile_with_timeout(engine: &PolicyEngine, bytes: &[u8]) -> Result<Component
         })?;
     match rx.recv_timeout(timeout) {
         Ok(Ok(component)) => Ok(component),
-        Ok(Err(e)) => Err(LoadError::new(LoadErrorKind::CompileFailed, format!("{e:#}"))),
+        Ok(Err(e)) => {
+            let message = format!("{e:#}");
+            // The pooling allocator checks declared memories and tables against the limits
+            // at compile time: a memory (e.g. a huge data segment) over `max_memory_bytes`
+            // is too large, not malformed.
+            if message.contains("pooling allocator") && message.contains("exceeds the limit") {
+                Err(LoadError::new(
+                    LoadErrorKind::TooLarge,
+                    format!("over the memory or table limits: {message}"),
+                ))
+            } else {
+                Err(LoadError::new(LoadErrorKind::CompileFailed, message))
+            }
+        }
         Err(_) => Err(LoadError::new(
             LoadErrorKind::CompileTimeout,
             format!("compilation took longer than {} ms", timeout.as_millis()),

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+
+use crate::cache::ArtifactCache;
 use serde::{Deserialize, Serialize};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
@@ -106,6 +108,7 @@ impl Limits {
 pub struct PolicyEngine {
     engine: Engine,
     limits: Arc<Limits>,
+    cache: Option<ArtifactCache>,
 }
 
 impl PolicyEngine {
@@ -137,7 +140,17 @@ impl PolicyEngine {
         if limits.budget.uses_epoch() {
             spawn_epoch_ticker(&engine, Duration::from_millis(limits.epoch_tick_ms.max(1)));
         }
-        Ok(Self { engine, limits: Arc::new(limits) })
+        Ok(Self { engine, limits: Arc::new(limits), cache: None })
+    }
+
+    /// Caches compiled components in `cache` (see [`ArtifactCache`]).
+    pub fn with_artifact_cache(mut self, cache: ArtifactCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    pub fn artifact_cache(&self) -> Option<&ArtifactCache> {
+        self.cache.as_ref()
     }
 
     pub fn engine(&self) -> &Engine {

@@ -2,6 +2,9 @@
 //! and a fresh instance after any trap.
 
 use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use switchyard_guest_sdk::{ErrorKind, Facts, InputGroups, PolicyInfo, Pool, WorkerRank};
 use wasmtime::component::{ComponentType, Func, Lower, TypedFunc};
@@ -116,10 +119,42 @@ pub struct GuestScorer {
     parameters: String,
     info: PolicyInfo,
     live: Option<Live>,
+    stats: Arc<GuestStats>,
+}
+
+/// A guest's counters, shared so they stay readable once the scorer is boxed into a
+/// selector.
+#[derive(Debug, Default)]
+pub struct GuestStats {
     /// Instances created, the first included: each one after the first is a recovery.
-    instantiations: u64,
+    instantiations: AtomicU64,
     /// Fuel the last call consumed (0 without a fuel budget).
-    last_fuel: u64,
+    last_fuel: AtomicU64,
+    /// How long the latest instantiation took, ns (start function, `configure` and
+    /// `describe` included): after a fault, the cost of recovering.
+    last_instantiation_ns: AtomicU64,
+}
+
+impl GuestStats {
+    /// Instances created so far (1 + recoveries after faults).
+    pub fn instantiations(&self) -> u64 {
+        self.instantiations.load(Ordering::Relaxed)
+    }
+    /// Fuel consumed by the last call (the whole budget if it ran out).
+    pub fn last_fuel(&self) -> u64 {
+        self.last_fuel.load(Ordering::Relaxed)
+    }
+    /// Duration of the latest instantiation: after a fault, the recovery cost.
+    pub fn last_instantiation(&self) -> Duration {
+        Duration::from_nanos(self.last_instantiation_ns.load(Ordering::Relaxed))
+    }
+}
+
+/// Where instantiation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Instantiate,
+    Configure,
 }
 
 impl GuestScorer {
@@ -136,12 +171,14 @@ impl GuestScorer {
             parameters: parameters.to_string(),
             info: PolicyInfo { inputs: InputGroups::NONE, filters: false, wants_commits: false },
             live: None,
-            instantiations: 0,
-            last_fuel: 0,
+            stats: Arc::default(),
         };
-        let live = scorer.instantiate().map_err(|fault| match fault.kind {
-            FaultKind::PolicyError => LoadError::new(LoadErrorKind::ConfigureFailed, fault.message),
-            _ => LoadError::new(LoadErrorKind::InstantiateFailed, fault.to_string()),
+        let live = scorer.instantiate().map_err(|(stage, fault)| match (stage, fault.kind) {
+            (_, FaultKind::PolicyError) => LoadError::new(LoadErrorKind::ConfigureFailed, fault.message),
+            // `configure` ran and faulted (spun, trapped, allocated without bound).
+            (Stage::Configure, _) => LoadError::faulted(LoadErrorKind::ConfigureFailed, fault),
+            // The start function (or instantiation itself) faulted.
+            (Stage::Instantiate, _) => LoadError::faulted(LoadErrorKind::InstantiateFailed, fault),
         })?;
         scorer.live = Some(live);
         Ok(scorer)
@@ -149,19 +186,33 @@ impl GuestScorer {
 
     /// Instances created so far (1 + recoveries after faults).
     pub fn instantiations(&self) -> u64 {
-        self.instantiations
+        self.stats.instantiations()
     }
 
-    /// Fuel consumed by the last call.
+    /// Fuel consumed by the last call (the budget itself if it ran out).
     pub fn last_fuel(&self) -> u64 {
-        self.last_fuel
+        self.stats.last_fuel()
+    }
+
+    /// The counters, shared: still readable after the scorer moves into a selector.
+    pub fn stats(&self) -> Arc<GuestStats> {
+        Arc::clone(&self.stats)
     }
 
     pub fn component(&self) -> &PolicyComponent {
         &self.component
     }
 
-    fn instantiate(&mut self) -> Result<Live, Fault> {
+    fn instantiate(&mut self) -> Result<Live, (Stage, Fault)> {
+        let started = Instant::now();
+        let live = self.instantiate_inner();
+        let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.stats.last_instantiation_ns.store(ns, Ordering::Relaxed);
+        live
+    }
+
+    fn instantiate_inner(&mut self) -> Result<Live, (Stage, Fault)> {
+        let at = |stage: Stage| move |fault: Fault| (stage, fault);
         let engine = self.component.engine();
         let limits = engine.limits();
         let store_limits = StoreLimitsBuilder::new()
@@ -175,36 +226,37 @@ impl GuestScorer {
             .build();
         let mut store = Store::new(engine.engine(), HostState { limits: store_limits, facts: None });
         store.limiter(|s| &mut s.limits);
-        self.instantiations += 1;
-        arm(&mut store, limits, 0)?;
+        self.stats.instantiations.fetch_add(1, Ordering::Relaxed);
+        // The budget is armed before instantiating: a start function is a call like any other.
+        arm(&mut store, limits, 0).map_err(at(Stage::Instantiate))?;
         let instance = self
             .component
             .pre()
             .instance_pre()
             .instantiate(&mut store)
-            .map_err(|e| classify(&mut store, e))?;
-        let bindings =
-            bindings::SelectionPolicy::new(&mut store, &instance).map_err(|e| classify(&mut store, e))?;
-        arm(&mut store, limits, 0)?;
+            .map_err(|e| (Stage::Instantiate, classify(e)))?;
+        let bindings = bindings::SelectionPolicy::new(&mut store, &instance)
+            .map_err(|e| (Stage::Instantiate, classify(e)))?;
+        arm(&mut store, limits, 0).map_err(at(Stage::Configure))?;
         let policy = bindings.switchyard_policy_policy();
         policy
             .call_configure(&mut store, &self.parameters)
-            .map_err(|e| classify(&mut store, e))?
-            .map_err(|e| Fault::new(FaultKind::PolicyError, policy_error(&e)))?;
-        arm(&mut store, limits, 0)?;
-        let info = policy.call_describe(&mut store).map_err(|e| classify(&mut store, e))?;
+            .map_err(|e| (Stage::Configure, classify(e)))?
+            .map_err(|e| (Stage::Configure, Fault::new(FaultKind::PolicyError, policy_error(&e))))?;
+        arm(&mut store, limits, 0).map_err(at(Stage::Configure))?;
+        let info = policy.call_describe(&mut store).map_err(|e| (Stage::Configure, classify(e)))?;
         self.info = PolicyInfo {
             inputs: input_groups(info.inputs),
             filters: info.filters,
             wants_commits: info.wants_commits,
         };
-        let (score, filter) = export_funcs(&mut store, &instance)?;
+        let (score, filter) = export_funcs(&mut store, &instance).map_err(at(Stage::Instantiate))?;
         Ok(Live { store, bindings, score, filter })
     }
 
     fn live(&mut self) -> Result<&mut Live, Fault> {
         if self.live.is_none() {
-            self.live = Some(self.instantiate()?);
+            self.live = Some(self.instantiate().map_err(|(_, fault)| fault)?);
         }
         Ok(self.live.as_mut().expect("just set"))
     }
@@ -229,8 +281,8 @@ impl GuestScorer {
         let result = f(live);
         live.store.data_mut().facts = None;
         let used = budget.saturating_sub(live.store.get_fuel().unwrap_or(0));
-        let result = result.map_err(|e| classify(&mut live.store, e));
-        self.last_fuel = used;
+        let result = result.map_err(classify);
+        self.stats.last_fuel.store(used, Ordering::Relaxed);
         if result.is_err() {
             // The Store is poisoned after a trap: drop it; the next call starts afresh.
             self.live = None;
@@ -301,8 +353,7 @@ fn policy_error(e: &wit::PolicyError) -> String {
 }
 
 /// Maps a wasmtime error from a guest call to a fault kind.
-fn classify(store: &mut Store<HostState>, error: wasmtime::Error) -> Fault {
-    let _ = store;
+fn classify(error: wasmtime::Error) -> Fault {
     let kind = match error.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => FaultKind::Fuel,
         Some(Trap::Interrupt) => FaultKind::Deadline,
@@ -310,16 +361,34 @@ fn classify(store: &mut Store<HostState>, error: wasmtime::Error) -> Fault {
         Some(_) => FaultKind::Trap,
         None => {
             // `trap_on_grow_failure` reports a refused memory/table growth as an error
-            // whose text names the growth; everything else is a plain trap.
+            // whose text names the growth ("forcing trap when growing memory to …"); the
+            // pooling allocator refuses a memory or table whose minimum exceeds the limit
+            // ("… exceeds …"). Everything else is a plain trap.
             let text = format!("{error:#}");
-            if text.contains("grow") && (text.contains("memory") || text.contains("table")) {
+            let resource = text.contains("memory") || text.contains("table");
+            if resource && (text.contains("grow") || text.contains("exceeds")) {
                 FaultKind::Memory
             } else {
                 FaultKind::Trap
             }
         }
     };
-    Fault::new(kind, format!("{error:#}"))
+    Fault::new(kind, one_line(&format!("{error:#}")))
+}
+
+/// Error chains with wasm backtraces span lines; operators get one line (`policy
+/// check` and `select` print exactly one), frames separated by `; `, capped at 1 KiB.
+fn one_line(text: &str) -> String {
+    let mut line = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
+    if line.len() > 1024 {
+        let mut end = 1024;
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        line.truncate(end);
+        line.push('…');
+    }
+    line
 }
 
 fn facts_abi(request: &crate::selection::SelectionRequest) -> wit::RequestFacts {
@@ -378,7 +447,11 @@ impl Scorer for GuestScorer {
                 *costs = v;
                 Ok(())
             }
-            Err(e) => Err(Fault::new(FaultKind::PolicyError, policy_error(&e))),
+            Err(e) => {
+                // After any fault the instance goes, its own errors included.
+                self.live = None;
+                Err(Fault::new(FaultKind::PolicyError, policy_error(&e)))
+            }
         }
     }
 
@@ -395,8 +468,16 @@ impl Scorer for GuestScorer {
                 *keep = v;
                 Ok(())
             }
-            Err(e) => Err(Fault::new(FaultKind::PolicyError, policy_error(&e))),
+            Err(e) => {
+                // After any fault the instance goes, its own errors included.
+                self.live = None;
+                Err(Fault::new(FaultKind::PolicyError, policy_error(&e)))
+            }
         }
+    }
+
+    fn reset(&mut self) {
+        self.live = None;
     }
 
     fn on_selected(&mut self, call: &Call<'_>, chosen: WorkerRank) -> Result<(), Fault> {

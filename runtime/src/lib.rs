@@ -3,20 +3,26 @@
 //!
 //! - [`engine`]: all wasmtime configuration and the sandbox's limits.
 //! - [`component`]: validate, compile and pre-instantiate an uploaded component.
+//! - [`cache`]: our own compiled output, keyed by content, engine settings and version.
+//! - [`guard`]: fault containment: fail-open/closed, quarantine, counters.
 //! - [`guest`]: a component instance as a [`selection::Scorer`].
 //! - [`selection`]: columns → scorers → validated costs → picker, free of wasmtime types.
 //! - [`builtin`]: the policies shipped with Switchyard, native and guest builds.
 //! - [`input`]: the JSON request format of `switchyard select`.
 
 pub mod builtin;
+pub mod cache;
 pub mod component;
 pub mod engine;
+pub mod guard;
 pub mod guest;
 pub mod input;
 pub mod replay;
 pub mod selection;
 
+pub use cache::ArtifactCache;
 pub use component::{LoadError, LoadErrorKind, PolicyComponent};
 pub use engine::{Budget, Limits, PolicyEngine};
-pub use guest::GuestScorer;
+pub use guard::{Decider, Decision, FailMode, GuardConfig, GuardCounters, GuardedSelector};
+pub use guest::{GuestScorer, GuestStats};
 pub use selection::{Fault, FaultKind, SelectError, Selection, SelectionRequest, Selector, WorkerTable};

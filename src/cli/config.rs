@@ -1,11 +1,11 @@
-//! Limits from `--config switchyard.toml` (`[limits]`, and `[service]` for `serve`) and
-//! flags; flags win.
+//! Limits from `--config switchyard.toml` (`[limits]`, `[guard]`, `[cache]`, and
+//! `[service]` for `serve`) and flags; flags win.
 
 use std::path::PathBuf;
 
 use clap::Args;
 use serde::Deserialize;
-use switchyard::{Budget, Limits, PolicyEngine};
+use switchyard::{ArtifactCache, Budget, GuardConfig, Limits, PolicyEngine};
 use switchyard_service::ServiceLimits;
 
 use super::CliError;
@@ -39,6 +39,27 @@ pub struct LimitArgs {
     /// Compile time allowed, ms.
     #[arg(long)]
     pub compile_timeout_ms: Option<u64>,
+    /// Elements per table.
+    #[arg(long)]
+    pub max_table_elements: Option<usize>,
+    /// Epoch tick (the deadline's resolution), ms.
+    #[arg(long)]
+    pub epoch_tick_ms: Option<u64>,
+    /// Instances the pooling allocator holds at once.
+    #[arg(long)]
+    pub max_instances: Option<u32>,
+    /// Consecutive faults that quarantine a policy.
+    #[arg(long)]
+    pub quarantine_after: Option<u32>,
+    /// Selections served by the fallback before the first retry of a quarantined policy.
+    #[arg(long)]
+    pub backoff_initial: Option<u64>,
+    /// Longest wait between retries of a quarantined policy, selections.
+    #[arg(long)]
+    pub backoff_max: Option<u64>,
+    /// A directory (owned by the operator) to cache compiled components in.
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
 }
 
 fn parse_budget(s: &str) -> Result<Budget, String> {
@@ -59,19 +80,43 @@ struct ConfigFile {
     /// `switchyard serve`'s own limits.
     #[serde(default)]
     service: ServiceLimits,
+    #[serde(default)]
+    guard: GuardConfig,
+    #[serde(default)]
+    cache: CacheConfig,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CacheConfig {
+    /// Where compiled components are cached; absent: no cache.
+    dir: Option<PathBuf>,
 }
 
 impl LimitArgs {
     fn file(&self) -> Result<ConfigFile, CliError> {
-        match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| CliError::new("config", format!("{}: {e}", path.display())))?;
-                toml::from_str::<ConfigFile>(&text)
-                    .map_err(|e| CliError::new("config", format!("{}: {e}", path.display())))
-            }
-            None => Ok(ConfigFile::default()),
+        let Some(path) = &self.config else {
+            return Ok(ConfigFile::default());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::new("config", format!("{}: {e}", path.display())))?;
+        toml::from_str::<ConfigFile>(&text)
+            .map_err(|e| CliError::new("config", format!("{}: {}", path.display(), e.message())))
+    }
+
+    /// The circuit breaker's settings.
+    pub fn guard(&self) -> Result<GuardConfig, CliError> {
+        let mut guard = self.file()?.guard;
+        if let Some(v) = self.quarantine_after {
+            guard.quarantine_after = v;
         }
+        if let Some(v) = self.backoff_initial {
+            guard.backoff_initial = v;
+        }
+        if let Some(v) = self.backoff_max {
+            guard.backoff_max = v;
+        }
+        Ok(guard)
     }
 
     /// The `[service]` table of the config file (defaults without one).
@@ -92,12 +137,26 @@ impl LimitArgs {
             max_memory_bytes,
             max_component_bytes,
             max_wasm_stack_bytes,
-            compile_timeout_ms
+            compile_timeout_ms,
+            max_table_elements,
+            epoch_tick_ms,
+            max_instances
         );
         Ok(limits)
     }
 
     pub fn engine(&self) -> Result<PolicyEngine, CliError> {
-        PolicyEngine::new(self.limits()?).map_err(|e| CliError::new("engine", format!("{e:#}")))
+        let engine =
+            PolicyEngine::new(self.limits()?).map_err(|e| CliError::new("engine", format!("{e:#}")))?;
+        let dir = self.cache_dir.clone().or(self.file()?.cache.dir);
+        match dir {
+            Some(dir) => {
+                let cache = ArtifactCache::open(&dir).map_err(|e| {
+                    CliError::new("config", format!("cache directory {}: {e}", dir.display()))
+                })?;
+                Ok(engine.with_artifact_cache(cache))
+            }
+            None => Ok(engine),
+        }
     }
 }

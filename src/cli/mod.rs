@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Select a worker for one request and print the decision as JSON.
-    Select(select::SelectArgs),
+    Select(Box<select::SelectArgs>),
     /// Inspect, check and build policy components; upload, assign and roll back on a server.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -53,7 +53,7 @@ impl CliError {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Select(args) => select::run(args),
+        Command::Select(args) => select::run(*args),
         Command::Policy(command) => policy::run(command),
         Command::Serve(args) => serve::run(args),
         Command::Tenant(command) => tenant::run(command),
@@ -62,7 +62,9 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}: {}", e.kind, e.message);
+            // One line, always: scripts read the kind from the first line.
+            let message = e.message.lines().map(str::trim).collect::<Vec<_>>().join("; ");
+            eprintln!("error: {}: {message}", e.kind);
             ExitCode::from(e.code)
         }
     }

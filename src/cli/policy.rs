@@ -72,7 +72,7 @@ pub enum PolicyCommand {
         #[arg(long, default_value = "{}")]
         params: String,
         #[command(flatten)]
-        limits: LimitArgs,
+        limits: Box<LimitArgs>,
     },
     /// Wrap a wasm32-unknown-unknown core module built with the guest SDK as a component.
     Wrap {

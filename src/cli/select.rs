@@ -7,7 +7,7 @@ use serde_json::json;
 use switchyard::builtin;
 use switchyard::input::{RequestJson, SAMPLE_REQUEST};
 use switchyard::selection::Scorer;
-use switchyard::{GuestScorer, PolicyComponent, SelectError, Selector};
+use switchyard::{FailMode, GuardedSelector, GuestScorer, PolicyComponent, SelectError};
 
 use super::config::LimitArgs;
 use super::{CliError, print_json};
@@ -26,9 +26,14 @@ pub struct SelectArgs {
     /// The policy's parameters, a JSON object.
     #[arg(long, default_value = "{}")]
     params: String,
-    /// On a policy fault, fail (exit 3) instead of falling back to the native default policy.
+    /// On a policy fault, fail (exit 3, the fault's kind) instead of falling back to the
+    /// native default policy.
     #[arg(long)]
     fail_closed: bool,
+    /// Run the selection this many times on one instance (shows quarantine; prints the
+    /// last decision plus the guard's counters and breaker state).
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -88,39 +93,44 @@ pub fn run(args: SelectArgs) -> Result<(), CliError> {
     let (table, request) = RequestJson::parse(&text)
         .and_then(RequestJson::into_parts)
         .map_err(|e| CliError::new("invalid-input", e.to_string()))?;
+    let guard = args.limits.guard()?;
     let built = build_scorer(&args)?;
-    let policy_name = built.scorer.name().to_string();
-    let mut selector = Selector::new(built.scorer);
-    let (selection, decided_by, build, version, fallback) = match selector.select(&table, &request) {
-        Ok(selection) => {
-            selector
-                .commit(&table, &request, selection.chosen)
-                .map_err(|e| CliError::new("commit", e.to_string()))?;
-            (selection, policy_name, built.build, built.version, serde_json::Value::Null)
-        }
-        Err(SelectError::NoEligibleWorker) => {
-            return Err(CliError::new("no-eligible-worker", "no worker is eligible for this request"));
-        }
-        Err(SelectError::Fault { fault, .. }) => {
-            if args.fail_closed {
+    let mode = if args.fail_closed { FailMode::Closed } else { FailMode::Open };
+    // Faults are contained by the guard: fail-open, the native default policy decides.
+    let mut selector = GuardedSelector::with_default_fallback(built.scorer, mode, guard);
+    let mut last = None;
+    for _ in 0..args.repeat.max(1) {
+        let decision = match selector.select(&table, &request) {
+            Ok(decision) => decision,
+            Err(SelectError::NoEligibleWorker) => {
+                return Err(CliError::new("no-eligible-worker", "no worker is eligible for this request"));
+            }
+            Err(SelectError::Fault { fault, .. }) => {
                 return Err(CliError { kind: fault.kind.as_str().into(), message: fault.message, code: 3 });
             }
-            // Fail open: the native default policy decides, and the answer says so.
-            let default = builtin::find("default").expect("the default builtin exists");
-            let scorer = default.native("{}").expect("defaults are valid");
-            selector = Selector::new(scorer);
-            let selection =
-                selector.select(&table, &request).map_err(|e| CliError::new("fallback", e.to_string()))?;
-            let fallback = json!({ "kind": fault.kind.as_str(), "message": fault.message });
-            (selection, "default".to_string(), "native", None, fallback)
-        }
+        };
+        selector
+            .commit(&table, &request, decision.selection.chosen)
+            .map_err(|e| CliError::new("commit", e.to_string()))?;
+        last = Some(decision);
+    }
+    let decision = last.expect("at least one selection ran");
+    let (decided_by, build, version, fallback) = match &decision.fallback {
+        None => (selector.name().to_string(), built.build, built.version, serde_json::Value::Null),
+        Some(fault) => (
+            selector.fallback_name().to_string(),
+            "native",
+            None,
+            json!({ "kind": fault.kind.as_str(), "message": fault.message }),
+        ),
     };
     let costs: Vec<_> = selector
         .last_candidates()
         .zip(selector.last_costs())
         .map(|(w, c)| json!({ "worker_id": w.worker_id, "dp_rank": w.dp_rank, "cost": c }))
         .collect();
-    print_json(&json!({
+    let selection = decision.selection;
+    let mut out = json!({
         "worker_id": selection.chosen.worker_id,
         "dp_rank": selection.chosen.dp_rank,
         "cost": selection.cost,
@@ -130,6 +140,11 @@ pub fn run(args: SelectArgs) -> Result<(), CliError> {
         "fallback": fallback,
         "candidates": selection.candidates,
         "costs": costs,
-    }));
+    });
+    if args.repeat > 1 {
+        out["counters"] = json!(selector.counters());
+        out["breaker"] = json!(selector.breaker());
+    }
+    print_json(&out);
     Ok(())
 }

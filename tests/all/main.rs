@@ -1,13 +1,17 @@
 //! Switchyard's integration tests: one binary, a module per feature.
 //! Guests are real components built from `policies/` by `build.rs`.
 
+mod adversarial;
 mod cli;
 mod contract;
 mod equivalence;
+mod guard;
+mod isolation;
 mod policies;
+mod replay;
+mod sandbox_cli;
 mod server;
 mod service;
 mod service_load;
-mod replay;
 mod support;
 mod world;

@@ -110,6 +110,9 @@ pub trait Scorer: Send {
     fn filter(&mut self, call: &Call<'_>, keep: &mut Vec<bool>) -> Result<(), Fault>;
     /// Tells the policy its pick was accepted; called only if `info().wants_commits`.
     fn on_selected(&mut self, call: &Call<'_>, chosen: WorkerRank) -> Result<(), Fault>;
+    /// The host rejected this scorer's output (wrong length, not finite): drop whatever
+    /// state produced it. A guest discards its instance; the next call gets a fresh one.
+    fn reset(&mut self) {}
 }
 
 /// Everything one scorer call sees.
@@ -199,6 +202,7 @@ impl Selector {
                         self.columns.len()
                     ),
                 );
+                scorer.reset();
                 return Err(fail(scorer.as_ref(), fault));
             }
             if self.keep.iter().any(|k| !k) {
@@ -214,7 +218,10 @@ impl Selector {
             let call = Call { request, columns: &self.columns, facts: facts(request, table, &self.columns) };
             let out = if single || index == 0 { &mut self.costs } else { &mut self.scratch };
             scorer.score(&call, out).map_err(|fault| fail(scorer.as_ref(), fault))?;
-            validate_costs(out, n).map_err(|fault| fail(scorer.as_ref(), fault))?;
+            if let Err(fault) = validate_costs(out, n) {
+                scorer.reset();
+                return Err(fail(scorer.as_ref(), fault));
+            }
             if single {
                 break;
             }
@@ -268,7 +275,7 @@ fn facts<'a>(
     table: &'a WorkerTable,
     columns: &'a ColumnBuffers,
 ) -> HostFacts<'a> {
-    HostFacts { request, table, candidate_ids: &columns.worker_id }
+    HostFacts::new(request, table, columns)
 }
 
 fn fail(scorer: &dyn Scorer, fault: Fault) -> SelectError {

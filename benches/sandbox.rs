@@ -1,0 +1,75 @@
+//! The sandbox's own costs, on a real policy (the default policy's guest build):
+//!
+//! - `budget/{none,fuel,epoch}`: one selection over 256 candidates with each CPU bound
+//!   (none is for this comparison only; tenants always get a bound);
+//! - `recovery/{healthy-call,trap-and-fresh-instance}`: a call on a live instance vs. a
+//!   call that must first instantiate afresh (the previous call trapped) and then traps.
+//!
+//! `cargo bench --bench sandbox -- --warm-up-time 1 --measurement-time 3`
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use switchyard::input::RequestJson;
+use switchyard::{
+    Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, SelectionRequest, Selector, WorkerTable,
+};
+
+/// The default policy's component build, as embedded in the runtime.
+fn default_policy() -> &'static [u8] {
+    switchyard::builtin::find("default").expect("the default builtin").component
+}
+const PANIC: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/adversarial_panic.component.wasm"));
+
+/// A request over `n` workers with varied load and cache columns.
+fn request(n: u64) -> (WorkerTable, SelectionRequest) {
+    let ids: Vec<u64> = (0..n).collect();
+    let col = |f: &dyn Fn(u64) -> u64| ids.iter().map(|&i| f(i)).collect::<Vec<_>>();
+    let json = serde_json::json!({
+        "prompt_tokens": 4096, "block_size": 16, "seed": 7,
+        "workers": ids.iter().map(|&i| serde_json::json!({"id": i, "total_kv_blocks": 65536})).collect::<Vec<_>>(),
+        "inputs": {
+            "worker_id": ids,
+            "dp_rank": col(&|_| 0),
+            "device_overlap_blocks": col(&|i| (i * 37) % 200),
+            "host_overlap_blocks": col(&|i| (i * 11) % 50),
+            "cached_tokens": col(&|i| (i * 37) % 200 * 16),
+            "active_prefill_tokens": col(&|i| (i * 131) % 8192),
+            "decode_blocks": col(&|i| (i * 71) % 4000),
+            "active_requests": col(&|i| i % 17),
+        }
+    });
+    RequestJson::parse(&json.to_string()).and_then(RequestJson::into_parts).expect("valid request")
+}
+
+fn guest(budget: Budget, bytes: &[u8], params: &str) -> GuestScorer {
+    let engine = PolicyEngine::new(Limits { budget, ..Limits::default() }).expect("engine");
+    let component = PolicyComponent::load(&engine, bytes).expect("loads");
+    GuestScorer::new("bench", component, params).expect("instantiates")
+}
+
+fn budgets(c: &mut Criterion) {
+    let (table, request) = request(256);
+    let mut group = c.benchmark_group("budget");
+    for (name, budget) in [("none", Budget::None), ("fuel", Budget::Fuel), ("epoch", Budget::Epoch)] {
+        let mut selector = Selector::new(Box::new(guest(budget, default_policy(), "{}")));
+        group.bench_function(name, |b| b.iter(|| black_box(selector.select(&table, &request).unwrap())));
+    }
+    group.finish();
+}
+
+fn recovery(c: &mut Criterion) {
+    let (table, request) = request(256);
+    let mut group = c.benchmark_group("recovery");
+    // The same guest code on both sides; only the trap (and so the fresh instance) differs.
+    let mut healthy = Selector::new(Box::new(guest(Budget::Fuel, PANIC, r#"{"every": 1000000000000}"#)));
+    group.bench_function("healthy-call", |b| b.iter(|| black_box(healthy.select(&table, &request).unwrap())));
+    let mut trapping = Selector::new(Box::new(guest(Budget::Fuel, PANIC, r#"{"every": 1}"#)));
+    group.bench_function("trap-and-fresh-instance", |b| {
+        b.iter(|| black_box(trapping.select(&table, &request).unwrap_err()))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, budgets, recovery);
+criterion_main!(benches);

@@ -1,0 +1,239 @@
+//! Hostile guests (policies/adversarial, built from source): each is classified exactly,
+//! and the selection is still answered.
+//!
+//! - Faults at run time: the guard falls back to the native default policy (fail-open)
+//!   and reports the kind; fail-closed returns it; the next call gets a fresh instance.
+//! - Refusals at load: the exact `LoadErrorKind` (and the fault, when the guest ran), and
+//!   the same engine keeps serving selections afterwards.
+
+use switchyard::{
+    Budget, Decider, FailMode, FaultKind, GuardConfig, GuardedSelector, GuestScorer, Limits, LoadErrorKind,
+    PolicyComponent, PolicyEngine, SelectError,
+};
+
+use crate::support::{DEFAULT_POLICY, engine, engine_with, hostile, native_default_pick, noise, sample};
+
+/// Runs `bytes` (configured with `params`) on the sample request, fail-open then
+/// fail-closed, and checks the fault's kind, the fallback's answer and the recovery.
+fn assert_contained(engine: &PolicyEngine, bytes: &[u8], params: &str, kind: FaultKind) -> String {
+    let (table, request) = sample();
+    let component = PolicyComponent::load(engine, bytes).expect("loads");
+    let guest = GuestScorer::new("hostile", component.clone(), params).expect("instantiates");
+    let stats = guest.stats();
+    let mut open =
+        GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Open, GuardConfig::default());
+    let decision = open.select(&table, &request).expect("fail-open answers");
+    let fault = decision.fallback.clone().expect("the fallback decided");
+    assert_eq!(fault.kind, kind, "{}", fault.message);
+    assert_eq!(decision.decided_by, Decider::Fallback);
+    assert_eq!(decision.selection.chosen, native_default_pick(&table, &request), "the default policy's pick");
+    assert_eq!(open.counters().fallbacks, 1);
+    // The faulted Store was dropped: the next call instantiates afresh (and faults again).
+    assert_eq!(stats.instantiations(), 1);
+    let again = open.select(&table, &request).expect("still answers");
+    assert_eq!(again.fallback.map(|f| f.kind), Some(kind));
+    assert_eq!(stats.instantiations(), 2, "a fresh instance after the fault");
+
+    let guest = GuestScorer::new("hostile", component, params).expect("instantiates");
+    let mut closed =
+        GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Closed, GuardConfig::default());
+    match closed.select(&table, &request) {
+        Err(SelectError::Fault { fault, .. }) => assert_eq!(fault.kind, kind, "{}", fault.message),
+        other => panic!("fail-closed must return the fault, got {other:?}"),
+    }
+    fault.message
+}
+
+/// After a refusal, the same engine still loads and runs a good policy.
+fn assert_engine_still_serves(engine: &PolicyEngine) {
+    let (table, request) = sample();
+    let component = PolicyComponent::load(engine, DEFAULT_POLICY).expect("the default guest loads");
+    let guest = GuestScorer::new("default", component, "{}").expect("instantiates");
+    let mut selector =
+        GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Open, GuardConfig::default());
+    let decision = selector.select(&table, &request).expect("answers");
+    assert_eq!(decision.decided_by, Decider::Policy);
+    assert_eq!(decision.selection.chosen, native_default_pick(&table, &request));
+}
+
+/// Loads and instantiates `bytes` expecting refusal with `kind` (and `fault` if it ran).
+fn assert_refused(
+    engine: &PolicyEngine,
+    bytes: &[u8],
+    kind: LoadErrorKind,
+    fault: Option<FaultKind>,
+) -> String {
+    let err = PolicyComponent::load(engine, bytes)
+        .and_then(|c| GuestScorer::new("hostile", c, "{}"))
+        .err()
+        .expect("refused");
+    assert_eq!(err.kind, kind, "{err}");
+    assert_eq!(err.fault, fault, "{err}");
+    assert_eq!(err.to_string().lines().count(), 1, "one line: {err}");
+    assert_engine_still_serves(engine);
+    err.message
+}
+
+#[test]
+fn an_infinite_loop_runs_out_of_fuel_within_its_budget() {
+    let (table, request) = sample();
+    let limits = Limits::default();
+    let guest =
+        GuestScorer::new("iloop", PolicyComponent::load(engine(), hostile::ILOOP).unwrap(), "{}").unwrap();
+    let stats = guest.stats();
+    let mut selector =
+        GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Open, GuardConfig::default());
+    let decision = selector.select(&table, &request).unwrap();
+    assert_eq!(decision.fallback.map(|f| f.kind), Some(FaultKind::Fuel));
+    // Fuel is deterministic: the loop is stopped exactly when its budget is spent, well
+    // within twice the budget for this batch.
+    let budget = limits.fuel_for(request_rows(&table, &request));
+    let used = stats.last_fuel();
+    assert!(used >= budget && used <= 2 * budget, "used {used} fuel of a {budget} budget");
+    assert_contained(engine(), hostile::ILOOP, "{}", FaultKind::Fuel);
+}
+
+/// Candidates of the sample (every worker rank is eligible).
+fn request_rows(table: &switchyard::WorkerTable, request: &switchyard::SelectionRequest) -> usize {
+    let scorer = switchyard::builtin::find("default").unwrap().native("{}").unwrap();
+    switchyard::Selector::new(scorer).select(table, request).unwrap().candidates
+}
+
+#[test]
+fn an_infinite_loop_passes_its_epoch_deadline() {
+    let engine = engine_with(Limits { budget: Budget::Epoch, ..Limits::default() });
+    assert_contained(&engine, hostile::ILOOP, "{}", FaultKind::Deadline);
+}
+
+#[test]
+fn unbounded_recursion_overflows_the_stack() {
+    assert_contained(engine(), hostile::RECURSION, "{}", FaultKind::Stack);
+}
+
+#[test]
+fn a_memory_bomb_is_refused_memory() {
+    let message = assert_contained(engine(), hostile::MEMORY_BOMB, "{}", FaultKind::Memory);
+    assert!(message.contains("memory"), "{message}");
+}
+
+#[test]
+fn table_growth_is_refused_memory() {
+    let message = assert_contained(engine(), hostile::TABLE_GROWTH, "{}", FaultKind::Memory);
+    assert!(message.contains("table"), "{message}");
+}
+
+#[test]
+fn a_panic_is_a_trap() {
+    assert_contained(engine(), hostile::PANIC, "{}", FaultKind::Trap);
+}
+
+#[test]
+fn the_wrong_number_of_costs_is_invalid_output() {
+    let message = assert_contained(engine(), hostile::WRONG_LENGTH, "{}", FaultKind::InvalidOutput);
+    assert!(message.contains("8 costs for 9 candidates"), "{message}");
+}
+
+#[test]
+fn nan_and_infinite_costs_are_invalid_output() {
+    for (value, shown) in [("nan", "NaN"), ("inf", "inf"), ("-inf", "-inf")] {
+        let params = format!(r#"{{"value": "{value}"}}"#);
+        let message = assert_contained(engine(), hostile::BAD_COSTS, &params, FaultKind::InvalidOutput);
+        assert!(message.ends_with(&format!("is {shown}")), "{message}");
+    }
+}
+
+#[test]
+fn a_start_function_that_spins_is_stopped_at_load() {
+    let message = assert_refused(
+        engine(),
+        hostile::START_SPIN,
+        LoadErrorKind::InstantiateFailed,
+        Some(FaultKind::Fuel),
+    );
+    assert!(message.starts_with("fuel:"), "{message}");
+}
+
+#[test]
+fn a_configure_that_spins_is_stopped_at_load() {
+    assert_refused(engine(), hostile::CONFIGURE_SPIN, LoadErrorKind::ConfigureFailed, Some(FaultKind::Fuel));
+    let engine = engine_with(Limits { budget: Budget::Epoch, ..Limits::default() });
+    assert_refused(
+        &engine,
+        hostile::CONFIGURE_SPIN,
+        LoadErrorKind::ConfigureFailed,
+        Some(FaultKind::Deadline),
+    );
+}
+
+#[test]
+fn a_huge_data_segment_is_too_large_or_over_the_memory_limit() {
+    assert!(hostile::HUGE_DATA.len() > 5 << 20, "the data segment is in the file");
+    assert_refused(engine(), hostile::HUGE_DATA, LoadErrorKind::TooLarge, None);
+    // Allowed through the size check, it still cannot fit a 4 MiB memory.
+    let engine =
+        engine_with(Limits { max_component_bytes: 16 << 20, max_memory_bytes: 4 << 20, ..Limits::default() });
+    let message = assert_refused(&engine, hostile::HUGE_DATA, LoadErrorKind::TooLarge, None);
+    assert!(message.contains("over the memory or table limits"), "{message}");
+    // With room for it, it is an ordinary (if fat) policy.
+    let roomy = engine_with(Limits { max_component_bytes: 16 << 20, ..Limits::default() });
+    let (table, request) = sample();
+    let guest =
+        GuestScorer::new("huge", PolicyComponent::load(&roomy, hostile::HUGE_DATA).unwrap(), "{}").unwrap();
+    let mut selector =
+        GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Open, GuardConfig::default());
+    assert_eq!(selector.select(&table, &request).unwrap().decided_by, Decider::Policy);
+}
+
+#[test]
+fn a_wasi_import_is_forbidden() {
+    let message = assert_refused(engine(), hostile::WASI_IMPORT, LoadErrorKind::ForbiddenImport, None);
+    assert!(message.contains("wasi:cli/environment@0.2.0"), "{message}");
+    assert!(message.contains("no WASI"), "{message}");
+}
+
+#[test]
+fn a_core_module_is_not_a_component() {
+    assert!(wasmparser::Parser::is_core_wasm(hostile::CORE_MODULE));
+    assert_refused(engine(), hostile::CORE_MODULE, LoadErrorKind::CoreModule, None);
+}
+
+#[test]
+fn a_component_of_another_world_is_the_wrong_world() {
+    let message = assert_refused(engine(), hostile::OTHER_WORLD, LoadErrorKind::WrongWorld, None);
+    assert!(message.contains("[run]"), "{message}");
+}
+
+#[test]
+fn random_bytes_are_not_wasm_and_a_random_body_does_not_compile() {
+    assert_refused(engine(), &noise(64 << 10, 7), LoadErrorKind::NotWasm, None);
+    let mut body = b"\0asm\x0d\0\x01\0".to_vec();
+    body.extend(noise(64 << 10, 8));
+    assert_refused(engine(), &body, LoadErrorKind::CompileFailed, None);
+}
+
+#[test]
+fn an_oversized_file_is_too_large() {
+    // A valid component padded with a custom section to one byte over the limit.
+    let limit = Limits::default().max_component_bytes;
+    let mut bytes = DEFAULT_POLICY.to_vec();
+    let name = b"padding";
+    let payload = limit + 1 - bytes.len() - 1 - 5 - 1 - name.len();
+    let size = (1 + name.len() + payload) as u32;
+    bytes.push(0); // custom section id
+    bytes.extend([
+        (size & 0x7f) as u8 | 0x80,
+        ((size >> 7) & 0x7f) as u8 | 0x80,
+        ((size >> 14) & 0x7f) as u8 | 0x80,
+        ((size >> 21) & 0x7f) as u8 | 0x80,
+        (size >> 28) as u8,
+    ]);
+    bytes.push(name.len() as u8);
+    bytes.extend(name);
+    bytes.resize(bytes.len() + payload, 0);
+    assert_eq!(bytes.len(), limit + 1);
+    let message = assert_refused(engine(), &bytes, LoadErrorKind::TooLarge, None);
+    assert!(message.contains(&format!("{} bytes", limit + 1)), "{message}");
+    // With a limit one byte higher, the same bytes load: the size alone refused them.
+    let roomy = engine_with(Limits { max_component_bytes: limit + 1, ..Limits::default() });
+    PolicyComponent::load(&roomy, &bytes).expect("the padding is a valid custom section");
+}
