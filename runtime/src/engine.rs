@@ -14,7 +14,8 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllo
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Budget {
-    /// Fuel: a deterministic count of wasm operations, `fuel_base + fuel_per_candidate × n`.
+    /// Fuel: a deterministic count of wasm operations,
+    /// `fuel_base + fuel_per_candidate × (candidates + prompt blocks)`.
     /// Same input, same verdict, on any machine. The default.
     #[default]
     Fuel,
@@ -57,9 +58,16 @@ pub struct Limits {
     /// Fuel for a call regardless of batch size. 2,000,000 ≈ 1 ms of wasm at ~2 G ops/s;
     /// covers `configure` parsing JSON and a start function's setup.
     pub fuel_base: u64,
-    /// Extra fuel per candidate. 20,000 ops per candidate is ~100× what the default policy
-    /// spends, so honest policies never hit it and a loop is stopped in ~10 ms at 1,024.
+    /// Extra fuel per unit of work: per candidate and per prompt block. 20,000 ops is
+    /// ~100× what the default policy spends per candidate (an SGLang commit spends ~600
+    /// per block),
+    /// so honest policies never hit it and a loop is stopped in ~10 ms at 1,024.
     pub fuel_per_candidate: u64,
+    /// Fuel for one `on-selected` commit, at least. 200,000,000 (~0.1 s of wasm): a commit
+    /// updates policy state whose cost is amortised, not per call (a hash table that
+    /// doubles rehashes every entry once), so it cannot be bounded by the batch size;
+    /// this bounds a runaway commit while a state of millions of entries can still grow.
+    pub fuel_commit: u64,
     /// Wall-clock deadline per call with the epoch budget, ms. 20 ms: 100× a 10,000-worker
     /// selection; a runaway guest costs at most this.
     pub call_deadline_ms: u64,
@@ -83,6 +91,7 @@ impl Default for Limits {
             budget: Budget::Fuel,
             fuel_base: 2_000_000,
             fuel_per_candidate: 20_000,
+            fuel_commit: 200_000_000,
             call_deadline_ms: 20,
             epoch_tick_ms: 1,
             compile_timeout_ms: 10_000,
@@ -95,6 +104,11 @@ impl Limits {
     /// Fuel for one call over `candidates` rows.
     pub fn fuel_for(&self, candidates: usize) -> u64 {
         self.fuel_base.saturating_add(self.fuel_per_candidate.saturating_mul(candidates as u64))
+    }
+
+    /// Fuel for one commit over `units` (the larger of the commit allowance and a call's).
+    pub fn commit_fuel(&self, units: usize) -> u64 {
+        self.fuel_commit.max(self.fuel_for(units))
     }
 
     /// Deadline in epoch ticks (at least one).

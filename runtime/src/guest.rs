@@ -228,7 +228,7 @@ impl GuestScorer {
         store.limiter(|s| &mut s.limits);
         self.stats.instantiations.fetch_add(1, Ordering::Relaxed);
         // The budget is armed before instantiating: a start function is a call like any other.
-        arm(&mut store, limits, 0).map_err(at(Stage::Instantiate))?;
+        arm(&mut store, limits, limits.fuel_for(0)).map_err(at(Stage::Instantiate))?;
         let instance = self
             .component
             .pre()
@@ -237,13 +237,13 @@ impl GuestScorer {
             .map_err(|e| (Stage::Instantiate, classify(e)))?;
         let bindings = bindings::SelectionPolicy::new(&mut store, &instance)
             .map_err(|e| (Stage::Instantiate, classify(e)))?;
-        arm(&mut store, limits, 0).map_err(at(Stage::Configure))?;
+        arm(&mut store, limits, limits.fuel_for(0)).map_err(at(Stage::Configure))?;
         let policy = bindings.switchyard_policy_policy();
         policy
             .call_configure(&mut store, &self.parameters)
             .map_err(|e| (Stage::Configure, classify(e)))?
             .map_err(|e| (Stage::Configure, Fault::new(FaultKind::PolicyError, policy_error(&e))))?;
-        arm(&mut store, limits, 0).map_err(at(Stage::Configure))?;
+        arm(&mut store, limits, limits.fuel_for(0)).map_err(at(Stage::Configure))?;
         let info = policy.call_describe(&mut store).map_err(|e| (Stage::Configure, classify(e)))?;
         self.info = PolicyInfo {
             inputs: input_groups(info.inputs),
@@ -266,12 +266,12 @@ impl GuestScorer {
     fn with_live<R>(
         &mut self,
         facts: &dyn Facts,
-        rows: usize,
+        fuel: u64,
         f: impl FnOnce(&mut Live) -> wasmtime::Result<R>,
     ) -> Result<R, Fault> {
         let limits = self.component.engine().limits().clone();
         let live = self.live()?;
-        arm(&mut live.store, &limits, rows)?;
+        arm(&mut live.store, &limits, fuel)?;
         let budget = live.store.get_fuel().unwrap_or(0);
         let ptr = NonNull::from(facts);
         // SAFETY: only the lifetime is erased. The pointer is cleared right after the call,
@@ -291,10 +291,16 @@ impl GuestScorer {
     }
 }
 
-/// Sets the call's budget: fuel for `rows` candidates and/or the epoch deadline.
-fn arm(store: &mut Store<HostState>, limits: &crate::engine::Limits, rows: usize) -> Result<(), Fault> {
+/// What a call's fuel scales with: candidates, and the prompt's blocks (a policy that
+/// walks the prefix hashes, like a prefix tree's insert on commit, does work per block).
+fn work_units(call: &Call<'_>) -> usize {
+    call.columns.len() + call.request.facts().request_blocks as usize
+}
+
+/// Sets the call's budget: `fuel` and/or the epoch deadline.
+fn arm(store: &mut Store<HostState>, limits: &crate::engine::Limits, fuel: u64) -> Result<(), Fault> {
     if limits.budget.uses_fuel() {
-        store.set_fuel(limits.fuel_for(rows)).map_err(|e| Fault::new(FaultKind::Trap, format!("{e:#}")))?;
+        store.set_fuel(fuel).map_err(|e| Fault::new(FaultKind::Trap, format!("{e:#}")))?;
     }
     if limits.budget.uses_epoch() {
         store.set_epoch_deadline(limits.deadline_ticks());
@@ -435,7 +441,8 @@ impl Scorer for GuestScorer {
 
     fn score(&mut self, call: &Call<'_>, costs: &mut Vec<f64>) -> Result<(), Fault> {
         let params = (facts_abi(call.request), candidates_abi(call));
-        let out = self.with_live(&call.facts, call.columns.len(), |live| {
+        let fuel = self.component.engine().limits().fuel_for(work_units(call));
+        let out = self.with_live(&call.facts, fuel, |live| {
             // SAFETY: `live.score` was type-checked against exactly these parameter and
             // result types (with the 'static lifetime) when the instance was created.
             let typed: TypedFunc<ScoreParams<'_>, ScoreResults> =
@@ -457,7 +464,8 @@ impl Scorer for GuestScorer {
 
     fn filter(&mut self, call: &Call<'_>, keep: &mut Vec<bool>) -> Result<(), Fault> {
         let params = (facts_abi(call.request), candidates_abi(call));
-        let out = self.with_live(&call.facts, call.columns.len(), |live| {
+        let fuel = self.component.engine().limits().fuel_for(work_units(call));
+        let out = self.with_live(&call.facts, fuel, |live| {
             // SAFETY: type-checked at instantiation, as for `score`.
             let typed: TypedFunc<ScoreParams<'_>, FilterResults> =
                 unsafe { TypedFunc::new_unchecked(live.filter) };
@@ -483,7 +491,8 @@ impl Scorer for GuestScorer {
     fn on_selected(&mut self, call: &Call<'_>, chosen: WorkerRank) -> Result<(), Fault> {
         let facts = facts_abi(call.request);
         let chosen = wit::WorkerRank { worker_id: chosen.worker_id, dp_rank: chosen.dp_rank };
-        self.with_live(&call.facts, call.columns.len(), |live| {
+        let fuel = self.component.engine().limits().commit_fuel(work_units(call));
+        self.with_live(&call.facts, fuel, |live| {
             live.bindings.switchyard_policy_policy().call_on_selected(&mut live.store, facts, chosen)
         })
     }

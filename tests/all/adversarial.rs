@@ -87,7 +87,9 @@ fn an_infinite_loop_runs_out_of_fuel_within_its_budget() {
     assert_eq!(decision.fallback.map(|f| f.kind), Some(FaultKind::Fuel));
     // Fuel is deterministic: the loop is stopped exactly when its budget is spent, well
     // within twice the budget for this batch.
-    let budget = limits.fuel_for(request_rows(&table, &request));
+    // Fuel scales with the work units of a call: candidates plus prompt blocks.
+    let units = request_rows(&table, &request) + request.facts().request_blocks as usize;
+    let budget = limits.fuel_for(units);
     let used = stats.last_fuel();
     assert!(used >= budget && used <= 2 * budget, "used {used} fuel of a {budget} budget");
     assert_contained(engine(), hostile::ILOOP, "{}", FaultKind::Fuel);

@@ -130,7 +130,10 @@ impl Policy for DefaultPolicy {
         let p = &self.params;
         let block_size = f64::from(facts.block_size);
         let tracks_prefill = facts.pool.tracks_prefill();
-        let pf = candidates.active_prefill_tokens();
+        // Every column re-sliced to `n` rows: the compiler then drops the bounds checks,
+        // and the loops below vectorise (natively and with +simd128).
+        let n = costs.len();
+        let pf = &candidates.active_prefill_tokens()[..n];
 
         // Per-candidate device credit, c · decay_w. With no decay it is c for everyone
         // (c · 1.0 is c exactly), which keeps the common loop free of divisions.
@@ -147,12 +150,12 @@ impl Policy for DefaultPolicy {
             }
         };
 
-        let dev = candidates.device_overlap_blocks();
-        let host = candidates.host_overlap_blocks();
-        let disk = candidates.disk_overlap_blocks();
-        let cached = candidates.cached_tokens();
-        let decode = candidates.decode_blocks();
-        let requests = candidates.active_requests();
+        let dev = &candidates.device_overlap_blocks()[..n];
+        let host = &candidates.host_overlap_blocks()[..n];
+        let disk = &candidates.disk_overlap_blocks()[..n];
+        let cached = &candidates.cached_tokens()[..n];
+        let decode = &candidates.decode_blocks()[..n];
+        let requests = &candidates.active_requests()[..n];
         let isl = facts.prompt_tokens;
         let decode_branch = facts.pool == Pool::Decode && p.overlap_score_credit > 0.0;
 
