@@ -7,8 +7,7 @@ mod common;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use common::{DynamoFixture, IMPORTS, NOOP, SIZES, switchyard_fixture};
-use switchyard::selection::{Call, ColumnBuffers, HostFacts, Scorer};
+use common::{DynamoFixture, IMPORTS, NOOP, SIZES, ScoreOnly, switchyard_fixture};
 use switchyard::{GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
 
 const ROUNDS: usize = 31;
@@ -86,29 +85,6 @@ fn selection_table(engine: &PolicyEngine, temperature: f64) {
             fmt_ns(t[2]),
             t[1] / t[2]
         );
-    }
-}
-
-struct ScoreOnly {
-    table: switchyard::WorkerTable,
-    request: switchyard::SelectionRequest,
-    columns: ColumnBuffers,
-    costs: Vec<f64>,
-}
-
-impl ScoreOnly {
-    fn new(n: usize, scorer: &dyn Scorer) -> Self {
-        let (table, request) = switchyard_fixture(n, 0.0);
-        let mut columns = ColumnBuffers::default();
-        columns.materialise(&table, &request, scorer.info().inputs);
-        Self { table, request, columns, costs: Vec::new() }
-    }
-
-    fn run(&mut self, scorer: &mut dyn Scorer) {
-        let facts = HostFacts::new(&self.request, &self.table, &self.columns);
-        let call = Call { request: &self.request, columns: &self.columns, facts };
-        scorer.score(&call, &mut self.costs).unwrap();
-        black_box(&self.costs);
     }
 }
 

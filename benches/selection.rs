@@ -6,9 +6,8 @@ mod common;
 use std::hint::black_box;
 use std::time::Duration;
 
-use common::{DynamoFixture, IMPORTS, NOOP, SIZES, switchyard_fixture};
+use common::{DynamoFixture, IMPORTS, NOOP, SIZES, ScoreOnly, switchyard_fixture};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use switchyard::selection::{Call, ColumnBuffers, HostFacts, Scorer};
 use switchyard::{GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
 
 fn engine() -> PolicyEngine {
@@ -38,33 +37,6 @@ fn full_selection(c: &mut Criterion) {
             });
         }
         group.finish();
-    }
-}
-
-/// Materialised columns for calling a scorer directly: the guest call alone.
-struct ScoreOnly {
-    table: switchyard::WorkerTable,
-    request: switchyard::SelectionRequest,
-    columns: ColumnBuffers,
-    costs: Vec<f64>,
-}
-
-impl ScoreOnly {
-    fn new(n: usize, scorer: &dyn Scorer) -> Self {
-        let (table, request) = switchyard_fixture(n, 0.0);
-        let mut columns = ColumnBuffers::default();
-        columns.materialise(&table, &request, scorer.info().inputs);
-        Self { table, request, columns, costs: Vec::new() }
-    }
-
-    fn run(&mut self, scorer: &mut dyn Scorer) {
-        let call = Call {
-            request: &self.request,
-            columns: &self.columns,
-            facts: HostFacts::new(&self.request, &self.table, &self.columns),
-        };
-        scorer.score(&call, &mut self.costs).unwrap();
-        black_box(&self.costs);
     }
 }
 

@@ -15,7 +15,7 @@ use dynamo_kv_router::{
     WorkerSelector,
 };
 use rustc_hash::FxHashMap;
-use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
+use switchyard::selection::{Call, ColumnBuffers, HostFacts, RequestOptions, Scorer, Worker, WorkerInputs};
 use switchyard::{SelectionRequest, WorkerTable};
 use switchyard_guest_sdk::{Pool, RequestFacts};
 
@@ -161,5 +161,30 @@ impl DynamoFixture {
             BLOCK_SIZE,
         );
         self.selector.select_worker(input).expect("dynamo selects").worker.worker_id
+    }
+}
+
+/// Materialised columns for calling a scorer directly: the score call alone, without
+/// the selection around it.
+pub struct ScoreOnly {
+    table: WorkerTable,
+    request: SelectionRequest,
+    columns: ColumnBuffers,
+    costs: Vec<f64>,
+}
+
+impl ScoreOnly {
+    pub fn new(n: usize, scorer: &dyn Scorer) -> Self {
+        let (table, request) = switchyard_fixture(n, 0.0);
+        let mut columns = ColumnBuffers::default();
+        columns.materialise(&table, &request, scorer.info().inputs);
+        Self { table, request, columns, costs: Vec::new() }
+    }
+
+    pub fn run(&mut self, scorer: &mut dyn Scorer) {
+        let facts = HostFacts::new(&self.request, &self.table, &self.columns);
+        let call = Call { request: &self.request, columns: &self.columns, facts };
+        scorer.score(&call, &mut self.costs).unwrap();
+        std::hint::black_box(&self.costs);
     }
 }
