@@ -254,13 +254,6 @@ impl GuestScorer {
         Ok(Live { store, bindings, score, filter })
     }
 
-    fn live(&mut self) -> Result<&mut Live, Fault> {
-        if self.live.is_none() {
-            self.live = Some(self.instantiate().map_err(|(_, fault)| fault)?);
-        }
-        Ok(self.live.as_mut().expect("just set"))
-    }
-
     /// Runs `f` on the live instance; on a trap the instance is dropped (its Store is
     /// poisoned) and the next call instantiates afresh.
     fn with_live<R>(
@@ -269,9 +262,13 @@ impl GuestScorer {
         fuel: u64,
         f: impl FnOnce(&mut Live) -> wasmtime::Result<R>,
     ) -> Result<R, Fault> {
-        let limits = self.component.engine().limits().clone();
-        let live = self.live()?;
-        arm(&mut live.store, &limits, fuel)?;
+        if self.live.is_none() {
+            self.live = Some(self.instantiate().map_err(|(_stage, fault)| fault)?);
+        }
+        // Disjoint field borrows: no per-call copy of the limits on the hot path.
+        let limits = self.component.engine().limits();
+        let live = self.live.as_mut().expect("just ensured");
+        arm(&mut live.store, limits, fuel)?;
         let budget = live.store.get_fuel().unwrap_or(0);
         let ptr = NonNull::from(facts);
         // SAFETY: only the lifetime is erased. The pointer is cleared right after the call,

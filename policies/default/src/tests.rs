@@ -1,57 +1,14 @@
 //! The cost rule on hand-made cases.
 
-use switchyard_guest_sdk::{
-    Candidates, Columns, InputGroups, NoFacts, Policy, Pool, Request, RequestFacts, WorkerRank,
-};
+use switchyard_guest_sdk::testing::Case;
+use switchyard_guest_sdk::{Policy, Pool, RequestFacts, WorkerRank};
 
 use super::{DefaultPolicy, Parameters};
 
-struct Case {
-    dev: Vec<u32>,
-    host: Vec<u32>,
-    disk: Vec<u32>,
-    cached: Vec<u32>,
-    pf: Vec<u32>,
-    decode: Vec<u32>,
-    requests: Vec<u32>,
-    multiplier: Vec<f64>,
-}
-
-impl Case {
-    fn new(n: usize) -> Self {
-        Self {
-            dev: vec![0; n],
-            host: vec![0; n],
-            disk: vec![0; n],
-            cached: vec![0; n],
-            pf: vec![0; n],
-            decode: vec![0; n],
-            requests: vec![0; n],
-            multiplier: vec![1.0; n],
-        }
-    }
-
-    fn costs(&self, params: &str, facts: RequestFacts) -> Vec<f64> {
-        let ids: Vec<u64> = (0..self.dev.len() as u64).collect();
-        let ranks = vec![0; ids.len()];
-        let columns = Columns {
-            worker_ids: &ids,
-            dp_ranks: &ranks,
-            device_overlap_blocks: &self.dev,
-            host_overlap_blocks: &self.host,
-            disk_overlap_blocks: &self.disk,
-            cached_tokens: &self.cached,
-            active_prefill_tokens: &self.pf,
-            decode_blocks: &self.decode,
-            active_requests: &self.requests,
-            preferred_multiplier: &self.multiplier,
-        };
-        let view = Candidates::new(columns, InputGroups::ALL).unwrap();
-        let mut policy = DefaultPolicy::configure(params).unwrap();
-        let mut costs = vec![0.0; ids.len()];
-        policy.score(&Request::new(&facts, &NoFacts), &view, &mut costs).unwrap();
-        costs
-    }
+/// The default policy's costs for `case` under `facts` and JSON `params`.
+fn costs_of(mut case: Case, params: &str, facts: RequestFacts) -> Vec<f64> {
+    case.facts = facts;
+    case.costs(&mut DefaultPolicy::configure(params).unwrap()).unwrap()
 }
 
 fn facts(prompt_tokens: u32, pool: Pool) -> RequestFacts {
@@ -69,34 +26,35 @@ fn facts(prompt_tokens: u32, pool: Pool) -> RequestFacts {
 #[test]
 fn cache_credit_offsets_prefill_and_tiers_weigh_less() {
     let mut case = Case::new(4);
-    case.dev = vec![0, 32, 0, 0];
-    case.cached = vec![0, 512, 0, 0];
-    case.host = vec![0, 0, 32, 0];
-    case.disk = vec![0, 0, 0, 32];
+    case.device_overlap_blocks = vec![0, 32, 0, 0];
+    case.cached_tokens = vec![0, 512, 0, 0];
+    case.host_overlap_blocks = vec![0, 0, 32, 0];
+    case.disk_overlap_blocks = vec![0, 0, 0, 32];
     // 1024 tokens = 64 blocks raw prefill everywhere.
-    let costs = case.costs("{}", facts(1024, Pool::Aggregated));
+    let costs = costs_of(case.clone(), "{}", facts(1024, Pool::Aggregated));
     assert_eq!(costs, vec![64.0, 32.0, 64.0 - 24.0, 64.0 - 8.0]);
 }
 
 #[test]
 fn load_and_requests_add_and_scale_applies_to_prefill_only() {
     let mut case = Case::new(2);
-    case.pf = vec![160, 0];
-    case.decode = vec![10, 30];
-    case.requests = vec![1, 3];
+    case.active_prefill_tokens = vec![160, 0];
+    case.decode_blocks = vec![10, 30];
+    case.active_requests = vec![1, 3];
     let params = r#"{"prefill_load_scale": 2.0, "decode_active_request_weight": 0.5}"#;
-    let costs = case.costs(params, facts(160, Pool::Aggregated));
+    let costs = costs_of(case.clone(), params, facts(160, Pool::Aggregated));
     assert_eq!(costs, vec![2.0 * 20.0 + 10.0 + 0.5, 2.0 * 10.0 + 30.0 + 1.5]);
 }
 
 #[test]
 fn credit_decays_with_prefill_backlog_above_the_least_loaded() {
     let mut case = Case::new(2);
-    case.dev = vec![10, 10];
-    case.cached = vec![160, 160];
-    case.pf = vec![0, 320]; // 20 blocks above the minimum
+    case.device_overlap_blocks = vec![10, 10];
+    case.cached_tokens = vec![160, 160];
+    case.active_prefill_tokens = vec![0, 320]; // 20 blocks above the minimum
     // request_blocks 10: normalised load 2; d = 1 → decay 1/3.
-    let costs = case.costs(r#"{"overlap_score_credit_decay": 1.0}"#, facts(160, Pool::Aggregated));
+    let costs =
+        costs_of(case.clone(), r#"{"overlap_score_credit_decay": 1.0}"#, facts(160, Pool::Aggregated));
     assert_eq!(costs[0], 10.0 - 10.0);
     assert_eq!(costs[1], (320.0 + 160.0) / 16.0 - 10.0 / 3.0);
 }
@@ -104,24 +62,24 @@ fn credit_decays_with_prefill_backlog_above_the_least_loaded() {
 #[test]
 fn decode_pool_is_load_only_or_overlap_adjusted_decode() {
     let mut case = Case::new(2);
-    case.dev = vec![5, 0];
-    case.decode = vec![20, 12];
-    case.pf = vec![999, 999]; // not tracked in a decode pool
-    let costs = case.costs("{}", facts(160, Pool::Decode));
+    case.device_overlap_blocks = vec![5, 0];
+    case.decode_blocks = vec![20, 12];
+    case.active_prefill_tokens = vec![999, 999]; // not tracked in a decode pool
+    let costs = costs_of(case.clone(), "{}", facts(160, Pool::Decode));
     assert_eq!(costs, vec![15.0, 12.0], "credit > 0: max(0, decode − credit)");
-    let costs = case.costs(r#"{"overlap_score_credit": 0}"#, facts(160, Pool::Decode));
+    let costs = costs_of(case.clone(), r#"{"overlap_score_credit": 0}"#, facts(160, Pool::Decode));
     assert_eq!(costs, vec![20.0, 12.0], "credit 0: load only");
 }
 
 #[test]
 fn preferred_multiplier_scales_cost_but_not_for_a_pinned_request() {
     let mut case = Case::new(2);
-    case.decode = vec![10, 10];
-    case.multiplier = vec![0.5, 2.0];
-    assert_eq!(case.costs("{}", facts(0, Pool::Aggregated)), vec![5.0, 20.0]);
+    case.decode_blocks = vec![10, 10];
+    case.preferred_multiplier = vec![0.5, 2.0];
+    assert_eq!(costs_of(case.clone(), "{}", facts(0, Pool::Aggregated)), vec![5.0, 20.0]);
     let mut pinned = facts(0, Pool::Aggregated);
     pinned.pinned = Some(WorkerRank { worker_id: 0, dp_rank: 0 });
-    assert_eq!(case.costs("{}", pinned), vec![10.0, 10.0]);
+    assert_eq!(costs_of(case.clone(), "{}", pinned), vec![10.0, 10.0]);
 }
 
 #[test]
