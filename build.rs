@@ -31,8 +31,8 @@ const GUESTS: &[&str] = &[
 
 /// WAT guests: (name under policies/adversarial, world, extra WIT files pushed first).
 const WAT_GUESTS: &[(&str, &str, &[&str])] = &[
-    ("start-spin", "switchyard:policy/selection-policy@0.1.0", &[]),
-    ("table-growth", "switchyard:policy/selection-policy@0.1.0", &[]),
+    ("start-spin", "switchyard:policy/selection-policy@0.2.0", &[]),
+    ("table-growth", "switchyard:policy/selection-policy@0.2.0", &[]),
     ("wasi-import", "tenant:wasi-import/policy-with-environment", &["wit/environment.wit", "world.wit"]),
     ("other-world", "tenant:other-world/other", &["world.wit"]),
 ];

@@ -2,6 +2,65 @@
 
 use crate::InputGroups;
 
+/// The u32 columns, in the order they travel packed in the WIT record `candidates`
+/// (`columns`), each with the group that brings it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Column {
+    DpRank,
+    DeviceOverlapBlocks,
+    HostOverlapBlocks,
+    DiskOverlapBlocks,
+    CachedTokens,
+    ActivePrefillTokens,
+    DecodeBlocks,
+    ActiveRequests,
+}
+
+impl Column {
+    /// Every u32 column, in wire order.
+    pub const ALL: [Column; 8] = [
+        Column::DpRank,
+        Column::DeviceOverlapBlocks,
+        Column::HostOverlapBlocks,
+        Column::DiskOverlapBlocks,
+        Column::CachedTokens,
+        Column::ActivePrefillTokens,
+        Column::DecodeBlocks,
+        Column::ActiveRequests,
+    ];
+
+    /// The group that brings this column (`NONE`: always present).
+    pub const fn group(self) -> InputGroups {
+        match self {
+            Column::DpRank => InputGroups::NONE,
+            Column::DeviceOverlapBlocks
+            | Column::HostOverlapBlocks
+            | Column::DiskOverlapBlocks
+            | Column::CachedTokens => InputGroups::CACHE,
+            Column::ActivePrefillTokens | Column::DecodeBlocks | Column::ActiveRequests => InputGroups::LOAD,
+        }
+    }
+
+    /// The column's WIT name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Column::DpRank => "dp-rank",
+            Column::DeviceOverlapBlocks => "device-overlap-blocks",
+            Column::HostOverlapBlocks => "host-overlap-blocks",
+            Column::DiskOverlapBlocks => "disk-overlap-blocks",
+            Column::CachedTokens => "cached-tokens",
+            Column::ActivePrefillTokens => "active-prefill-tokens",
+            Column::DecodeBlocks => "decode-blocks",
+            Column::ActiveRequests => "active-requests",
+        }
+    }
+
+    /// The columns that travel when `groups` are declared, in wire order.
+    pub fn present(groups: InputGroups) -> impl Iterator<Item = Column> {
+        Column::ALL.into_iter().filter(move |c| groups.contains(c.group()))
+    }
+}
+
 /// The candidates of one selection as columns (see the WIT record `candidates` for units).
 ///
 /// Row i of every column describes the same candidate. Columns of groups the policy did
@@ -9,15 +68,9 @@ use crate::InputGroups;
 #[derive(Debug, Clone, Copy)]
 pub struct Candidates<'a> {
     worker_ids: &'a [u64],
-    dp_ranks: &'a [u32],
-    device_overlap_blocks: &'a [u32],
-    host_overlap_blocks: &'a [u32],
-    disk_overlap_blocks: &'a [u32],
-    cached_tokens: &'a [u32],
-    active_prefill_tokens: &'a [u32],
-    decode_blocks: &'a [u32],
-    active_requests: &'a [u32],
-    preferred_multiplier: &'a [f64],
+    /// Indexed by `Column as usize`; empty where the group is not declared.
+    columns: [&'a [u32]; 8],
+    preferred_multiplier: Option<&'a [f64]>,
 }
 
 /// The columns given to [`Candidates::new`] do not line up.
@@ -30,64 +83,50 @@ pub struct ColumnLengthError {
 
 impl std::fmt::Display for ColumnLengthError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "column `{}` has {} rows, expected {} (or 0 if its group is not declared)",
-            self.column, self.found, self.expected
-        )
+        write!(f, "`{}` has {} entries, expected {}", self.column, self.found, self.expected)
     }
 }
 
 impl std::error::Error for ColumnLengthError {}
 
-/// The raw columns, in WIT order; used by the host and the guest glue to build a view.
+/// The raw columns as they cross the boundary (the WIT record `candidates`); used by the
+/// host and the guest glue to build a view.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Columns<'a> {
+    /// One per candidate.
     pub worker_ids: &'a [u64],
-    pub dp_ranks: &'a [u32],
-    pub device_overlap_blocks: &'a [u32],
-    pub host_overlap_blocks: &'a [u32],
-    pub disk_overlap_blocks: &'a [u32],
-    pub cached_tokens: &'a [u32],
-    pub active_prefill_tokens: &'a [u32],
-    pub decode_blocks: &'a [u32],
-    pub active_requests: &'a [u32],
+    /// The u32 columns of the declared groups, one after another ([`Column::present`]).
+    pub packed: &'a [u32],
+    /// One per candidate, or empty when no preference applies.
     pub preferred_multiplier: &'a [f64],
 }
 
 impl<'a> Candidates<'a> {
-    /// Checks that every column of a group in `groups` has as many rows as `worker_ids`,
-    /// and that the others are empty.
+    /// Checks that `packed` holds exactly the columns of `groups`, one row per worker id,
+    /// and that the multipliers are one per row or none.
     pub fn new(columns: Columns<'a>, groups: InputGroups) -> Result<Self, ColumnLengthError> {
         let n = columns.worker_ids.len();
-        let check = |column: &'static str, len: usize, group: InputGroups| {
-            let expected = if groups.contains(group) { n } else { 0 };
-            if len == expected || (len == n && !groups.contains(group)) {
-                Ok(())
-            } else {
-                Err(ColumnLengthError { column, expected, found: len })
-            }
-        };
-        check("dp-rank", columns.dp_ranks.len(), InputGroups::NONE)?;
-        check("device-overlap-blocks", columns.device_overlap_blocks.len(), InputGroups::CACHE)?;
-        check("host-overlap-blocks", columns.host_overlap_blocks.len(), InputGroups::CACHE)?;
-        check("disk-overlap-blocks", columns.disk_overlap_blocks.len(), InputGroups::CACHE)?;
-        check("cached-tokens", columns.cached_tokens.len(), InputGroups::CACHE)?;
-        check("active-prefill-tokens", columns.active_prefill_tokens.len(), InputGroups::LOAD)?;
-        check("decode-blocks", columns.decode_blocks.len(), InputGroups::LOAD)?;
-        check("active-requests", columns.active_requests.len(), InputGroups::LOAD)?;
-        check("preferred-multiplier", columns.preferred_multiplier.len(), InputGroups::AFFINITY)?;
+        let present = Column::present(groups).count();
+        if columns.packed.len() != n * present {
+            return Err(ColumnLengthError {
+                column: "columns",
+                expected: n * present,
+                found: columns.packed.len(),
+            });
+        }
+        let m = columns.preferred_multiplier.len();
+        if m != 0 && (m != n || !groups.contains(InputGroups::AFFINITY)) {
+            let expected = if groups.contains(InputGroups::AFFINITY) { n } else { 0 };
+            return Err(ColumnLengthError { column: "preferred-multiplier", expected, found: m });
+        }
+        let mut sliced: [&'a [u32]; 8] = [&[]; 8];
+        for (i, column) in Column::present(groups).enumerate() {
+            sliced[column as usize] = &columns.packed[i * n..(i + 1) * n];
+        }
         Ok(Self {
             worker_ids: columns.worker_ids,
-            dp_ranks: columns.dp_ranks,
-            device_overlap_blocks: columns.device_overlap_blocks,
-            host_overlap_blocks: columns.host_overlap_blocks,
-            disk_overlap_blocks: columns.disk_overlap_blocks,
-            cached_tokens: columns.cached_tokens,
-            active_prefill_tokens: columns.active_prefill_tokens,
-            decode_blocks: columns.decode_blocks,
-            active_requests: columns.active_requests,
-            preferred_multiplier: columns.preferred_multiplier,
+            columns: sliced,
+            preferred_multiplier: (m != 0).then_some(columns.preferred_multiplier),
         })
     }
 
@@ -102,40 +141,79 @@ impl<'a> Candidates<'a> {
     pub fn worker_ids(&self) -> &'a [u64] {
         self.worker_ids
     }
+    /// Any u32 column by name; empty if its group is not declared.
+    pub fn column(&self, column: Column) -> &'a [u32] {
+        self.columns[column as usize]
+    }
     /// Data-parallel ranks.
     pub fn dp_ranks(&self) -> &'a [u32] {
-        self.dp_ranks
+        self.column(Column::DpRank)
     }
     /// `cache`: prompt blocks cached in device memory, blocks.
     pub fn device_overlap_blocks(&self) -> &'a [u32] {
-        self.device_overlap_blocks
+        self.column(Column::DeviceOverlapBlocks)
     }
     /// `cache`: prompt blocks cached in host memory beyond the device tier, blocks.
     pub fn host_overlap_blocks(&self) -> &'a [u32] {
-        self.host_overlap_blocks
+        self.column(Column::HostOverlapBlocks)
     }
     /// `cache`: prompt blocks cached on disk beyond the host tier, blocks.
     pub fn disk_overlap_blocks(&self) -> &'a [u32] {
-        self.disk_overlap_blocks
+        self.column(Column::DiskOverlapBlocks)
     }
     /// `cache`: prompt tokens servable from cache, tokens.
     pub fn cached_tokens(&self) -> &'a [u32] {
-        self.cached_tokens
+        self.column(Column::CachedTokens)
     }
     /// `load`: prompt tokens in flight in prefill, tokens.
     pub fn active_prefill_tokens(&self) -> &'a [u32] {
-        self.active_prefill_tokens
+        self.column(Column::ActivePrefillTokens)
     }
     /// `load`: decode blocks the candidate would hold with this request, blocks.
     pub fn decode_blocks(&self) -> &'a [u32] {
-        self.decode_blocks
+        self.column(Column::DecodeBlocks)
     }
     /// `load`: requests in flight.
     pub fn active_requests(&self) -> &'a [u32] {
-        self.active_requests
+        self.column(Column::ActiveRequests)
     }
-    /// `affinity`: preferred-taint multiplier, 1.0 where none applies.
-    pub fn preferred_multiplier(&self) -> &'a [f64] {
+    /// `affinity`: the preferred-taint multiplier per row; `None` when no preference
+    /// applies to any candidate (every multiplier would be 1.0) or `affinity` is not
+    /// declared.
+    pub fn preferred_multiplier(&self) -> Option<&'a [f64]> {
         self.preferred_multiplier
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_columns_slice_back_by_group() {
+        let ids = [7u64, 9];
+        // dp-rank, then the three load columns (cache not declared).
+        let packed = [0, 1, 10, 11, 20, 21, 30, 31];
+        let columns = Columns { worker_ids: &ids, packed: &packed, preferred_multiplier: &[] };
+        let view = Candidates::new(columns, InputGroups::LOAD).unwrap();
+        assert_eq!(view.dp_ranks(), &[0, 1]);
+        assert_eq!(view.active_prefill_tokens(), &[10, 11]);
+        assert_eq!(view.decode_blocks(), &[20, 21]);
+        assert_eq!(view.active_requests(), &[30, 31]);
+        assert!(view.cached_tokens().is_empty());
+        assert_eq!(view.preferred_multiplier(), None);
+    }
+
+    #[test]
+    fn misaligned_columns_are_refused_with_the_column_named() {
+        let ids = [7u64, 9];
+        let short = Columns { worker_ids: &ids, packed: &[0, 1, 10], preferred_multiplier: &[] };
+        let e = Candidates::new(short, InputGroups::LOAD).unwrap_err();
+        assert_eq!((e.column, e.expected, e.found), ("columns", 8, 3));
+        let multipliers = Columns { worker_ids: &ids, packed: &[0, 1], preferred_multiplier: &[1.0, 0.5] };
+        let e = Candidates::new(multipliers, InputGroups::NONE).unwrap_err();
+        assert_eq!((e.column, e.expected, e.found), ("preferred-multiplier", 0, 2));
+        let view = Candidates::new(multipliers, InputGroups::AFFINITY).unwrap();
+        assert_eq!(view.preferred_multiplier(), Some(&[1.0, 0.5][..]));
     }
 }

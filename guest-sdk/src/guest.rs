@@ -105,14 +105,7 @@ fn with_view<P: Policy, R>(
 ) -> Result<R, wit::PolicyError> {
     let columns = Columns {
         worker_ids: &c.worker_id,
-        dp_ranks: &c.dp_rank,
-        device_overlap_blocks: &c.device_overlap_blocks,
-        host_overlap_blocks: &c.host_overlap_blocks,
-        disk_overlap_blocks: &c.disk_overlap_blocks,
-        cached_tokens: &c.cached_tokens,
-        active_prefill_tokens: &c.active_prefill_tokens,
-        decode_blocks: &c.decode_blocks,
-        active_requests: &c.active_requests,
+        packed: &c.columns,
         preferred_multiplier: &c.preferred_multiplier,
     };
     let view = Candidates::new(columns, policy.info().inputs)

@@ -24,7 +24,7 @@ pub mod build;
 #[doc(hidden)]
 pub mod guest;
 
-pub use candidates::{Candidates, ColumnLengthError, Columns};
+pub use candidates::{Candidates, Column, ColumnLengthError, Columns};
 pub use params::parse_parameters;
 pub use request::{Capacity, Facts, NoFacts, Pool, Request, RequestFacts, WorkerRank};
 

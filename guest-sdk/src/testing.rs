@@ -4,8 +4,8 @@
 use std::borrow::Cow;
 
 use crate::{
-    Candidates, Capacity, Columns, Facts, InputGroups, Policy, PolicyError, Pool, Request, RequestFacts,
-    WorkerRank,
+    Candidates, Capacity, Column, Columns, Facts, InputGroups, Policy, PolicyError, Pool, Request,
+    RequestFacts, WorkerRank,
 };
 
 /// Lazily fetched facts, held by value.
@@ -91,26 +91,36 @@ impl Case {
         WorkerRank { worker_id: self.worker_ids[row], dp_rank: self.dp_ranks[row] }
     }
 
-    fn view(&self) -> Candidates<'_> {
+    /// Runs `f` on this case's columns as a policy sees them: every group declared, the
+    /// u32 columns packed as they travel, and the multipliers left out when all are 1.0
+    /// (as the host does when no preference applies).
+    fn with_view<R>(&self, f: impl FnOnce(&Candidates<'_>) -> R) -> R {
+        let mut packed = Vec::with_capacity(self.worker_ids.len() * Column::ALL.len());
+        for column in Column::present(InputGroups::ALL) {
+            packed.extend_from_slice(match column {
+                Column::DpRank => &self.dp_ranks,
+                Column::DeviceOverlapBlocks => &self.device_overlap_blocks,
+                Column::HostOverlapBlocks => &self.host_overlap_blocks,
+                Column::DiskOverlapBlocks => &self.disk_overlap_blocks,
+                Column::CachedTokens => &self.cached_tokens,
+                Column::ActivePrefillTokens => &self.active_prefill_tokens,
+                Column::DecodeBlocks => &self.decode_blocks,
+                Column::ActiveRequests => &self.active_requests,
+            });
+        }
+        let neutral = self.preferred_multiplier.iter().all(|&m| m == 1.0);
         let columns = Columns {
             worker_ids: &self.worker_ids,
-            dp_ranks: &self.dp_ranks,
-            device_overlap_blocks: &self.device_overlap_blocks,
-            host_overlap_blocks: &self.host_overlap_blocks,
-            disk_overlap_blocks: &self.disk_overlap_blocks,
-            cached_tokens: &self.cached_tokens,
-            active_prefill_tokens: &self.active_prefill_tokens,
-            decode_blocks: &self.decode_blocks,
-            active_requests: &self.active_requests,
-            preferred_multiplier: &self.preferred_multiplier,
+            packed: &packed,
+            preferred_multiplier: if neutral { &[] } else { &self.preferred_multiplier },
         };
-        Candidates::new(columns, InputGroups::ALL).expect("a Case's columns line up")
+        f(&Candidates::new(columns, InputGroups::ALL).expect("a Case's columns line up"))
     }
 
     /// The policy's costs for this case.
     pub fn costs<P: Policy>(&self, policy: &mut P) -> Result<Vec<f64>, PolicyError> {
         let mut costs = vec![0.0; self.worker_ids.len()];
-        policy.score(&Request::new(&self.facts, &self.lazy), &self.view(), &mut costs)?;
+        self.with_view(|view| policy.score(&Request::new(&self.facts, &self.lazy), view, &mut costs))?;
         Ok(costs)
     }
 
@@ -124,7 +134,7 @@ impl Case {
     /// The policy's keep mask for this case.
     pub fn keep<P: Policy>(&self, policy: &mut P) -> Result<Vec<bool>, PolicyError> {
         let mut keep = vec![true; self.worker_ids.len()];
-        policy.filter(&Request::new(&self.facts, &self.lazy), &self.view(), &mut keep)?;
+        self.with_view(|view| policy.filter(&Request::new(&self.facts, &self.lazy), view, &mut keep))?;
         Ok(keep)
     }
 

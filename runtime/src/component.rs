@@ -14,11 +14,11 @@ use crate::guest::{HostState, bindings};
 use crate::selection::{Fault, FaultKind};
 
 /// The interfaces a policy may import: the world's, and nothing else (no WASI).
-pub const ALLOWED_IMPORTS: &[&str] = &["switchyard:policy/types@0.1.0", "switchyard:policy/request@0.1.0"];
+pub const ALLOWED_IMPORTS: &[&str] = &["switchyard:policy/types@0.2.0", "switchyard:policy/request@0.2.0"];
 /// The interface a policy must export.
-pub const POLICY_EXPORT: &str = "switchyard:policy/policy@0.1.0";
+pub const POLICY_EXPORT: &str = "switchyard:policy/policy@0.2.0";
 /// The world a policy targets.
-pub const WORLD: &str = "switchyard:policy/selection-policy@0.1.0";
+pub const WORLD: &str = "switchyard:policy/selection-policy@0.2.0";
 
 /// Why a component was refused. The kind names are a stable interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

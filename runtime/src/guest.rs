@@ -74,28 +74,13 @@ pub(crate) fn add_imports(linker: &mut wasmtime::component::Linker<HostState>) -
 }
 
 /// The `candidates` record, lowered straight from the host's column buffers (borrowed,
-/// so the only copy is the one into guest memory).
+/// so the only copy is the one into guest memory; one guest `realloc` per list).
 #[derive(ComponentType, Lower)]
 #[component(record)]
 struct CandidatesRef<'a> {
     #[component(name = "worker-id")]
     worker_id: &'a [u64],
-    #[component(name = "dp-rank")]
-    dp_rank: &'a [u32],
-    #[component(name = "device-overlap-blocks")]
-    device_overlap_blocks: &'a [u32],
-    #[component(name = "host-overlap-blocks")]
-    host_overlap_blocks: &'a [u32],
-    #[component(name = "disk-overlap-blocks")]
-    disk_overlap_blocks: &'a [u32],
-    #[component(name = "cached-tokens")]
-    cached_tokens: &'a [u32],
-    #[component(name = "active-prefill-tokens")]
-    active_prefill_tokens: &'a [u32],
-    #[component(name = "decode-blocks")]
-    decode_blocks: &'a [u32],
-    #[component(name = "active-requests")]
-    active_requests: &'a [u32],
+    columns: &'a [u32],
     #[component(name = "preferred-multiplier")]
     preferred_multiplier: &'a [f64],
 }
@@ -413,18 +398,7 @@ fn facts_abi(request: &crate::selection::SelectionRequest) -> wit::RequestFacts 
 
 fn candidates_abi<'a>(call: &'a Call<'_>) -> CandidatesRef<'a> {
     let c = call.columns.columns();
-    CandidatesRef {
-        worker_id: c.worker_ids,
-        dp_rank: c.dp_ranks,
-        device_overlap_blocks: c.device_overlap_blocks,
-        host_overlap_blocks: c.host_overlap_blocks,
-        disk_overlap_blocks: c.disk_overlap_blocks,
-        cached_tokens: c.cached_tokens,
-        active_prefill_tokens: c.active_prefill_tokens,
-        decode_blocks: c.decode_blocks,
-        active_requests: c.active_requests,
-        preferred_multiplier: c.preferred_multiplier,
-    }
+    CandidatesRef { worker_id: c.worker_ids, columns: c.packed, preferred_multiplier: c.preferred_multiplier }
 }
 
 impl Scorer for GuestScorer {

@@ -110,8 +110,8 @@ fn bad_input_is_an_error_message_never_a_panic() {
 fn policy_check_prints_world_imports_exports_and_size() {
     let wasm = temp_file("check.wasm", switchyard::builtin::find("default").unwrap().component);
     let report = json(&switchyard(&["policy", "check", &wasm]));
-    assert_eq!(report["world"], "switchyard:policy/selection-policy@0.1.0");
-    assert_eq!(report["exports"], serde_json::json!(["switchyard:policy/policy@0.1.0"]));
+    assert_eq!(report["world"], "switchyard:policy/selection-policy@0.2.0");
+    assert_eq!(report["exports"], serde_json::json!(["switchyard:policy/policy@0.2.0"]));
     assert_eq!(
         report["size_bytes"].as_u64().unwrap() as usize,
         std::fs::metadata(&wasm).unwrap().len() as usize

@@ -87,7 +87,7 @@ fn guest_sees_hashes_class_capacities_and_columns_as_the_host_holds_them() {
     assert_eq!(cols["device_overlap_blocks"], json!([5, 0, 0, 3]), "rows without input are zero");
     assert_eq!(cols["disk_overlap_blocks"], json!([2, 0, 0, 0]));
     assert_eq!(cols["active_prefill_tokens"], json!([200, 0, 0, 100]));
-    assert_eq!(cols["preferred_multiplier"], json!([1.0, 1.0, 1.0, 1.0]));
+    assert_eq!(cols["preferred_multiplier"], Value::Null, "no preferred taints: no multipliers");
 }
 
 #[test]

@@ -212,7 +212,7 @@ impl Scorer for Recorder {
     }
     fn score(&mut self, call: &Call<'_>, costs: &mut Vec<f64>) -> Result<(), Fault> {
         let hashes = call.facts.prefix_hashes().map(|h| h.into_owned());
-        let prefill = call.columns.columns().active_prefill_tokens.to_vec();
+        let prefill = call.columns.view().unwrap().active_prefill_tokens().to_vec();
         self.seen.lock().unwrap().push((call.request.facts().pool, hashes, prefill));
         self.inner.score(call, costs)
     }

@@ -38,7 +38,7 @@ fn builtin_and_test_components_import_only_the_policy_world() {
         }
         let loaded = PolicyComponent::load(engine(), bytes).expect("loads");
         assert_eq!(loaded.imports(), imports.as_slice());
-        assert!(loaded.exports().iter().any(|e| e == "switchyard:policy/policy@0.1.0"));
+        assert!(loaded.exports().iter().any(|e| e == "switchyard:policy/policy@0.2.0"));
         checked += 1;
     }
     assert_eq!(checked, switchyard::builtin::BUILTINS.len() + 2);

@@ -19,13 +19,13 @@
       (then (drop (memory.grow (i32.add (i32.const 1)
         (i32.shr_u (i32.sub (global.get $heap) (i32.mul (memory.size) (i32.const 65536))) (i32.const 16)))))))
     (local.get $p))
-  (func (export "switchyard:policy/policy@0.1.0#describe") (result i32) (i32.const 16))
-  (func (export "switchyard:policy/policy@0.1.0#configure") (param i32 i32) (result i32) (i32.const 32))
-  (func (export "switchyard:policy/policy@0.1.0#filter") (param i32) (result i32) unreachable)
-  (func (export "switchyard:policy/policy@0.1.0#on-selected")
+  (func (export "switchyard:policy/policy@0.2.0#describe") (result i32) (i32.const 16))
+  (func (export "switchyard:policy/policy@0.2.0#configure") (param i32 i32) (result i32) (i32.const 32))
+  (func (export "switchyard:policy/policy@0.2.0#filter") (param i32 i32 i32 i32 i32 i32 i64 i32 i32 i64 i32 i32 i32 i32 i32 i32) (result i32) unreachable)
+  (func (export "switchyard:policy/policy@0.2.0#on-selected")
     (param i32 i32 i32 i32 i32 i32 i64 i32 i32 i64 i64 i32))
   (table $t 1 funcref)
-  (func (export "switchyard:policy/policy@0.1.0#score") (param i32) (result i32)
+  (func (export "switchyard:policy/policy@0.2.0#score") (param i32 i32 i32 i32 i32 i32 i64 i32 i32 i64 i32 i32 i32 i32 i32 i32) (result i32)
     (loop $more
       (br_if $more (i32.ne (table.grow $t (ref.null func) (i32.const 4096)) (i32.const -1))))
     ;; Reached only if a refused growth returned -1 instead of trapping.

@@ -180,8 +180,8 @@ impl Policy for DefaultPolicy {
             };
         }
         // Dynamo applies no taint preference to a pinned request.
-        if facts.pinned.is_none() {
-            for (cost, m) in costs.iter_mut().zip(candidates.preferred_multiplier()) {
+        if let (None, Some(multipliers)) = (facts.pinned, candidates.preferred_multiplier()) {
+            for (cost, m) in costs.iter_mut().zip(multipliers) {
                 *cost *= m;
             }
         }

@@ -1,63 +1,49 @@
 //! Candidate columns, materialised per selection into reused buffers.
 
-use switchyard_guest_sdk::{Candidates, ColumnLengthError, Columns, InputGroups, WorkerRank};
+use switchyard_guest_sdk::{Candidates, Column, ColumnLengthError, Columns, InputGroups, WorkerRank};
 
-use super::{SelectionRequest, WorkerTable};
+use super::{SelectionRequest, WorkerInputs, WorkerTable};
 
-/// The candidate columns of one selection. Buffers are reused across selections, so a
-/// steady-state selection allocates nothing here.
+/// The candidate columns of one selection, laid out as they cross the guest boundary:
+/// worker ids, the u32 columns of the declared groups packed one after another
+/// ([`Column::present`]), and the multipliers (empty when no preference applies). A
+/// guest call lowers each buffer with one copy; a native policy reads the same buffers.
+/// Buffers are reused across selections, so a steady-state selection allocates nothing.
 #[derive(Debug, Default)]
 pub struct ColumnBuffers {
     groups: InputGroups,
-    pub(super) worker_id: Vec<u64>,
-    pub(super) dp_rank: Vec<u32>,
-    pub(super) device_overlap_blocks: Vec<u32>,
-    pub(super) host_overlap_blocks: Vec<u32>,
-    pub(super) disk_overlap_blocks: Vec<u32>,
-    pub(super) cached_tokens: Vec<u32>,
-    pub(super) active_prefill_tokens: Vec<u32>,
-    pub(super) decode_blocks: Vec<u32>,
-    pub(super) active_requests: Vec<u32>,
-    pub(super) preferred_multiplier: Vec<f64>,
+    worker_id: Vec<u64>,
+    packed: Vec<u32>,
+    preferred_multiplier: Vec<f64>,
+    /// Merge path scratch: the eligible slots and their input rows (`None`: no row).
+    rows: Vec<(usize, Option<usize>)>,
 }
 
 impl ColumnBuffers {
     /// Fills the columns of `groups` for every eligible slot, in slot order.
     pub fn materialise(&mut self, table: &WorkerTable, request: &SelectionRequest, groups: InputGroups) {
         self.groups = groups;
-        self.clear();
-        let cache = groups.contains(InputGroups::CACHE);
-        let load = groups.contains(InputGroups::LOAD);
-        let affinity = groups.contains(InputGroups::AFFINITY);
+        self.worker_id.clear();
+        self.packed.clear();
+        self.preferred_multiplier.clear();
         let inputs = request.inputs();
-        let tainted = affinity && request.has_preferred_taints();
+        let tainted = groups.contains(InputGroups::AFFINITY) && request.has_preferred_taints();
         if request.is_dense_for(table) {
             // Every slot is a candidate and has a row: the columns are copies.
             self.worker_id.extend_from_slice(&inputs.worker_id);
-            self.dp_rank.extend_from_slice(&inputs.dp_rank);
-            if cache {
-                self.device_overlap_blocks.extend_from_slice(&inputs.device_overlap_blocks);
-                self.host_overlap_blocks.extend_from_slice(&inputs.host_overlap_blocks);
-                self.disk_overlap_blocks.extend_from_slice(&inputs.disk_overlap_blocks);
-                self.cached_tokens.extend_from_slice(&inputs.cached_tokens);
+            for column in Column::present(groups) {
+                self.packed.extend_from_slice(input_column(inputs, column));
             }
-            if load {
-                self.active_prefill_tokens.extend_from_slice(&inputs.active_prefill_tokens);
-                self.decode_blocks.extend_from_slice(&inputs.decode_blocks);
-                self.active_requests.extend_from_slice(&inputs.active_requests);
-            }
-            if affinity {
-                if tainted {
-                    let slots = 0..table.slots().len();
-                    self.preferred_multiplier
-                        .extend(slots.map(|i| request.preferred_multiplier(table.slot_worker(i).taints())));
-                } else {
-                    self.preferred_multiplier.resize(inputs.len(), 1.0);
-                }
+            if tainted {
+                let slots = 0..table.slots().len();
+                self.preferred_multiplier
+                    .extend(slots.map(|i| request.preferred_multiplier(table.slot_worker(i).taints())));
             }
             return;
         }
-        // Rows and slots are both sorted by (worker, rank): merge them in one pass.
+        // Rows and slots are both sorted by (worker, rank): merge them in one pass, then
+        // fill column by column.
+        self.rows.clear();
         let mut row = 0;
         let rows = inputs.len();
         for (slot_index, &slot) in table.slots().iter().enumerate() {
@@ -68,66 +54,44 @@ impl ColumnBuffers {
                 continue;
             }
             let hit = row < rows && key(inputs.worker_id[row], inputs.dp_rank[row]) == key_of(slot);
-            let at = |column: &[u32]| if hit { column[row] } else { 0 };
-            self.worker_id.push(slot.worker_id);
-            self.dp_rank.push(slot.dp_rank);
-            if cache {
-                self.device_overlap_blocks.push(at(&inputs.device_overlap_blocks));
-                self.host_overlap_blocks.push(at(&inputs.host_overlap_blocks));
-                self.disk_overlap_blocks.push(at(&inputs.disk_overlap_blocks));
-                self.cached_tokens.push(at(&inputs.cached_tokens));
-            }
-            if load {
-                self.active_prefill_tokens.push(at(&inputs.active_prefill_tokens));
-                self.decode_blocks.push(at(&inputs.decode_blocks));
-                self.active_requests.push(at(&inputs.active_requests));
-            }
-            if affinity {
-                let m = if tainted {
-                    request.preferred_multiplier(table.slot_worker(slot_index).taints())
-                } else {
-                    1.0
-                };
-                self.preferred_multiplier.push(m);
+            self.rows.push((slot_index, hit.then_some(row)));
+        }
+        let slots = table.slots();
+        self.worker_id.extend(self.rows.iter().map(|&(slot, _)| slots[slot].worker_id));
+        for column in Column::present(groups) {
+            if column == Column::DpRank {
+                self.packed.extend(self.rows.iter().map(|&(slot, _)| slots[slot].dp_rank));
+            } else {
+                let values = input_column(inputs, column);
+                self.packed.extend(self.rows.iter().map(|&(_, row)| row.map_or(0, |r| values[r])));
             }
         }
-    }
-
-    fn clear(&mut self) {
-        self.worker_id.clear();
-        self.dp_rank.clear();
-        self.device_overlap_blocks.clear();
-        self.host_overlap_blocks.clear();
-        self.disk_overlap_blocks.clear();
-        self.cached_tokens.clear();
-        self.active_prefill_tokens.clear();
-        self.decode_blocks.clear();
-        self.active_requests.clear();
-        self.preferred_multiplier.clear();
+        if tainted {
+            self.preferred_multiplier.extend(
+                self.rows
+                    .iter()
+                    .map(|&(slot, _)| request.preferred_multiplier(table.slot_worker(slot).taints())),
+            );
+        }
     }
 
     /// Keeps only the rows where `keep` is true (after a policy's filter).
     pub fn retain(&mut self, keep: &[bool]) {
-        fn retain<T: Copy>(column: &mut Vec<T>, keep: &[bool]) {
-            if column.is_empty() {
-                return;
+        let n = self.len();
+        let kept = keep.iter().filter(|&&k| k).count();
+        // Column by column, moving rows down: a row's new place never lies after its old
+        // one (`c × kept + i ≤ c × n + j`), so one forward pass is safe.
+        let mut to = 0;
+        for c in 0..self.packed.len() / n.max(1) {
+            for (j, _) in keep.iter().enumerate().filter(|(_, k)| **k) {
+                self.packed[to] = self.packed[c * n + j];
+                to += 1;
             }
-            let mut i = 0;
-            column.retain(|_| {
-                i += 1;
-                keep[i - 1]
-            });
         }
+        self.packed.truncate(to);
         retain(&mut self.worker_id, keep);
-        retain(&mut self.dp_rank, keep);
-        retain(&mut self.device_overlap_blocks, keep);
-        retain(&mut self.host_overlap_blocks, keep);
-        retain(&mut self.disk_overlap_blocks, keep);
-        retain(&mut self.cached_tokens, keep);
-        retain(&mut self.active_prefill_tokens, keep);
-        retain(&mut self.decode_blocks, keep);
-        retain(&mut self.active_requests, keep);
         retain(&mut self.preferred_multiplier, keep);
+        debug_assert_eq!(self.worker_id.len(), kept);
     }
 
     pub fn len(&self) -> usize {
@@ -144,21 +108,15 @@ impl ColumnBuffers {
     }
 
     pub fn worker_rank(&self, row: usize) -> WorkerRank {
-        WorkerRank { worker_id: self.worker_id[row], dp_rank: self.dp_rank[row] }
+        // `dp-rank` is always the first packed column.
+        WorkerRank { worker_id: self.worker_id[row], dp_rank: self.packed[row] }
     }
 
     /// The raw columns, as the guest boundary lowers them.
     pub fn columns(&self) -> Columns<'_> {
         Columns {
             worker_ids: &self.worker_id,
-            dp_ranks: &self.dp_rank,
-            device_overlap_blocks: &self.device_overlap_blocks,
-            host_overlap_blocks: &self.host_overlap_blocks,
-            disk_overlap_blocks: &self.disk_overlap_blocks,
-            cached_tokens: &self.cached_tokens,
-            active_prefill_tokens: &self.active_prefill_tokens,
-            decode_blocks: &self.decode_blocks,
-            active_requests: &self.active_requests,
+            packed: &self.packed,
             preferred_multiplier: &self.preferred_multiplier,
         }
     }
@@ -166,6 +124,31 @@ impl ColumnBuffers {
     /// The view a native policy reads.
     pub fn view(&self) -> Result<Candidates<'_>, ColumnLengthError> {
         Candidates::new(self.columns(), self.groups)
+    }
+}
+
+fn retain<T: Copy>(column: &mut Vec<T>, keep: &[bool]) {
+    if column.is_empty() {
+        return;
+    }
+    let mut i = 0;
+    column.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
+}
+
+/// A u32 input column by name.
+fn input_column(inputs: &WorkerInputs, column: Column) -> &[u32] {
+    match column {
+        Column::DpRank => &inputs.dp_rank,
+        Column::DeviceOverlapBlocks => &inputs.device_overlap_blocks,
+        Column::HostOverlapBlocks => &inputs.host_overlap_blocks,
+        Column::DiskOverlapBlocks => &inputs.disk_overlap_blocks,
+        Column::CachedTokens => &inputs.cached_tokens,
+        Column::ActivePrefillTokens => &inputs.active_prefill_tokens,
+        Column::DecodeBlocks => &inputs.decode_blocks,
+        Column::ActiveRequests => &inputs.active_requests,
     }
 }
 
@@ -233,7 +216,8 @@ mod tests {
         let merged = columns(&table, allowed);
         assert_eq!(format!("{:?}", dense.columns()), format!("{:?}", merged.columns()));
         assert_eq!(dense.worker_ids(), &[1, 2, 2, 5]);
-        assert_eq!(dense.preferred_multiplier[1], (-(0.5f64).tanh()).exp());
-        assert_eq!(dense.preferred_multiplier[0], 1.0);
+        let multipliers = dense.view().unwrap().preferred_multiplier().unwrap();
+        assert_eq!(multipliers[1], (-(0.5f64).tanh()).exp());
+        assert_eq!(multipliers[0], 1.0);
     }
 }

@@ -1,0 +1,71 @@
+//! One scenario in a tight loop, for a profiler: where does a guest call's time go?
+//!
+//! ```text
+//! cargo bench -p switchyard-benches --bench profile --no-run
+//! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
+//!     target/release/deps/profile-* empty 20000
+//! callgrind_annotate --inclusive=yes /tmp/cg.out | head -60
+//! ```
+//!
+//! Scenarios: `empty` (noop guest, 0 candidates), `imports` (reads all three imports,
+//! 1 candidate), `score-native` / `score-guest` (default policy's score call, 1,024
+//! candidates), `select-native` / `select-guest` (full selection, 1,024 workers).
+
+mod common;
+
+use std::hint::black_box;
+
+use common::{IMPORTS, NOOP, ScoreOnly, switchyard_fixture};
+use switchyard::{GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    // `cargo bench` runs every bench target with `--bench`: do nothing then.
+    let Some(scenario) = args.first() else { return };
+    let iterations: u64 = args.get(1).map(|n| n.parse().expect("iterations: a number")).unwrap_or(10_000);
+    // Few pool slots: each reserves 4 GiB of address space, and valgrind cannot map 256.
+    // No compile timeout: under callgrind compiling is ~50× slower.
+    let limits = Limits { max_instances: 4, compile_timeout_ms: 3_600_000, ..Limits::default() };
+    let engine = PolicyEngine::new(limits).expect("engine");
+    let default = builtin::find("default").expect("default builtin");
+    let guest = |bytes: &[u8]| {
+        GuestScorer::new("profile", PolicyComponent::load(&engine, bytes).expect("loads"), "{}")
+            .expect("instantiates")
+    };
+    match scenario.as_str() {
+        "empty" | "imports" => {
+            let mut scorer = guest(if scenario == "empty" { NOOP } else { IMPORTS });
+            let mut call = ScoreOnly::new(usize::from(scenario == "imports"), &scorer);
+            for _ in 0..iterations {
+                call.run(&mut scorer);
+            }
+        }
+        "score-native" => {
+            let mut scorer = default.native("{}").expect("native");
+            let mut call = ScoreOnly::new(1_024, scorer.as_ref());
+            for _ in 0..iterations {
+                call.run(scorer.as_mut());
+            }
+        }
+        "score-guest" => {
+            let mut scorer = default.guest(&engine, "{}").expect("guest");
+            let mut call = ScoreOnly::new(1_024, &scorer);
+            for _ in 0..iterations {
+                call.run(&mut scorer);
+            }
+        }
+        "select-native" | "select-guest" => {
+            let (table, request) = switchyard_fixture(1_024, 0.0);
+            let scorer = if scenario == "select-native" {
+                default.native("{}").expect("native")
+            } else {
+                Box::new(default.guest(&engine, "{}").expect("guest"))
+            };
+            let mut selector = Selector::new(scorer);
+            for _ in 0..iterations {
+                black_box(selector.select(&table, &request).expect("selects"));
+            }
+        }
+        other => panic!("unknown scenario {other:?}"),
+    }
+}
