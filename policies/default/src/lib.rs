@@ -128,64 +128,126 @@ impl Policy for DefaultPolicy {
     ) -> Result<(), PolicyError> {
         let facts = request.facts();
         let p = &self.params;
-        let block_size = f64::from(facts.block_size);
         let tracks_prefill = facts.pool.tracks_prefill();
-        // Every column re-sliced to `n` rows: the compiler then drops the bounds checks,
-        // and the loops below vectorise (natively and with +simd128).
-        let n = costs.len();
-        let pf = &candidates.active_prefill_tokens()[..n];
-
-        // Per-candidate device credit, c · decay_w. With no decay it is c for everyone
-        // (c · 1.0 is c exactly), which keeps the common loop free of divisions.
         let decays = tracks_prefill && p.overlap_score_credit_decay > 0.0;
-        let min_pf = if decays { pf.iter().copied().min().unwrap_or(0) } else { 0 };
-        let request_blocks = f64::from(facts.request_blocks.max(1));
-        let device_credit = |i: usize| {
-            if decays {
-                let excess = f64::from(pf[i].saturating_sub(min_pf)) / block_size;
-                let decay = 1.0 / (1.0 + p.overlap_score_credit_decay * (excess / request_blocks));
-                p.overlap_score_credit * decay
-            } else {
-                p.overlap_score_credit
-            }
-        };
-
-        let dev = &candidates.device_overlap_blocks()[..n];
-        let host = &candidates.host_overlap_blocks()[..n];
-        let disk = &candidates.disk_overlap_blocks()[..n];
-        let cached = &candidates.cached_tokens()[..n];
-        let decode = &candidates.decode_blocks()[..n];
-        let requests = &candidates.active_requests()[..n];
-        let isl = facts.prompt_tokens;
         let decode_branch = facts.pool == Pool::Decode && p.overlap_score_credit > 0.0;
-
-        for (i, cost) in costs.iter_mut().enumerate() {
-            let credit = device_credit(i) * f64::from(dev[i])
-                + p.host_cache_hit_weight * f64::from(host[i])
-                + p.disk_cache_hit_weight * f64::from(disk[i]);
-            let decode_blocks = f64::from(decode[i]);
-            let request_cost = p.decode_active_request_weight * f64::from(requests[i]);
-            *cost = if decode_branch {
-                (decode_blocks - credit).max(0.0) + request_cost
-            } else {
-                // Sums of u32 values are exact in f64, so this equals Dynamo's integer sum.
-                let raw_prefill_tokens = if tracks_prefill {
-                    let uncached = isl.saturating_sub(cached[i]);
-                    (f64::from(pf[i]) + f64::from(uncached)) + f64::from(cached[i])
-                } else {
-                    0.0
-                };
-                let prefill_blocks = (raw_prefill_tokens / block_size - credit).max(0.0);
-                p.prefill_load_scale * prefill_blocks + decode_blocks + request_cost
-            };
+        let rows = Rows::new(candidates, costs.len());
+        let k = Constants {
+            p,
+            block_size: f64::from(facts.block_size),
+            request_blocks: f64::from(facts.request_blocks.max(1)),
+            isl: facts.prompt_tokens,
+            min_pf: if decays { rows.pf.iter().copied().min().unwrap_or(0) } else { 0 },
+        };
+        // Every branch is decided once per batch: each specialisation's loop body is
+        // straight-line arithmetic, which vectorises natively and with +simd128.
+        match (decode_branch, tracks_prefill, decays) {
+            (true, _, true) => score_rows::<true, true>(&k, &rows, costs),
+            (true, _, false) => score_rows::<true, false>(&k, &rows, costs),
+            (false, true, true) => score_rows::<false, true>(&k, &rows, costs),
+            (false, true, false) => score_rows::<false, false>(&k, &rows, costs),
+            (false, false, _) => score_rows_untracked(&k, &rows, costs),
         }
-        // Dynamo applies no taint preference to a pinned request.
         if let (None, Some(multipliers)) = (facts.pinned, candidates.preferred_multiplier()) {
             for (cost, m) in costs.iter_mut().zip(multipliers) {
                 *cost *= m;
             }
         }
         Ok(())
+    }
+}
+
+/// The per-batch constants of the cost.
+struct Constants<'a> {
+    p: &'a Parameters,
+    block_size: f64,
+    request_blocks: f64,
+    isl: u32,
+    min_pf: u32,
+}
+
+/// The columns the cost reads, each re-sliced to `n` rows so the compiler drops the
+/// bounds checks.
+struct Rows<'a> {
+    pf: &'a [u32],
+    dev: &'a [u32],
+    host: &'a [u32],
+    disk: &'a [u32],
+    cached: &'a [u32],
+    decode: &'a [u32],
+    requests: &'a [u32],
+}
+
+impl<'a> Rows<'a> {
+    fn new(c: &Candidates<'a>, n: usize) -> Self {
+        Self {
+            pf: &c.active_prefill_tokens()[..n],
+            dev: &c.device_overlap_blocks()[..n],
+            host: &c.host_overlap_blocks()[..n],
+            disk: &c.disk_overlap_blocks()[..n],
+            cached: &c.cached_tokens()[..n],
+            decode: &c.decode_blocks()[..n],
+            requests: &c.active_requests()[..n],
+        }
+    }
+}
+
+/// `max(0, x)` as a compare and select (what `f64::max` means for the finite values
+/// here): one vector instruction on every target, where `f64::max`'s NaN rule is not.
+#[inline(always)]
+fn positive_part(x: f64) -> f64 {
+    if x > 0.0 { x } else { 0.0 }
+}
+
+impl Constants<'_> {
+    /// c · decay_w: the device credit per cached block. Without decay it is c for
+    /// everyone (c · 1.0 is c exactly), which keeps the common loop free of divisions.
+    #[inline(always)]
+    fn device_credit<const DECAYS: bool>(&self, pf: u32) -> f64 {
+        if DECAYS {
+            let excess = f64::from(pf.saturating_sub(self.min_pf)) / self.block_size;
+            let decay = 1.0 / (1.0 + self.p.overlap_score_credit_decay * (excess / self.request_blocks));
+            self.p.overlap_score_credit * decay
+        } else {
+            self.p.overlap_score_credit
+        }
+    }
+
+    #[inline(always)]
+    fn credit<const DECAYS: bool>(&self, r: &Rows<'_>, i: usize) -> f64 {
+        self.device_credit::<DECAYS>(r.pf[i]) * f64::from(r.dev[i])
+            + self.p.host_cache_hit_weight * f64::from(r.host[i])
+            + self.p.disk_cache_hit_weight * f64::from(r.disk[i])
+    }
+}
+
+/// The aggregated or prefill pool (`DECODE` false), or the decode pool with credit.
+fn score_rows<const DECODE: bool, const DECAYS: bool>(k: &Constants<'_>, r: &Rows<'_>, costs: &mut [f64]) {
+    let p = k.p;
+    for (i, cost) in costs.iter_mut().enumerate() {
+        let credit = k.credit::<DECAYS>(r, i);
+        let decode_blocks = f64::from(r.decode[i]);
+        let request_cost = p.decode_active_request_weight * f64::from(r.requests[i]);
+        *cost = if DECODE {
+            positive_part(decode_blocks - credit) + request_cost
+        } else {
+            // (pf + max(isl − cached, 0)) + cached, summed in this order as Dynamo does.
+            let uncached = k.isl.saturating_sub(r.cached[i]);
+            let raw_prefill_tokens = (f64::from(r.pf[i]) + f64::from(uncached)) + f64::from(r.cached[i]);
+            let prefill_blocks = positive_part(raw_prefill_tokens / k.block_size - credit);
+            p.prefill_load_scale * prefill_blocks + decode_blocks + request_cost
+        };
+    }
+}
+
+/// A pool that tracks no prefill (the decode pool without credit): the prefill term is 0.
+fn score_rows_untracked(k: &Constants<'_>, r: &Rows<'_>, costs: &mut [f64]) {
+    let p = k.p;
+    for (i, cost) in costs.iter_mut().enumerate() {
+        let credit = k.credit::<false>(r, i);
+        let decode_blocks = f64::from(r.decode[i]);
+        let request_cost = p.decode_active_request_weight * f64::from(r.requests[i]);
+        *cost = p.prefill_load_scale * positive_part(0.0 - credit) + decode_blocks + request_cost;
     }
 }
 

@@ -231,7 +231,8 @@ impl Selector {
                 self.costs.iter_mut().zip(&self.scratch).for_each(|(c, s)| *c += *weight * s);
             }
         }
-        if let Some(i) = self.costs.iter().position(|c| !c.is_finite()) {
+        // A single scorer's costs were validated above; a weighted sum can still overflow.
+        if !single && let Some(i) = first_non_finite(&self.costs) {
             let fault =
                 Fault::new(FaultKind::InvalidOutput, format!("weighted cost of row {i} is not finite"));
             return Err(SelectError::Fault { scorer: "weighted sum".into(), fault });
@@ -290,8 +291,17 @@ fn validate_costs(costs: &[f64], n: usize) -> Result<(), Fault> {
             format!("returned {} costs for {n} candidates", costs.len()),
         ));
     }
-    if let Some(i) = costs.iter().position(|c| !c.is_finite()) {
+    if let Some(i) = first_non_finite(costs) {
         return Err(Fault::new(FaultKind::InvalidOutput, format!("cost of row {i} is {}", costs[i])));
     }
     Ok(())
+}
+
+/// The first row that is NaN or infinite. The common all-finite case is one branch-free
+/// pass (an OR of "exponent all ones" over the rows, which vectorises); only a bad batch
+/// pays for the search.
+fn first_non_finite(costs: &[f64]) -> Option<usize> {
+    const EXPONENT: u64 = 0x7ff0_0000_0000_0000;
+    let any_bad = costs.iter().fold(0u64, |bad, c| bad | u64::from(c.to_bits() & EXPONENT == EXPONENT));
+    if any_bad == 0 { None } else { costs.iter().position(|c| !c.is_finite()) }
 }

@@ -21,30 +21,35 @@ pub fn pick(costs: &[f64], temperature: f64, seed: u64) -> usize {
 }
 
 fn argmin_seeded(costs: &[f64], rng: &mut ChaCha8Rng) -> usize {
-    // First pass finds the minimum without touching the RNG (the common, tie-free case
-    // costs one ChaCha block at most).
-    let (mut best, mut best_cost) = (0, costs[0]);
-    let mut ties = 1u64;
-    for (i, &c) in costs.iter().enumerate().skip(1) {
-        if c < best_cost {
-            best = i;
-            best_cost = c;
-            ties = 1;
-        } else if c == best_cost {
-            ties += 1;
-        }
-    }
+    // Three simple passes (minimum, tie count, first position) instead of one pass with
+    // a loop-carried index: the first two vectorise, and the RNG is touched only on ties.
+    let best_cost = minimum(costs);
+    let ties = costs.iter().filter(|&&c| c == best_cost).count() as u64;
+    let first = costs.iter().position(|&c| c == best_cost).unwrap_or(0);
     if ties == 1 {
-        return best;
+        return first;
     }
     // Choose the k-th tied row uniformly.
     let k = uniform_below(rng, ties);
-    costs.iter().enumerate().filter(|(_, c)| **c == best_cost).nth(k as usize).map_or(best, |(i, _)| i)
+    costs.iter().enumerate().filter(|(_, c)| **c == best_cost).nth(k as usize).map_or(first, |(i, _)| i)
+}
+
+/// The smallest of `costs` (all finite), in four independent lanes so it vectorises
+/// (a single running minimum is a dependency chain the compiler may not reorder).
+fn minimum(costs: &[f64]) -> f64 {
+    let mut lanes = [f64::INFINITY; 4];
+    let (chunks, rest) = costs.as_chunks::<4>();
+    for chunk in chunks {
+        for (lane, &c) in lanes.iter_mut().zip(chunk) {
+            *lane = if c < *lane { c } else { *lane };
+        }
+    }
+    rest.iter().chain(&lanes).fold(f64::INFINITY, |m, &c| if c < m { c } else { m })
 }
 
 fn softmax_sample(costs: &[f64], temperature: f64, sample: f64) -> usize {
-    let (min, max) =
-        costs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &c| (lo.min(c), hi.max(c)));
+    let min = minimum(costs);
+    let max = costs.iter().fold(f64::NEG_INFINITY, |hi, &c| hi.max(c));
     if min == max {
         return ((sample * costs.len() as f64) as usize).min(costs.len() - 1);
     }
@@ -86,6 +91,14 @@ mod tests {
     #[test]
     fn argmin_without_ties_is_the_minimum() {
         assert_eq!(pick(&[3.0, 1.0, 2.0], 0.0, 7), 1);
+        // The four-lane minimum: every length around a multiple of 4, the minimum in a
+        // lane and in the remainder, negative costs included.
+        for n in 1..=13 {
+            for at in 0..n {
+                let costs: Vec<f64> = (0..n).map(|i| if i == at { -5.0 } else { i as f64 }).collect();
+                assert_eq!(pick(&costs, 0.0, 7), at, "n = {n}, minimum at {at}");
+            }
+        }
     }
 
     #[test]
