@@ -12,7 +12,9 @@
 //! selections (served by the fallback, reported as `quarantined`), then called once as a
 //! probe; a faulting probe doubles the wait (up to `backoff_max`), a success closes the
 //! breaker. The backoff is counted in selections, not seconds: it is deterministic, and a
-//! quiet tenant does not burn its quarantine while nobody is asking.
+//! quiet tenant does not burn its quarantine while nobody is asking. The breaker is a type
+//! of its own, [`Breaker`], so that a service pooling several instances of one policy
+//! version shares one breaker across them (and its threads) with the same logic.
 //!
 //! A guest's own `policy-error` is a fault too (it produced no costs); the decision
 //! reports it as `invalid-output` with a message starting `policy error:`, while the
@@ -72,16 +74,72 @@ pub enum BreakerState {
     HalfOpen { trips: u32 },
 }
 
+impl BreakerState {
+    /// Open or half-open: the policy is not called until a probe succeeds.
+    pub fn is_quarantined(&self) -> bool {
+        !matches!(self, BreakerState::Closed { .. })
+    }
+}
+
+/// The circuit breaker, apart from any policy. [`GuardedSelector`] owns one; a service
+/// that pools several instances of one policy version shares one behind a mutex (no
+/// method calls the policy, so the lock is held only for a few comparisons).
+///
+/// Each call of the policy is admitted with a [`Ticket`], and its outcome is handed back
+/// with that ticket. Tickets matter only when calls overlap: an outcome from a call that
+/// started before the breaker last opened or closed is stale and ignored (calls already
+/// running when it opened must not each count as a failed probe and multiply the
+/// backoff), and at most one probe is in flight at a time.
 #[derive(Debug, Clone, Default)]
-struct Breaker {
+pub struct Breaker {
+    config: GuardConfig,
     consecutive: u32,
     /// Times opened since the last success (0 = closed).
     trips: u32,
+    /// Selections still skipped before the probe.
     remaining: u64,
+    /// A probe has been admitted and has not reported yet.
+    probing: bool,
+    /// Bumped whenever the breaker opens or closes; a ticket of another epoch is stale.
+    epoch: u64,
+}
+
+/// Permission to call the policy once, from [`Breaker::admit`]. Hand it back with the
+/// outcome: [`Breaker::success`], [`Breaker::fault`] or [`Breaker::abandon`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "report the call's outcome with its ticket"]
+pub struct Ticket {
+    epoch: u64,
+    probe: bool,
+}
+
+impl Ticket {
+    /// Whether this call is the probe of a quarantined policy.
+    pub fn is_probe(&self) -> bool {
+        self.probe
+    }
+}
+
+/// What [`Breaker::admit`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Call the policy, then report the outcome with the ticket.
+    Call(Ticket),
+    /// Quarantined: do not call the policy. `remaining` more selections are skipped before
+    /// the probe (0: the probe is due, or already in flight on another thread).
+    Skip { remaining: u64 },
 }
 
 impl Breaker {
-    fn state(&self) -> BreakerState {
+    pub fn new(config: GuardConfig) -> Self {
+        Self { config, ..Self::default() }
+    }
+
+    pub fn config(&self) -> &GuardConfig {
+        &self.config
+    }
+
+    pub fn state(&self) -> BreakerState {
         match (self.trips, self.remaining) {
             (0, _) => BreakerState::Closed { consecutive_faults: self.consecutive },
             (trips, 0) => BreakerState::HalfOpen { trips },
@@ -89,31 +147,63 @@ impl Breaker {
         }
     }
 
-    /// Whether to call the policy now; consumes one quarantined selection if not.
-    fn admit(&mut self) -> bool {
-        if self.trips > 0 && self.remaining > 0 {
+    /// Whether to call the policy now. A skipped selection counts against the backoff.
+    pub fn admit(&mut self) -> Admission {
+        if self.trips == 0 {
+            return Admission::Call(Ticket { epoch: self.epoch, probe: false });
+        }
+        if self.remaining > 0 {
             self.remaining -= 1;
+            return Admission::Skip { remaining: self.remaining };
+        }
+        if self.probing {
+            // One probe at a time: the others would most likely fault too.
+            return Admission::Skip { remaining: 0 };
+        }
+        self.probing = true;
+        Admission::Call(Ticket { epoch: self.epoch, probe: true })
+    }
+
+    /// The admitted call succeeded (or validly found no eligible worker): resets the
+    /// fault count; a successful probe closes the breaker.
+    pub fn success(&mut self, ticket: Ticket) {
+        if ticket.epoch != self.epoch {
+            return;
+        }
+        if self.trips > 0 {
+            // Only the probe holds a current ticket while the breaker is open.
+            self.epoch = self.epoch.wrapping_add(1);
+        }
+        self.consecutive = 0;
+        self.trips = 0;
+        self.remaining = 0;
+        self.probing = false;
+    }
+
+    /// The admitted call faulted. Returns true if this opened (or re-opened) the breaker.
+    pub fn fault(&mut self, ticket: Ticket) -> bool {
+        if ticket.epoch != self.epoch {
             return false;
         }
-        true
-    }
-
-    fn success(&mut self) {
-        *self = Breaker::default();
-    }
-
-    /// Records a fault; returns true if it opened (or re-opened) the breaker.
-    fn fault(&mut self, config: &GuardConfig) -> bool {
         self.consecutive = self.consecutive.saturating_add(1);
-        let probe_failed = self.trips > 0;
-        if probe_failed || self.consecutive >= config.quarantine_after.max(1) {
+        if ticket.probe || self.consecutive >= self.config.quarantine_after.max(1) {
             self.trips = self.trips.saturating_add(1);
             let shift = (self.trips - 1).min(63);
             self.remaining =
-                config.backoff_initial.max(1).saturating_mul(1u64 << shift).min(config.backoff_max);
+                self.config.backoff_initial.max(1).saturating_mul(1u64 << shift).min(self.config.backoff_max);
+            self.probing = false;
+            self.epoch = self.epoch.wrapping_add(1);
             return true;
         }
         false
+    }
+
+    /// The admitted call ended without an outcome (e.g. its thread gave up): a probe's
+    /// turn passes to the next selection instead of blocking the breaker open forever.
+    pub fn abandon(&mut self, ticket: Ticket) {
+        if ticket.epoch == self.epoch && ticket.probe {
+            self.probing = false;
+        }
     }
 }
 
@@ -161,7 +251,6 @@ pub struct GuardedSelector {
     fallback: Selector,
     fallback_name: String,
     mode: FailMode,
-    config: GuardConfig,
     breaker: Breaker,
     counters: GuardCounters,
     last: Decider,
@@ -183,8 +272,7 @@ impl GuardedSelector {
             fallback: Selector::new(fallback),
             fallback_name,
             mode,
-            config,
-            breaker: Breaker::default(),
+            breaker: Breaker::new(config),
             counters: GuardCounters::default(),
             last: Decider::Policy,
         }
@@ -207,33 +295,36 @@ impl GuardedSelector {
         request: &SelectionRequest,
     ) -> Result<Decision, SelectError> {
         self.counters.selections += 1;
-        if !self.breaker.admit() {
-            self.counters.quarantined += 1;
-            let fault = Fault::new(
-                FaultKind::Quarantined,
-                format!(
-                    "`{}` is quarantined after repeated faults; retried in {} selections",
-                    self.name, self.breaker.remaining
-                ),
-            );
-            return self.contain(table, request, fault);
-        }
+        let ticket = match self.breaker.admit() {
+            Admission::Call(ticket) => ticket,
+            Admission::Skip { remaining } => {
+                self.counters.quarantined += 1;
+                let fault = Fault::new(
+                    FaultKind::Quarantined,
+                    format!(
+                        "`{}` is quarantined after repeated faults; retried in {remaining} selections",
+                        self.name
+                    ),
+                );
+                return self.contain(table, request, fault);
+            }
+        };
         match self.policy.select(table, request) {
             Ok(selection) => {
-                self.breaker.success();
+                self.breaker.success(ticket);
                 self.counters.answered += 1;
                 self.last = Decider::Policy;
                 Ok(Decision { selection, decided_by: Decider::Policy, fallback: None })
             }
             Err(SelectError::NoEligibleWorker) => {
                 // A valid answer (e.g. the policy filtered everyone out), not a fault.
-                self.breaker.success();
+                self.breaker.success(ticket);
                 self.last = Decider::Policy;
                 Err(SelectError::NoEligibleWorker)
             }
             Err(SelectError::Fault { fault, .. }) => {
                 *self.counters.faults.entry(fault.kind).or_default() += 1;
-                if self.breaker.fault(&self.config) {
+                if self.breaker.fault(ticket) {
                     self.counters.breaker_trips += 1;
                 }
                 self.contain(table, request, reported(fault))
@@ -327,27 +418,73 @@ fn reported(fault: Fault) -> Fault {
 mod tests {
     use super::*;
 
+    fn call(b: &mut Breaker) -> Ticket {
+        match b.admit() {
+            Admission::Call(t) => t,
+            skip => panic!("expected a call, got {skip:?}"),
+        }
+    }
+
     #[test]
     fn the_breaker_opens_backs_off_exponentially_and_closes_on_success() {
         let config = GuardConfig { quarantine_after: 2, backoff_initial: 3, backoff_max: 10 };
-        let mut b = Breaker::default();
-        assert!(b.admit());
-        assert!(!b.fault(&config), "one fault does not open it");
-        assert!(b.fault(&config), "the second in a row does");
+        let mut b = Breaker::new(config);
+        let t = call(&mut b);
+        assert!(!b.fault(t), "one fault does not open it");
+        let t = call(&mut b);
+        assert!(b.fault(t), "the second in a row does");
         assert_eq!(b.state(), BreakerState::Open { remaining: 3, trips: 1 });
-        let skipped = (0..10).take_while(|_| !b.admit()).count();
-        assert_eq!(skipped, 3);
-        assert!(b.fault(&config), "a failed probe re-opens it");
+        assert!(b.state().is_quarantined());
+        let skips: Vec<Admission> = (0..3).map(|_| b.admit()).collect();
+        assert_eq!(skips, [2, 1, 0].map(|remaining| Admission::Skip { remaining }));
+        assert_eq!(b.state(), BreakerState::HalfOpen { trips: 1 });
+        let probe = call(&mut b);
+        assert!(probe.is_probe());
+        assert!(b.fault(probe), "a failed probe re-opens it");
         assert_eq!(b.state(), BreakerState::Open { remaining: 6, trips: 2 });
         for _ in 0..6 {
-            assert!(!b.admit());
+            assert!(matches!(b.admit(), Admission::Skip { .. }));
         }
-        assert!(b.fault(&config));
+        let probe = call(&mut b);
+        assert!(b.fault(probe));
         assert_eq!(b.state(), BreakerState::Open { remaining: 10, trips: 3 }, "capped at backoff_max");
-        (0..10).for_each(|_| assert!(!b.admit()));
+        (0..10).for_each(|_| assert!(matches!(b.admit(), Admission::Skip { .. })));
         assert_eq!(b.state(), BreakerState::HalfOpen { trips: 3 });
-        assert!(b.admit());
-        b.success();
+        let probe = call(&mut b);
+        b.success(probe);
+        assert_eq!(b.state(), BreakerState::Closed { consecutive_faults: 0 });
+        assert!(!b.state().is_quarantined());
+        assert!(!call(&mut b).is_probe());
+    }
+
+    #[test]
+    fn overlapping_calls_one_probe_at_a_time_and_stale_outcomes_ignored() {
+        let config = GuardConfig { quarantine_after: 2, backoff_initial: 2, backoff_max: 100 };
+        let mut b = Breaker::new(config);
+        // Five calls in flight at once (pooled instances on several threads).
+        let tickets: Vec<Ticket> = (0..5).map(|_| call(&mut b)).collect();
+        let opened: Vec<bool> = tickets[..4].iter().map(|t| b.fault(*t)).collect();
+        assert_eq!(opened, [false, true, false, false], "the late faults are stale");
+        assert_eq!(b.state(), BreakerState::Open { remaining: 2, trips: 1 }, "backoff not multiplied");
+        // A success of a call that started before the breaker opened does not close it.
+        b.success(tickets[4]);
+        assert_eq!(b.state(), BreakerState::Open { remaining: 2, trips: 1 });
+        for _ in 0..2 {
+            assert!(matches!(b.admit(), Admission::Skip { .. }));
+        }
+        // Half-open: one probe; the others are skipped while it runs.
+        let first = call(&mut b);
+        assert!(first.is_probe());
+        assert_eq!(b.admit(), Admission::Skip { remaining: 0 });
+        assert_eq!(b.admit(), Admission::Skip { remaining: 0 });
+        // A probe that never reports passes its turn on.
+        b.abandon(first);
+        let probe = call(&mut b);
+        assert!(probe.is_probe());
+        b.success(probe);
+        assert_eq!(b.state(), BreakerState::Closed { consecutive_faults: 0 });
+        // The abandoned probe's outcome, arriving late, changes nothing.
+        assert!(!b.fault(first));
         assert_eq!(b.state(), BreakerState::Closed { consecutive_faults: 0 });
     }
 }

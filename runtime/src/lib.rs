@@ -4,7 +4,7 @@
 //! - [`engine`]: all wasmtime configuration and the sandbox's limits.
 //! - [`component`]: validate, compile and pre-instantiate an uploaded component.
 //! - [`cache`]: our own compiled output, keyed by content, engine settings and version.
-//! - [`guard`]: fault containment: fail-open/closed, quarantine, counters.
+//! - [`guard`]: fault containment: fail-open/closed, the quarantine breaker, counters.
 //! - [`guest`]: a component instance as a [`selection::Scorer`].
 //! - [`selection`]: columns → scorers → validated costs → picker, free of wasmtime types.
 //! - [`builtin`]: the policies shipped with Switchyard, native and guest builds.
@@ -23,6 +23,9 @@ pub mod selection;
 pub use cache::ArtifactCache;
 pub use component::{LoadError, LoadErrorKind, PolicyComponent};
 pub use engine::{Budget, Limits, PolicyEngine};
-pub use guard::{Decider, Decision, FailMode, GuardConfig, GuardCounters, GuardedSelector};
+pub use guard::{
+    Admission, Breaker, BreakerState, Decider, Decision, FailMode, GuardConfig, GuardCounters,
+    GuardedSelector, Ticket,
+};
 pub use guest::{GuestScorer, GuestStats};
 pub use selection::{Fault, FaultKind, SelectError, Selection, SelectionRequest, Selector, WorkerTable};

@@ -1,5 +1,7 @@
 //! The service's own limits (the `[service]` table of `switchyard.toml`); the sandbox's
-//! limits are `switchyard::Limits` (`[limits]`).
+//! limits are `switchyard::Limits` (`[limits]`), and each policy version's quarantine
+//! breaker is set by `switchyard::GuardConfig` (`[guard]`: `quarantine_after`,
+//! `backoff_initial`, `backoff_max`), the same table `switchyard select` reads.
 
 use serde::{Deserialize, Serialize};
 

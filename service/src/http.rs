@@ -81,7 +81,7 @@ fn json(status: StatusCode, value: Value) -> Response {
 }
 
 async fn metrics(State(service): Svc) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], service.metrics().render()).into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], service.render_metrics()).into_response()
 }
 
 async fn add_tenant(State(service): Svc, headers: HeaderMap, body: Body) -> Answer {

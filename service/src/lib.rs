@@ -7,7 +7,8 @@
 //! - [`store`]: the data directory (content-addressed blobs, an atomically written manifest).
 //! - [`state`]: compiled versions, instance pools, and the snapshot swapped on every change.
 //! - [`manage`]: tenants, uploads, assignments, rollback, listing.
-//! - [`select`]: one selection; [`fault`]: what a policy fault means for it.
+//! - [`select`]: one selection; [`fault`]: what a policy fault means for it, and each
+//!   version's quarantine breaker.
 //! - [`auth`]: tokens; [`metrics`]: Prometheus text; [`http`]: the routes.
 
 pub mod auth;
@@ -28,13 +29,15 @@ use std::path::PathBuf;
 pub use config::ServiceLimits;
 pub use error::ApiError;
 pub use state::Service;
-use switchyard::Limits;
+use switchyard::{GuardConfig, Limits};
 
 /// What `switchyard serve` was asked for.
 pub struct ServeOptions {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub limits: ServiceLimits,
+    /// The quarantine breaker's settings for every tenant policy version (`[guard]`).
+    pub guard: GuardConfig,
     pub engine_limits: Limits,
 }
 
@@ -45,10 +48,10 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let admin_env = std::env::var("SWITCHYARD_ADMIN_TOKEN").ok();
-        let ServeOptions { listen, data_dir, limits, engine_limits } = options;
+        let ServeOptions { listen, data_dir, limits, guard, engine_limits } = options;
         let dir = data_dir.clone();
         let service =
-            tokio::task::spawn_blocking(move || Service::open(&dir, limits, engine_limits, admin_env))
+            tokio::task::spawn_blocking(move || Service::open(&dir, limits, guard, engine_limits, admin_env))
                 .await??;
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;

@@ -326,8 +326,8 @@ impl Service {
         Ok(json!({ "tenant": tenant, "policy": name, "version": previous, "replaced": replaced }))
     }
 
-    /// `GET /v1/tenants/{tenant}/policies`: names, versions, the active one, counters,
-    /// and the class assignments.
+    /// `GET /v1/tenants/{tenant}/policies`: names, versions (each with its quarantine
+    /// breaker's state), the active one, counters, and the class assignments.
     pub fn list(&self, who: &Principal, tenant: &str) -> Result<Value, ApiError> {
         require_tenant(who, tenant)?;
         let snapshot = self.snapshot();
@@ -340,8 +340,10 @@ impl Service {
                 json!({
                     "name": name,
                     "active": p.active,
+                    // Each version's own quarantine breaker (every stored version is loaded).
                     "versions": p.versions.iter().map(|v| json!({
                         "version": v.version, "sha256": v.blob, "size_bytes": v.size, "params": v.params,
+                        "breaker": snapshot.version(tenant, name, &v.version).map(|l| l.breaker().state()),
                     })).collect::<Vec<_>>(),
                     "previous": p.previous,
                     "selections": m.selections(),

@@ -1,7 +1,7 @@
 //! Counters and histograms, rendered as Prometheus text. Lock-free on the selection path
 //! (atomics); a mutex only to find or create a (tenant, policy) entry.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -144,9 +144,10 @@ impl Metrics {
         self.compile.observe(took);
     }
 
-    /// Prometheus text exposition. Tenant and policy names are `[a-z0-9_-]`, so labels
-    /// need no escaping.
-    pub fn render(&self) -> String {
+    /// Prometheus text exposition; `quarantined` lists the (tenant, policy) pairs whose
+    /// breaker is open now (the breakers live with the versions, not here). Tenant and
+    /// policy names are `[a-z0-9_-]`, so labels need no escaping.
+    pub fn render(&self, quarantined: &BTreeSet<(String, String)>) -> String {
         let map = self.policies.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut out = String::new();
         let mut family =
@@ -171,7 +172,7 @@ impl Metrics {
         family(
             "switchyard_fallbacks_total",
             "counter",
-            "Selections the native default decided after a fault (fail-open).",
+            "Selections the native default decided after a fault or quarantine (fail-open).",
             &mut |o, l, m| {
                 let _ =
                     writeln!(o, "switchyard_fallbacks_total{{{l}}} {}", m.fallbacks.load(Ordering::Relaxed));
@@ -185,11 +186,16 @@ impl Metrics {
                 m.latency.render(o, "switchyard_selection_seconds", l);
             },
         );
-        family("switchyard_policy_faults_total", "counter", "Guest faults by kind.", &mut |o, l, m| {
-            for (kind, n) in m.faults() {
-                let _ = writeln!(o, "switchyard_policy_faults_total{{{l},kind=\"{kind}\"}} {n}");
-            }
-        });
+        family(
+            "switchyard_policy_faults_total",
+            "counter",
+            "Guest faults by kind; kind=\"quarantined\": selections that skipped a quarantined guest.",
+            &mut |o, l, m| {
+                for (kind, n) in m.faults() {
+                    let _ = writeln!(o, "switchyard_policy_faults_total{{{l},kind=\"{kind}\"}} {n}");
+                }
+            },
+        );
         family(
             "switchyard_fuel_used_total",
             "counter",
@@ -198,14 +204,18 @@ impl Metrics {
                 let _ = writeln!(o, "switchyard_fuel_used_total{{{l}}} {}", m.fuel.load(Ordering::Relaxed));
             },
         );
-        family(
-            "switchyard_policy_quarantined",
-            "gauge",
-            "1 while the policy is quarantined (no quarantine yet: always 0).",
-            &mut |o, l, _| {
-                let _ = writeln!(o, "switchyard_policy_quarantined{{{l}}} 0");
-            },
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_policy_quarantined 1 while a routed version of the policy is quarantined (breaker open or half-open).\n# TYPE switchyard_policy_quarantined gauge"
         );
+        for (tenant, policy) in map.keys() {
+            let on = quarantined.contains(&(tenant.clone(), policy.clone()));
+            let _ = writeln!(
+                out,
+                "switchyard_policy_quarantined{{tenant=\"{tenant}\",policy=\"{policy}\"}} {}",
+                u8::from(on)
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP switchyard_compile_seconds Compile time of uploaded components.\n# TYPE switchyard_compile_seconds histogram"
@@ -220,7 +230,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prometheus_text_has_cumulative_buckets_and_every_fault_kind() {
+    fn prometheus_text_has_cumulative_buckets_every_fault_kind_and_the_quarantine_state() {
         let metrics = Metrics::default();
         let p = metrics.policy("acme", "mine");
         p.selected(Duration::from_micros(30), false);
@@ -228,7 +238,9 @@ mod tests {
         p.fault(FaultKind::Fuel);
         p.fuel(1234);
         metrics.compiled(Duration::from_millis(300));
-        let text = metrics.render();
+        metrics.policy("acme", "broken").fault(FaultKind::Quarantined);
+        let quarantined = BTreeSet::from([("acme".to_string(), "broken".to_string())]);
+        let text = metrics.render(&quarantined);
         let l = "tenant=\"acme\",policy=\"mine\"";
         for line in [
             format!("switchyard_selections_total{{{l}}} 2"),
@@ -240,6 +252,10 @@ mod tests {
             format!("switchyard_policy_faults_total{{{l},kind=\"fuel\"}} 1"),
             format!("switchyard_policy_faults_total{{{l},kind=\"quarantined\"}} 0"),
             format!("switchyard_fuel_used_total{{{l}}} 1234"),
+            format!("switchyard_policy_quarantined{{{l}}} 0"),
+            "switchyard_policy_quarantined{tenant=\"acme\",policy=\"broken\"} 1".to_string(),
+            "switchyard_policy_faults_total{tenant=\"acme\",policy=\"broken\",kind=\"quarantined\"} 1"
+                .to_string(),
             "switchyard_compile_seconds_bucket{le=\"0.25\"} 0".to_string(),
             "switchyard_compile_seconds_bucket{le=\"0.5\"} 1".to_string(),
             "switchyard_compile_seconds_count 1".to_string(),

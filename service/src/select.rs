@@ -115,29 +115,46 @@ impl Service {
     }
 }
 
-/// Runs a tenant's version on an instance of its own; a fault goes to [`crate::fault`].
+/// Runs a tenant's version on an instance of its own, behind the version's breaker; a
+/// fault (or quarantine) goes to [`crate::fault`].
 fn run_guest(
     v: &LoadedVersion,
     on_fault: OnFault,
     table: &WorkerTable,
     request: &SelectionRequest,
 ) -> Result<Decision, ApiError> {
+    let contain = |fault: Fault| {
+        v.metrics().fault(fault.kind);
+        crate::fault::contain(fault, on_fault, table, request)
+    };
+    let attempt = match v.breaker().admit(v.policy(), v.version()) {
+        Ok(attempt) => attempt,
+        // Quarantined: the guest is not called, not even instantiated.
+        Err(fault) => return contain(fault),
+    };
     let mut selector = match v.checkout() {
         Ok(selector) => selector,
         Err(fault) => {
-            v.metrics().fault(fault.kind);
-            return crate::fault::contain(fault, on_fault, table, request);
+            attempt.faulted();
+            return contain(fault);
         }
     };
     let result =
         selector.select(table, request).and_then(|s| selector.commit(table, request, s.chosen).map(|()| s));
     let outcome = match result {
-        Ok(s) => Ok(Decision::new(&selector, s, v.policy(), "guest", Some(v.version().into()), None)),
-        Err(SelectError::Fault { fault, .. }) => {
-            v.metrics().fault(fault.kind);
-            crate::fault::contain(fault, on_fault, table, request)
+        Ok(s) => {
+            attempt.succeeded();
+            Ok(Decision::new(&selector, s, v.policy(), "guest", Some(v.version().into()), None))
         }
-        Err(e) => Err(select_error(e)),
+        Err(SelectError::Fault { fault, .. }) => {
+            attempt.faulted();
+            contain(fault)
+        }
+        Err(e) => {
+            // No eligible worker: a valid answer of the policy, not a fault.
+            attempt.succeeded();
+            Err(select_error(e))
+        }
     };
     // After a fault the scorer has dropped its poisoned instance itself and starts a
     // fresh one on its next call, so the selector is reusable either way.

@@ -7,13 +7,14 @@
 //! version, the next one sees the new. Mutations are serialised by one async mutex and
 //! reach the disk (the manifest) before the swap, so an acknowledged change is durable.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use switchyard::builtin::{self, Builtin};
+use switchyard::guard::GuardConfig;
 use switchyard::selection::{Call, Scorer};
 use switchyard::{Fault, FaultKind, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 use switchyard_guest_sdk::{PolicyInfo, WorkerRank};
@@ -21,6 +22,7 @@ use tokio::sync::{MutexGuard, Semaphore};
 
 use crate::config::ServiceLimits;
 use crate::error::ApiError;
+use crate::fault::SharedBreaker;
 use crate::metrics::{Metrics, PolicyMetrics};
 use crate::store::{Manifest, OnFault, Store};
 
@@ -41,6 +43,8 @@ pub struct LoadedVersion {
     /// (they hold slots of the engine's instance pool).
     routed: AtomicBool,
     metrics: Arc<PolicyMetrics>,
+    /// Quarantine of this version, shared by all its instances and threads.
+    breaker: SharedBreaker,
 }
 
 impl LoadedVersion {
@@ -52,6 +56,9 @@ impl LoadedVersion {
     }
     pub fn metrics(&self) -> &Arc<PolicyMetrics> {
         &self.metrics
+    }
+    pub fn breaker(&self) -> &SharedBreaker {
+        &self.breaker
     }
 
     /// An idle selector, or a new instance; an instance that cannot be created is a fault
@@ -139,11 +146,35 @@ pub struct Snapshot {
     manifest: Arc<Manifest>,
     /// tenant → class → route.
     routes: HashMap<String, HashMap<String, Route>>,
+    /// Every loaded version, routed or not (for listing their breakers).
+    versions: HashMap<VersionKey, Arc<LoadedVersion>>,
 }
 
 impl Snapshot {
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
+    }
+
+    /// A loaded version of a tenant's policy.
+    pub fn version(&self, tenant: &str, policy: &str, version: &str) -> Option<&Arc<LoadedVersion>> {
+        self.versions.get(&(tenant.to_string(), policy.to_string(), version.to_string()))
+    }
+
+    /// (tenant, policy) pairs with a routed version whose breaker is open or half-open:
+    /// the policy is quarantined for some class. A retired version's breaker does not
+    /// count: no traffic reaches it.
+    pub fn quarantined(&self) -> BTreeSet<(String, String)> {
+        let mut out = BTreeSet::new();
+        for (tenant, classes) in &self.routes {
+            for route in classes.values() {
+                if let Target::Guest(v) = &route.target
+                    && v.breaker().state().is_quarantined()
+                {
+                    out.insert((tenant.clone(), v.policy().to_string()));
+                }
+            }
+        }
+        out
     }
 
     /// The route of `class` for `tenant`: `None` for an unknown tenant; the builtin
@@ -169,6 +200,8 @@ pub struct Writer {
 /// The running service.
 pub struct Service {
     pub(crate) limits: ServiceLimits,
+    /// Each version's breaker settings (`[guard]`).
+    pub(crate) guard: GuardConfig,
     pub(crate) engine: PolicyEngine,
     pub(crate) store: Store,
     pub(crate) admin_sha256: String,
@@ -186,6 +219,7 @@ impl Service {
     pub fn open(
         data_dir: &Path,
         limits: ServiceLimits,
+        guard: GuardConfig,
         engine_limits: Limits,
         admin_token: Option<String>,
     ) -> anyhow::Result<Arc<Self>> {
@@ -214,14 +248,22 @@ impl Service {
                 writer.components.insert(v.blob.clone(), component);
             }
             let component = writer.components[&v.blob].clone();
-            let loaded =
-                new_version(&limits, &metrics, &tenant, &name, &v.version, &v.params, component, None);
+            let loaded = new_version(
+                &limits,
+                &guard,
+                &metrics,
+                (&tenant, &name, &v.version),
+                &v.params,
+                component,
+                None,
+            );
             writer.loaded.insert((tenant, name, v.version), loaded);
         }
         let snapshot = build_snapshot(&writer);
         let service = Arc::new(Self {
             compile_permits: Semaphore::new(limits.compile_concurrency.max(1)),
             limits,
+            guard,
             engine,
             store,
             admin_sha256,
@@ -240,6 +282,11 @@ impl Service {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// `/metrics`: the counters, with each policy's quarantine state as it is now.
+    pub fn render_metrics(&self) -> String {
+        self.metrics.render(&self.snapshot().quarantined())
     }
 
     /// Makes `manifest` durable, then visible: writes it (temp + fsync + rename), adopts
@@ -278,17 +325,24 @@ impl Service {
         component: PolicyComponent,
         first: Option<GuestScorer>,
     ) -> Arc<LoadedVersion> {
-        new_version(&self.limits, &self.metrics, &key.0, &key.1, &key.2, params, component, first)
+        new_version(
+            &self.limits,
+            &self.guard,
+            &self.metrics,
+            (&key.0, &key.1, &key.2),
+            params,
+            component,
+            first,
+        )
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A loaded version of (tenant, policy, version), with a closed breaker of its own.
 fn new_version(
     limits: &ServiceLimits,
+    guard: &GuardConfig,
     metrics: &Metrics,
-    tenant: &str,
-    policy: &str,
-    version: &str,
+    (tenant, policy, version): (&str, &str, &str),
     params: &str,
     component: PolicyComponent,
     first: Option<GuestScorer>,
@@ -302,6 +356,7 @@ fn new_version(
         max_idle: limits.idle_instances_per_version,
         routed: AtomicBool::new(true),
         metrics: metrics.policy(tenant, policy),
+        breaker: SharedBreaker::new(guard.clone()),
     });
     if let Some(scorer) = first {
         let selector = loaded.wrap(scorer);
@@ -332,5 +387,5 @@ fn build_snapshot(writer: &Writer) -> Snapshot {
         }
         routes.insert(tenant.clone(), classes);
     }
-    Snapshot { manifest: Arc::new(writer.manifest.clone()), routes }
+    Snapshot { manifest: Arc::new(writer.manifest.clone()), routes, versions: writer.loaded.clone() }
 }

@@ -16,7 +16,8 @@ pub struct ServeArgs {
     /// Where tenants, policies and the admin token are kept.
     #[arg(long, default_value = "./switchyard-data")]
     data_dir: PathBuf,
-    /// Sandbox limits (`[limits]`) and service limits (`[service]`); see --config.
+    /// Sandbox limits (`[limits]`), service limits (`[service]`) and the quarantine
+    /// breaker (`[guard]`, or --quarantine-after etc.); see --config.
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -26,6 +27,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         listen: args.listen,
         data_dir: args.data_dir,
         limits: args.limits.service_limits()?,
+        guard: args.limits.guard()?,
         engine_limits: args.limits.limits()?,
     };
     switchyard_service::run(options).map_err(|e| CliError::new("serve", format!("{e:#}")))

@@ -13,5 +13,6 @@ mod sandbox_cli;
 mod server;
 mod service;
 mod service_load;
+mod service_quarantine;
 mod support;
 mod world;
