@@ -9,7 +9,8 @@
 //!
 //! Scenarios: `empty` (noop guest, 0 candidates), `imports` (reads all three imports,
 //! 1 candidate), `score-native` / `score-guest` (default policy's score call, 1,024
-//! candidates), `select-native` / `select-guest` (full selection, 1,024 workers).
+//! candidates), `select-native` / `select-guest` (full selection, 1,024 workers);
+//! `code <file>` writes the default policy's compiled code (an ELF object) for `objdump -d`.
 
 mod common;
 
@@ -22,7 +23,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     // `cargo bench` runs every bench target with `--bench`: do nothing then.
     let Some(scenario) = args.first() else { return };
-    let iterations: u64 = args.get(1).map(|n| n.parse().expect("iterations: a number")).unwrap_or(10_000);
+    let iterations: u64 = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(10_000);
     // Few pool slots: each reserves 4 GiB of address space, and valgrind cannot map 256.
     // No compile timeout: under callgrind compiling is ~50× slower.
     let limits = Limits { max_instances: 4, compile_timeout_ms: 3_600_000, ..Limits::default() };
@@ -65,6 +66,13 @@ fn main() {
             for _ in 0..iterations {
                 black_box(selector.select(&table, &request).expect("selects"));
             }
+        }
+        "code" => {
+            // The default policy as Cranelift compiles it here (an ELF object), for
+            // `objdump -d`: what the guest's per-candidate loop became.
+            let out = args.get(1).expect("code <output file>");
+            let code = engine.engine().precompile_component(default.component).expect("compiles");
+            std::fs::write(out, code).expect("writes the object");
         }
         other => panic!("unknown scenario {other:?}"),
     }
