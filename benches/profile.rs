@@ -7,7 +7,7 @@
 //! callgrind_annotate --inclusive=yes /tmp/cg.out | head -60
 //! ```
 //!
-//! Scenarios: `empty` (noop guest, 0 candidates), `imports` (reads all three imports,
+//! Scenarios: `empty` / `one` (noop guest, 0 / 1 candidates), `imports` (reads all three imports,
 //! 1 candidate), `score-native` / `score-guest` (default policy's score call, 1,024
 //! candidates), `select-native` / `select-guest` (full selection, 1,024 workers);
 //! `code <file>` writes the default policy's compiled code (an ELF object) for `objdump -d`.
@@ -17,7 +17,7 @@ mod common;
 use std::hint::black_box;
 
 use common::{IMPORTS, NOOP, ScoreOnly, switchyard_fixture};
-use switchyard::{GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
+use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
@@ -26,7 +26,14 @@ fn main() {
     let iterations: u64 = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(10_000);
     // Few pool slots: each reserves 4 GiB of address space, and valgrind cannot map 256.
     // No compile timeout: under callgrind compiling is ~50× slower.
-    let limits = Limits { max_instances: 4, compile_timeout_ms: 3_600_000, ..Limits::default() };
+    // `PROFILE_BUDGET=none|fuel|epoch|both` picks the CPU bound (default: fuel).
+    let budget = match std::env::var("PROFILE_BUDGET").as_deref() {
+        Ok("none") => Budget::None,
+        Ok("epoch") => Budget::Epoch,
+        Ok("both") => Budget::Both,
+        _ => Budget::Fuel,
+    };
+    let limits = Limits { max_instances: 4, compile_timeout_ms: 3_600_000, budget, ..Limits::default() };
     let engine = PolicyEngine::new(limits).expect("engine");
     let default = builtin::find("default").expect("default builtin");
     let guest = |bytes: &[u8]| {
@@ -34,9 +41,9 @@ fn main() {
             .expect("instantiates")
     };
     match scenario.as_str() {
-        "empty" | "imports" => {
-            let mut scorer = guest(if scenario == "empty" { NOOP } else { IMPORTS });
-            let mut call = ScoreOnly::new(usize::from(scenario == "imports"), &scorer);
+        "empty" | "one" | "imports" => {
+            let mut scorer = guest(if scenario == "imports" { IMPORTS } else { NOOP });
+            let mut call = ScoreOnly::new(usize::from(scenario != "empty"), &scorer);
             for _ in 0..iterations {
                 call.run(&mut scorer);
             }

@@ -97,7 +97,10 @@ fn build_one(workspace: &Path, target_dir: &Path, guest: &GuestCrate) -> Result<
         }
     }
     // SIMD lets the per-candidate loops vectorise (measured 0.45 ns/candidate vs ~0.9).
-    cmd.env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", "-Ctarget-feature=+simd128");
+    cmd.env(
+        "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS",
+        "-Ctarget-feature=+simd128 -Cllvm-args=-force-vector-interleave=4",
+    );
     let status = cmd.status().context("running cargo to build the guests")?;
     if !status.success() {
         bail!("building the guest {} failed: {status}", guest.package);

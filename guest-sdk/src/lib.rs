@@ -24,6 +24,15 @@ pub mod build;
 #[doc(hidden)]
 pub mod guest;
 
+// Also built natively for its unit tests.
+#[cfg(any(test, all(target_arch = "wasm32", feature = "recycling-allocator")))]
+mod allocator;
+
+/// Every guest's allocator unless the policy opts out (see `allocator.rs`).
+#[cfg(all(target_arch = "wasm32", feature = "recycling-allocator"))]
+#[global_allocator]
+static ALLOCATOR: allocator::RecyclingAllocator = allocator::RecyclingAllocator::new();
+
 pub use candidates::{Candidates, Column, ColumnLengthError, Columns};
 pub use params::parse_parameters;
 pub use request::{Capacity, Facts, NoFacts, Pool, Request, RequestFacts, WorkerRank};
