@@ -10,7 +10,7 @@
 //! Scenarios: `empty` / `one` (noop guest, 0 / 1 candidates), `imports` (reads all three imports,
 //! 1 candidate), `score-native` / `score-guest` (default policy's score call, 1,024
 //! candidates), `select-native` / `select-guest` (full selection, 1,024 workers);
-//! `code <file>` writes the default policy's compiled code (an ELF object) for `objdump -d`.
+//! `trap` (every call panics: trap + fresh instance); `code <file>` writes the default policy's compiled code (an ELF object) for `objdump -d`.
 
 mod common;
 
@@ -72,6 +72,16 @@ fn main() {
             let mut selector = Selector::new(scorer);
             for _ in 0..iterations {
                 black_box(selector.select(&table, &request).expect("selects"));
+            }
+        }
+        "trap" => {
+            // Every call panics: the cost of a trap and the fresh instance after it.
+            let panic = include_bytes!(concat!(env!("OUT_DIR"), "/adversarial_panic.component.wasm"));
+            let component = PolicyComponent::load(&engine, panic).expect("loads");
+            let mut scorer = GuestScorer::new("trap", component, r#"{"every": 1}"#).expect("instantiates");
+            let mut call = ScoreOnly::new(64, &scorer);
+            for _ in 0..iterations {
+                call.try_run(&mut scorer).expect_err("traps");
             }
         }
         "code" => {

@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use common::{DynamoFixture, IMPORTS, NOOP, SIZES, ScoreOnly, switchyard_fixture};
-use switchyard::{GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
+use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
 
 const ROUNDS: usize = 31;
 /// Each timed batch runs about this long, so timer overhead is negligible.
@@ -106,6 +106,13 @@ fn overhead_table(engine: &PolicyEngine) {
     let mut n4 = ScoreOnly::new(4_096, native.as_ref());
     let mut g1 = ScoreOnly::new(1_024, &guest);
     let mut g4 = ScoreOnly::new(4_096, &guest);
+    // The same call under the other CPU bounds: what fuel's checks cost.
+    let unbounded_engine = PolicyEngine::new(Limits { budget: Budget::None, ..Limits::default() }).unwrap();
+    let epoch_engine = PolicyEngine::new(Limits { budget: Budget::Epoch, ..Limits::default() }).unwrap();
+    let mut guest_unbounded = default.guest(&unbounded_engine, "{}").unwrap();
+    let mut guest_epoch = default.guest(&epoch_engine, "{}").unwrap();
+    let mut g1_unbounded = ScoreOnly::new(1_024, &guest_unbounded);
+    let mut g1_epoch = ScoreOnly::new(1_024, &guest_epoch);
     let t = interleaved(&mut [
         &mut || empty.run(&mut noop),
         &mut || one_noop.run(&mut noop_1),
@@ -114,6 +121,8 @@ fn overhead_table(engine: &PolicyEngine) {
         &mut || n4.run(native_4.as_mut()),
         &mut || g1.run(&mut guest),
         &mut || g4.run(&mut guest_4),
+        &mut || g1_unbounded.run(&mut guest_unbounded),
+        &mut || g1_epoch.run(&mut guest_epoch),
     ]);
     let native_slope = (t[4] - t[3]) / 3_072.0;
     let guest_slope = (t[6] - t[5]) / 3_072.0;
@@ -128,6 +137,12 @@ fn overhead_table(engine: &PolicyEngine) {
     println!(
         "| per-candidate slope: native / guest / ratio | {native_slope:.2} ns / {guest_slope:.2} ns / {:.2} |",
         guest_slope / native_slope
+    );
+    println!(
+        "| guest score, 1,024, CPU bound: fuel / epoch / none (none: comparison only) | {} / {} / {} |",
+        fmt_ns(t[5]),
+        fmt_ns(t[8]),
+        fmt_ns(t[7])
     );
 }
 

@@ -182,9 +182,14 @@ impl ScoreOnly {
     }
 
     pub fn run(&mut self, scorer: &mut dyn Scorer) {
+        self.try_run(scorer).unwrap();
+        std::hint::black_box(&self.costs);
+    }
+
+    /// One score call, its fault returned.
+    pub fn try_run(&mut self, scorer: &mut dyn Scorer) -> Result<(), switchyard::Fault> {
         let facts = HostFacts::new(&self.request, &self.table, &self.columns);
         let call = Call { request: &self.request, columns: &self.columns, facts };
-        scorer.score(&call, &mut self.costs).unwrap();
-        std::hint::black_box(&self.costs);
+        scorer.score(&call, &mut self.costs)
     }
 }
