@@ -36,6 +36,15 @@ impl ArtifactCache {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
         }
+        // A process killed mid-`store` leaves its temp file behind (never a damaged
+        // artifact: those are only ever renamed into place whole). Clear them; at worst
+        // another live process's write in flight fails, which only costs it the caching.
+        for entry in std::fs::read_dir(&dir)?.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e.to_string_lossy().starts_with("tmp")) {
+                let _ = std::fs::remove_file(path);
+            }
+        }
         Ok(Self { dir })
     }
 

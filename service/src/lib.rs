@@ -39,6 +39,9 @@ pub struct ServeOptions {
     /// The quarantine breaker's settings for every tenant policy version (`[guard]`).
     pub guard: GuardConfig,
     pub engine_limits: Limits,
+    /// Where our compiled output is cached (`--cache-dir`, `[cache] dir`); absent:
+    /// `<data-dir>/compiled`, so a restart reloads every version without Cranelift.
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// Opens the data directory, binds, prints `listening on http://ADDR` on stdout (tests
@@ -48,11 +51,13 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let admin_env = std::env::var("SWITCHYARD_ADMIN_TOKEN").ok();
-        let ServeOptions { listen, data_dir, limits, guard, engine_limits } = options;
+        let ServeOptions { listen, data_dir, limits, guard, engine_limits, cache_dir } = options;
         let dir = data_dir.clone();
-        let service =
-            tokio::task::spawn_blocking(move || Service::open(&dir, limits, guard, engine_limits, admin_env))
-                .await??;
+        let cache = cache_dir.unwrap_or_else(|| data_dir.join("compiled"));
+        let service = tokio::task::spawn_blocking(move || {
+            Service::open(&dir, &cache, limits, guard, engine_limits, admin_env)
+        })
+        .await??;
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         if std::env::var_os("SWITCHYARD_ADMIN_TOKEN").is_none() {

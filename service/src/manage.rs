@@ -154,7 +154,7 @@ impl Service {
         let component = tokio::task::spawn_blocking(move || PolicyComponent::load(&engine, &bytes))
             .await
             .map_err(|e| ApiError::internal(format!("the compile thread: {e}")))??;
-        self.metrics.compiled(component.compile_time());
+        self.metrics.loaded(&component);
         Ok(component)
     }
 

@@ -123,11 +123,17 @@ impl PolicyMetrics {
 pub struct Metrics {
     policies: Mutex<BTreeMap<(String, String), Arc<PolicyMetrics>>>,
     compile: Histogram<8>,
+    /// Components loaded from our artifact cache instead of compiled.
+    from_cache: AtomicU64,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self { policies: Mutex::default(), compile: Histogram::new(&COMPILE_BOUNDS) }
+        Self {
+            policies: Mutex::default(),
+            compile: Histogram::new(&COMPILE_BOUNDS),
+            from_cache: AtomicU64::new(0),
+        }
     }
 }
 
@@ -140,7 +146,17 @@ impl Metrics {
             .clone()
     }
 
-    pub fn compiled(&self, took: Duration) {
+    /// A component became loadable: compiled (taking `took`), or loaded from the cache.
+    pub fn loaded(&self, component: &switchyard::PolicyComponent) {
+        if component.from_cache() {
+            self.from_cache.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.compile.observe(component.compile_time());
+        }
+    }
+
+    #[cfg(test)]
+    fn compiled(&self, took: Duration) {
         self.compile.observe(took);
     }
 
@@ -221,6 +237,11 @@ impl Metrics {
             "# HELP switchyard_compile_seconds Compile time of uploaded components.\n# TYPE switchyard_compile_seconds histogram"
         );
         self.compile.render(&mut out, "switchyard_compile_seconds", "");
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_components_from_cache_total Components loaded from the compiled-artifact cache instead of compiled.\n# TYPE switchyard_components_from_cache_total counter\nswitchyard_components_from_cache_total {}",
+            self.from_cache.load(Ordering::Relaxed)
+        );
         out
     }
 }

@@ -16,7 +16,9 @@ use arc_swap::ArcSwap;
 use switchyard::builtin::{self, Builtin};
 use switchyard::guard::GuardConfig;
 use switchyard::selection::{Call, Scorer};
-use switchyard::{Fault, FaultKind, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
+use switchyard::{
+    ArtifactCache, Fault, FaultKind, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector,
+};
 use switchyard_guest_sdk::{PolicyInfo, WorkerRank};
 use tokio::sync::{MutexGuard, Semaphore};
 
@@ -214,10 +216,12 @@ pub struct Service {
 }
 
 impl Service {
-    /// Opens the data directory and loads every committed version, compiling each
-    /// component once. Blocking: call before serving, or off the async runtime.
+    /// Opens the data directory and loads every committed version: from our artifact
+    /// cache in `cache_dir` when it holds this engine's compilation of the component,
+    /// else compiled (and cached). Blocking: call before serving, or off the async runtime.
     pub fn open(
         data_dir: &Path,
+        cache_dir: &Path,
         limits: ServiceLimits,
         guard: GuardConfig,
         engine_limits: Limits,
@@ -228,7 +232,9 @@ impl Service {
         let manifest = store.load_manifest().map_err(anyhow::Error::msg)?;
         let admin_sha256 = crate::auth::admin_token_hash(data_dir, admin_token)
             .map_err(|e| anyhow::anyhow!("the admin token in {}: {e}", data_dir.display()))?;
-        let engine = PolicyEngine::new(engine_limits)?;
+        let cache = ArtifactCache::open(cache_dir)
+            .map_err(|e| anyhow::anyhow!("the compiled-artifact cache {}: {e}", cache_dir.display()))?;
+        let engine = PolicyEngine::new(engine_limits)?.with_artifact_cache(cache);
         let metrics = Metrics::default();
         let mut writer = Writer { manifest, components: HashMap::new(), loaded: HashMap::new() };
         let mut keys = Vec::new();
@@ -244,7 +250,7 @@ impl Service {
                 let bytes = store.read_blob(&v.blob).map_err(|e| anyhow::anyhow!("blob {}: {e}", v.blob))?;
                 let component = PolicyComponent::load(&engine, &bytes)
                     .map_err(|e| anyhow::anyhow!("recompiling {tenant}/{name} {}: {e}", v.version))?;
-                metrics.compiled(component.compile_time());
+                metrics.loaded(&component);
                 writer.components.insert(v.blob.clone(), component);
             }
             let component = writer.components[&v.blob].clone();

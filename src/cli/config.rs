@@ -145,11 +145,15 @@ impl LimitArgs {
         Ok(limits)
     }
 
+    /// The artifact cache directory, from `--cache-dir` or `[cache] dir`.
+    pub fn cache_dir(&self) -> Result<Option<PathBuf>, CliError> {
+        Ok(self.cache_dir.clone().or(self.file()?.cache.dir))
+    }
+
     pub fn engine(&self) -> Result<PolicyEngine, CliError> {
         let engine =
             PolicyEngine::new(self.limits()?).map_err(|e| CliError::new("engine", format!("{e:#}")))?;
-        let dir = self.cache_dir.clone().or(self.file()?.cache.dir);
-        match dir {
+        match self.cache_dir()? {
             Some(dir) => {
                 let cache = ArtifactCache::open(&dir).map_err(|e| {
                     CliError::new("config", format!("cache directory {}: {e}", dir.display()))

@@ -29,6 +29,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         limits: args.limits.service_limits()?,
         guard: args.limits.guard()?,
         engine_limits: args.limits.limits()?,
+        cache_dir: args.limits.cache_dir()?,
     };
     switchyard_service::run(options).map_err(|e| CliError::new("serve", format!("{e:#}")))
 }
