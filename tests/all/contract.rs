@@ -91,6 +91,28 @@ fn guest_sees_hashes_class_capacities_and_columns_as_the_host_holds_them() {
 }
 
 #[test]
+fn preferred_taints_arrive_as_one_multiplier_per_row_in_both_builds() {
+    let table = WorkerTable::new(vec![
+        Worker::new(10, 1, 4096, None).with_taints(vec!["fast".into()]),
+        Worker::new(11, 1, 4096, None),
+        Worker::new(12, 2, 4096, None).with_taints(vec!["fast".into(), "big".into()]),
+    ])
+    .unwrap();
+    let taints = std::collections::BTreeMap::from([("fast".to_string(), 0.5), ("big".to_string(), 1.0)]);
+    let options = RequestOptions { preferred_taints: taints, ..Default::default() };
+    let req = request(&table, facts(40, 16, Pool::Aggregated, 3), options, inputs());
+    let seen = both(&table, &req);
+    let m = seen["columns"]["preferred_multiplier"].as_array().expect("multipliers present").clone();
+    let m: Vec<f64> = m.iter().map(|v| v.as_f64().unwrap()).collect();
+    // Rows: (10,0), (11,0), (12,0), (12,1); untainted 11 is exactly 1, the others below 1
+    // (a preference lowers the cost), and both ranks of 12 agree.
+    assert_eq!(m.len(), 4);
+    assert_eq!(m[1], 1.0);
+    assert!(m[0] < 1.0 && m[2] < m[0], "two matching preferences weigh more than one: {m:?}");
+    assert_eq!(m[2], m[3]);
+}
+
+#[test]
 fn caller_class_is_seen_when_no_classifier_ran_and_none_when_absent() {
     let table = capacity_table();
     let with = RequestOptions { policy_class: Some("batch".into()), ..Default::default() };
