@@ -7,7 +7,7 @@ mod common;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use common::{DynamoFixture, IMPORTS, NOOP, SIZES, ScoreOnly, switchyard_fixture};
+use common::{DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, switchyard_fixture};
 use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
 
 const ROUNDS: usize = 31;
@@ -85,6 +85,34 @@ fn selection_table(engine: &PolicyEngine, temperature: f64) {
             fmt_ns(t[2]),
             t[1] / t[2]
         );
+    }
+}
+
+/// Guest vs native for the ported policies (Dynamo has no equivalent to compare with).
+fn ported_table(engine: &PolicyEngine) {
+    println!("\n### Full selection, ported policies, temperature 0\n");
+    println!("| policy | workers | native | guest | guest/native |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    for name in PORTED {
+        let policy = builtin::find(name).unwrap();
+        for &n in &SIZES {
+            let (table, request) = switchyard_fixture(n, 0.0);
+            let mut native = Selector::new(policy.native("{}").unwrap());
+            let mut guest = Selector::new(Box::new(policy.guest(engine, "{}").unwrap()));
+            assert_eq!(
+                native.select(&table, &request).unwrap().chosen,
+                guest.select(&table, &request).unwrap().chosen,
+                "{name}: guest and native agree"
+            );
+            let mut run_native = || {
+                black_box(native.select(&table, &request).unwrap());
+            };
+            let mut run_guest = || {
+                black_box(guest.select(&table, &request).unwrap());
+            };
+            let t = interleaved(&mut [&mut run_native, &mut run_guest]);
+            println!("| {name} | {n} | {} | {} | {:.2} |", fmt_ns(t[0]), fmt_ns(t[1]), t[1] / t[0]);
+        }
     }
 }
 
@@ -189,6 +217,7 @@ fn main() {
     println!("Medians of {ROUNDS} interleaved rounds of ~{} ms batches.", BATCH.as_millis());
     selection_table(&engine, 0.0);
     selection_table(&engine, 0.7);
+    ported_table(&engine);
     overhead_table(&engine);
     concurrency(&engine);
     println!("\n(took {:.0} s)", started.elapsed().as_secs_f64());

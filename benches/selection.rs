@@ -1,14 +1,15 @@
 //! Full selection (columns → score → pick) native vs guest vs Dynamo, call overhead and
-//! per-candidate slope, instantiate and compile costs. `cargo bench --bench selection`.
+//! per-candidate slope, instantiate, compile and artifact-cache load costs; two ported
+//! policies guest vs native. `cargo bench --bench selection`.
 
 mod common;
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use common::{DynamoFixture, IMPORTS, NOOP, SIZES, ScoreOnly, switchyard_fixture};
+use common::{DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, switchyard_fixture};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use switchyard::{GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
+use switchyard::{ArtifactCache, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
 
 fn engine() -> PolicyEngine {
     PolicyEngine::new(Limits::default()).expect("engine")
@@ -37,6 +38,30 @@ fn full_selection(c: &mut Criterion) {
             });
         }
         group.finish();
+    }
+    // Two ported policies on the same fixture, guest vs native (Dynamo has no equivalent).
+    for name in PORTED {
+        let policy = builtin::find(name).unwrap();
+        for temperature in [0.0, 0.7] {
+            let mut group = c.benchmark_group(format!("selection/{name}/temperature_{temperature}"));
+            group
+                .warm_up_time(Duration::from_secs(1))
+                .measurement_time(Duration::from_secs(2))
+                .sample_size(20);
+            for &n in &SIZES {
+                let (table, request) = switchyard_fixture(n, temperature);
+                group.throughput(Throughput::Elements(n as u64));
+                let mut native = Selector::new(policy.native("{}").unwrap());
+                group.bench_with_input(BenchmarkId::new("native", n), &n, |b, _| {
+                    b.iter(|| black_box(native.select(&table, &request).unwrap()))
+                });
+                let mut guest = Selector::new(Box::new(policy.guest(&engine, "{}").unwrap()));
+                group.bench_with_input(BenchmarkId::new("guest", n), &n, |b, _| {
+                    b.iter(|| black_box(guest.select(&table, &request).unwrap()))
+                });
+            }
+            group.finish();
+        }
     }
 }
 
@@ -85,7 +110,20 @@ fn lifecycle(c: &mut Criterion) {
     group.bench_function("compile", |b| {
         b.iter(|| black_box(PolicyComponent::load(&engine, default.component).unwrap()))
     });
+    // The same component from our artifact cache: what a restart or a re-upload costs.
+    let dir = std::env::temp_dir().join(format!("switchyard-bench-cache-{}", std::process::id()));
+    let cached = engine.clone().with_artifact_cache(ArtifactCache::open(&dir).unwrap());
+    PolicyComponent::load(&cached, default.component).unwrap();
+    group.sample_size(30).measurement_time(Duration::from_secs(3));
+    group.bench_function("load_from_artifact_cache", |b| {
+        b.iter(|| {
+            let component = PolicyComponent::load(&cached, default.component).unwrap();
+            assert!(component.from_cache());
+            black_box(component)
+        })
+    });
     group.finish();
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 criterion_group!(benches, full_selection, call_overhead, lifecycle);

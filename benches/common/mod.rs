@@ -20,6 +20,9 @@ use switchyard::{SelectionRequest, WorkerTable};
 use switchyard_guest_sdk::{Pool, RequestFacts};
 
 pub const SIZES: [usize; 4] = [64, 1_024, 4_096, 10_000];
+/// Ported policies benched beside the default: stateless, and reading different inputs
+/// (LMetric: load and cache; CHWBL: a prefix hash and requests in flight).
+pub const PORTED: [&str; 2] = ["lmetric", "chwbl"];
 pub const PROMPT_TOKENS: u32 = 2_048;
 pub const BLOCK_SIZE: u32 = 16;
 

@@ -98,3 +98,35 @@ fn parameters_are_checked_by_name() {
         assert!(err.message.contains(field), "{params}: {err}");
     }
 }
+
+#[test]
+fn kept_sorted_points_give_exactly_the_hashed_distance() {
+    // Keys at, between, before and after points, and wrapping past the last one.
+    let (worker_id, dp_rank, replication) = (7, 1, 64);
+    let e = switchyard_guest_sdk::hash::endpoint(worker_id, dp_rank);
+    let mut points: Vec<u64> = (0..64).map(|i| switchyard_guest_sdk::hash::hash2(e, i)).collect();
+    points.sort_unstable();
+    let mut keys = vec![0, 1, u64::MAX, points[0], points[63], points[63].wrapping_add(1), points[10] - 1];
+    keys.extend((0..200u64).map(switchyard_guest_sdk::hash::mix64));
+    for key in keys {
+        assert_eq!(
+            super::nearest(&points, key),
+            super::distance(worker_id, dp_rank, replication, key),
+            "key {key}"
+        );
+    }
+}
+
+#[test]
+fn repeated_and_changing_batches_score_as_a_fresh_policy_does() {
+    // The kept points must never change an answer: the same policy over batches whose
+    // membership changes (and grows past the pruning bound) scores like a new one.
+    let mut kept = policy("{}");
+    for round in 0..6u64 {
+        let n = [5, 40, 3, 1200, 8, 40][round as usize];
+        let mut c = case(n, round * 977);
+        c.worker_ids = (0..n as u64).map(|i| i * 3 + round).collect();
+        c.active_requests = (0..n as u32).map(|i| i % 5).collect();
+        assert_eq!(c.costs(&mut kept).unwrap(), c.costs(&mut policy("{}")).unwrap(), "round {round}");
+    }
+}
