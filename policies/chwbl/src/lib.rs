@@ -93,14 +93,16 @@ pub struct Chwbl {
 
 /// Each endpoint's ring points, sorted, kept across calls.
 ///
-/// Bounds: at most [`PointCache::MAX_POINTS`] points (32 MiB; 16,384 endpoints at the
-/// default replication) — a larger batch is hashed per call instead — at most
-/// one new endpoint in eight of the batch kept per call, and at most twice
-/// the current batch's endpoints plus 1,024, so departed workers cannot accumulate: past
-/// that the cache starts over from the current batch.
+/// Bounds: never more than [`PointCache::MAX_POINTS`] points in all (32 MiB; 16,384
+/// endpoints at the default replication) — a batch larger than that is hashed per call —
+/// and at most one new endpoint in eight of the batch kept per call. Departed workers
+/// cannot accumulate: when more than the batch plus 1,024 kept endpoints are not in it,
+/// or they crowd out endpoints of the batch, the cache starts over from the next batch.
 #[derive(Debug, Clone, Default)]
 struct PointCache {
     by_endpoint: HashMap<(u64, u32), Box<[u64]>, BuildHasherDefault<EndpointHasher>>,
+    /// Set by a call that found too many departed endpoints kept.
+    start_over: bool,
 }
 
 /// The endpoint hash (SplitMix64 finaliser) as the map's hasher: keys are worker ids the
@@ -145,16 +147,17 @@ impl PointCache {
         replication: u32,
     ) -> Vec<Option<&'a [u64]>> {
         let n = candidates.len();
-        if n.saturating_mul(replication as usize) > Self::MAX_POINTS {
+        let per_endpoint = replication as usize;
+        if n.saturating_mul(per_endpoint) > Self::MAX_POINTS {
             return vec![None; n];
         }
-        if self.by_endpoint.len() > 2 * n + 1024 {
+        if std::mem::take(&mut self.start_over) {
             self.by_endpoint.clear();
         }
         let rows = || candidates.worker_ids().iter().copied().zip(candidates.dp_ranks().iter().copied());
         let mut budget = Self::new_per_call(n);
         for (worker_id, dp_rank) in rows() {
-            if budget == 0 {
+            if budget == 0 || (self.by_endpoint.len() + 1) * per_endpoint > Self::MAX_POINTS {
                 break;
             }
             if let Entry::Vacant(slot) = self.by_endpoint.entry((worker_id, dp_rank)) {
@@ -166,7 +169,12 @@ impl PointCache {
             }
         }
         let by_endpoint = &self.by_endpoint;
-        rows().map(|key| by_endpoint.get(&key).map(|p| &**p)).collect()
+        let sorted: Vec<Option<&[u64]>> = rows().map(|key| by_endpoint.get(&key).map(|p| &**p)).collect();
+        let kept = sorted.iter().filter(|p| p.is_some()).count();
+        let departed = by_endpoint.len() - kept;
+        let crowded = kept < n && (by_endpoint.len() + 1) * per_endpoint > Self::MAX_POINTS;
+        self.start_over = departed > n + 1024 || (departed > 0 && crowded);
+        sorted
     }
 }
 

@@ -130,3 +130,20 @@ fn repeated_and_changing_batches_score_as_a_fresh_policy_does() {
         assert_eq!(c.costs(&mut kept).unwrap(), c.costs(&mut policy("{}")).unwrap(), "round {round}");
     }
 }
+
+#[test]
+fn kept_points_stay_bounded_under_churn() {
+    // Every batch brings new workers: departed ones must not accumulate, and the kept
+    // points never exceed the bound, even when one batch alone nearly fills it.
+    for (n, replication) in [(100usize, 256u32), (1000, 4096)] {
+        let mut p = policy(&format!(r#"{{"replication": {replication}}}"#));
+        for round in 0..40u64 {
+            let mut c = case(n, round);
+            c.worker_ids = (0..n as u64).map(|i| round * 1_000_000 + i).collect();
+            c.costs(&mut p).unwrap();
+            let kept = p.points.by_endpoint.len();
+            assert!(kept * replication as usize <= super::PointCache::MAX_POINTS, "n {n}: {kept} kept");
+            assert!(kept <= 2 * n + 1024 + n / 8 + 1, "n {n}, round {round}: {kept} kept");
+        }
+    }
+}
