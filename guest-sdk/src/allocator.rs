@@ -1,5 +1,5 @@
 //! The guest's global allocator: the system allocator (dlmalloc on wasm32) with a small
-//! cache of recently freed large blocks.
+//! cache of recently freed blocks.
 //!
 //! Why: every `score` call allocates the same few blocks: the host's copies of the three
 //! column lists (through `cabi_realloc`) and the returned costs, and frees them all when
@@ -8,8 +8,9 @@
 //!
 //! Bounds: at most [`SLOTS`] blocks are cached, each at most [`MAX_CACHED`] bytes, so the
 //! cache holds no more than 8 MiB that the policy is not using (counted against the
-//! instance's memory limit like any allocation). Small blocks go straight to dlmalloc,
-//! whose small bins are already fast.
+//! instance's memory limit like any allocation). Small blocks are cached too: the
+//! one-candidate call, whose blocks are all small, went from 5,700 to 5,050 instructions
+//! (callgrind, `benches/profile.rs one`).
 //!
 //! A policy with its own `#[global_allocator]` turns this off with
 //! `default-features = false` on the SDK.
