@@ -15,39 +15,21 @@ fn engine() -> PolicyEngine {
     PolicyEngine::new(Limits::default()).expect("engine")
 }
 
+/// One group per temperature: native vs guest (and Dynamo, for the default policy) at
+/// every size.
 fn full_selection(c: &mut Criterion) {
     let engine = engine();
-    let default = builtin::find("default").unwrap();
-    for temperature in [0.0, 0.7] {
-        let mut group = c.benchmark_group(format!("selection/default/temperature_{temperature}"));
-        group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(30);
-        for &n in &SIZES {
-            let (table, request) = switchyard_fixture(n, temperature);
-            group.throughput(Throughput::Elements(n as u64));
-            let mut native = Selector::new(default.native("{}").unwrap());
-            group.bench_with_input(BenchmarkId::new("native", n), &n, |b, _| {
-                b.iter(|| black_box(native.select(&table, &request).unwrap()))
-            });
-            let mut guest = Selector::new(Box::new(default.guest(&engine, "{}").unwrap()));
-            group.bench_with_input(BenchmarkId::new("guest", n), &n, |b, _| {
-                b.iter(|| black_box(guest.select(&table, &request).unwrap()))
-            });
-            let dynamo = DynamoFixture::new(n, temperature);
-            group.bench_with_input(BenchmarkId::new("dynamo", n), &n, |b, _| {
-                b.iter(|| black_box(dynamo.select()))
-            });
-        }
-        group.finish();
-    }
-    // Two ported policies on the same fixture, guest vs native (Dynamo has no equivalent).
-    for name in PORTED {
+    // Two ported policies beside the default (Dynamo has no equivalent of them).
+    for name in std::iter::once("default").chain(PORTED) {
         let policy = builtin::find(name).unwrap();
+        let with_dynamo = name == "default";
         for temperature in [0.0, 0.7] {
             let mut group = c.benchmark_group(format!("selection/{name}/temperature_{temperature}"));
+            let (measure, samples) = if with_dynamo { (3, 30) } else { (2, 20) };
             group
                 .warm_up_time(Duration::from_secs(1))
-                .measurement_time(Duration::from_secs(2))
-                .sample_size(20);
+                .measurement_time(Duration::from_secs(measure))
+                .sample_size(samples);
             for &n in &SIZES {
                 let (table, request) = switchyard_fixture(n, temperature);
                 group.throughput(Throughput::Elements(n as u64));
@@ -59,6 +41,12 @@ fn full_selection(c: &mut Criterion) {
                 group.bench_with_input(BenchmarkId::new("guest", n), &n, |b, _| {
                     b.iter(|| black_box(guest.select(&table, &request).unwrap()))
                 });
+                if with_dynamo {
+                    let dynamo = DynamoFixture::new(n, temperature);
+                    group.bench_with_input(BenchmarkId::new("dynamo", n), &n, |b, _| {
+                        b.iter(|| black_box(dynamo.select()))
+                    });
+                }
             }
             group.finish();
         }
