@@ -82,6 +82,18 @@ impl Client {
         Self::at(server.url())
     }
 
+    /// The value of the sample line `name{labels}` in `/metrics`.
+    pub fn metric(&self, series: &str) -> f64 {
+        let (status, text) = self.call("GET", "/metrics", None, Body::None);
+        assert_eq!(status, 200);
+        let text = text.as_str().expect("metrics are text");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("no `{series}` in\n{text}"))
+            .parse()
+            .expect("a number")
+    }
+
     pub fn at(base: &str) -> Self {
         let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
         Self { agent, base: base.to_string() }

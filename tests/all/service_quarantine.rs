@@ -23,27 +23,14 @@ fn server_with_guard(name: &str, guard: &str) -> Server {
     server_with_config(name, &format!("[guard]\n{guard}"))
 }
 
-/// The value of the sample line `name{labels}` in `/metrics`.
-fn metric(c: &Client, series: &str) -> f64 {
-    let (status, text) = c.call("GET", "/metrics", None, Body::None);
-    assert_eq!(status, 200);
-    let text = text.as_str().expect("metrics are text");
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("no `{series}` in\n{text}"))
-        .parse()
-        .expect("a number")
-}
-
 fn faults(c: &Client, policy: &str, kind: &str) -> f64 {
-    metric(
-        c,
-        &format!("switchyard_policy_faults_total{{tenant=\"acme\",policy=\"{policy}\",kind=\"{kind}\"}}"),
-    )
+    c.metric(&format!(
+        "switchyard_policy_faults_total{{tenant=\"acme\",policy=\"{policy}\",kind=\"{kind}\"}}"
+    ))
 }
 
 fn quarantined_gauge(c: &Client, policy: &str) -> f64 {
-    metric(c, &format!("switchyard_policy_quarantined{{tenant=\"acme\",policy=\"{policy}\"}}"))
+    c.metric(&format!("switchyard_policy_quarantined{{tenant=\"acme\",policy=\"{policy}\"}}"))
 }
 
 /// The breaker of `policy`'s `version` as `GET /v1/tenants/acme/policies` lists it.
@@ -123,7 +110,7 @@ fn fail_open_quarantine_backs_off_probes_and_a_fixed_upload_recovers() {
     assert_eq!(kinds, expected);
     assert_eq!(breaker(&c, &token, "flaky", &broken), json!({ "state": "open", "remaining": 8, "trips": 4 }));
     assert_eq!((faults(&c, "flaky", "trap"), faults(&c, "flaky", "quarantined")), (6.0, 20.0));
-    let fallbacks = metric(&c, "switchyard_fallbacks_total{tenant=\"acme\",policy=\"flaky\"}");
+    let fallbacks = c.metric("switchyard_fallbacks_total{tenant=\"acme\",policy=\"flaky\"}");
     assert_eq!(fallbacks, 26.0, "every selection was answered by the fallback");
 
     // A fixed version (a new upload under the same name) has a fresh breaker: the guest
