@@ -27,12 +27,19 @@ const GUESTS: &[&str] = &[
     "adversarial-wrong-length",
     "adversarial-bad-costs",
     "adversarial-secret",
+    "adversarial-import-loop",
+    "adversarial-commit-spin",
+    "adversarial-commit-leak",
+    "adversarial-huge-error",
+    "adversarial-huge-result",
+    "adversarial-nan-once",
 ];
 
 /// WAT guests: (name under policies/adversarial, world, extra WIT files pushed first).
 const WAT_GUESTS: &[(&str, &str, &[&str])] = &[
     ("start-spin", "switchyard:policy/selection-policy@0.2.0", &[]),
     ("table-growth", "switchyard:policy/selection-policy@0.2.0", &[]),
+    ("memory-fill", "switchyard:policy/selection-policy@0.2.0", &[]),
     ("wasi-import", "tenant:wasi-import/policy-with-environment", &["wit/environment.wit", "world.wit"]),
     ("other-world", "tenant:other-world/other", &["world.wit"]),
 ];
