@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use switchyard::replay::{PolicyLabel, ReplayConfig, Trace, replay};
-use switchyard::{GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
+use switchyard::{
+    FailMode, GuardConfig, GuardedSelector, GuestScorer, Limits, PolicyComponent, PolicyEngine,
+};
 
 fn trace() -> Trace {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/conversation_trace.jsonl");
@@ -32,7 +34,11 @@ fn full_trace(c: &mut Criterion) {
             // A fresh guest instance per run, as a `switchyard replay --guest` would have;
             // the component is compiled once (its cost is the loader's, not the replay's).
             let scorer = GuestScorer::new("default", component.clone(), "{}").expect("guest");
-            let mut selector = Selector::new(Box::new(scorer));
+            let mut selector = GuardedSelector::with_default_fallback(
+                Box::new(scorer),
+                FailMode::Open,
+                GuardConfig::default(),
+            );
             replay(&trace, &mut selector, &label, &config, &mut |_| {}).expect("replays")
         })
     });

@@ -14,15 +14,16 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllo
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Budget {
-    /// Fuel: a deterministic count of wasm operations,
-    /// `fuel_base + fuel_per_candidate × (candidates + prompt blocks)`.
-    /// Same input, same verdict, on any machine. The default.
-    #[default]
+    /// Fuel only: a deterministic count of wasm operations (see [`Limits::fuel_for`]).
+    /// Same call sequence, same verdict, on any machine; but work wasm counts as one
+    /// operation (a `memory.fill` of the whole memory) is bounded only by the memory size.
     Fuel,
-    /// Epoch interruption: a wall-clock deadline (`call_deadline_ms`), checked at loop
-    /// headers and function entries. Cheaper than fuel, but load-dependent.
+    /// Epoch interruption only: a wall-clock deadline (`call_deadline_ms`), checked at
+    /// loop headers and function entries. Cheaper than fuel, but load-dependent.
     Epoch,
-    /// Both: fuel for determinism, the deadline as a backstop for host-side stalls.
+    /// Both, the default: fuel decides deterministically, and the deadline is the
+    /// backstop for what fuel does not count (bulk memory operations, host stalls).
+    #[default]
     Both,
     /// No CPU bound. Only for benchmarks of the bound's own cost; never for tenants.
     None,
@@ -38,6 +39,10 @@ impl Budget {
 }
 
 /// The sandbox's limits. Defaults suit policies like those in `policies/`.
+///
+/// Every bound on a guest call holds whatever the request says: the fuel a call gets
+/// grows with what the host really passes (candidates and prefix hashes, each counted up
+/// to a cap), never beyond `max_fuel_per_call`, and the deadline bounds wall-clock time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
@@ -55,21 +60,36 @@ pub struct Limits {
     pub max_wasm_stack_bytes: usize,
     /// How CPU time per call is bounded.
     pub budget: Budget,
-    /// Fuel for a call regardless of batch size. 2,000,000 ≈ 1 ms of wasm at ~2 G ops/s;
-    /// covers `configure` parsing JSON and a start function's setup.
+    /// Fuel for a call regardless of batch size. 2,000,000 ≈ 1 ms of wasm; covers
+    /// `configure` parsing JSON and a start function's setup.
     pub fuel_base: u64,
-    /// Extra fuel per unit of work: per candidate and per prompt block. 20,000 ops is
-    /// ~100× what the default policy spends per candidate (an SGLang commit spends ~600
-    /// per block),
-    /// so honest policies never hit it and a loop is stopped in ~10 ms at 1,024.
-    pub fuel_per_candidate: u64,
-    /// Fuel for one `on-selected` commit, at least. 200,000,000 (~0.1 s of wasm): a commit
-    /// updates policy state whose cost is amortised, not per call (a hash table that
-    /// doubles rehashes every entry once), so it cannot be bounded by the batch size;
-    /// this bounds a runaway commit while a state of millions of entries can still grow.
-    pub fuel_commit: u64,
-    /// Wall-clock deadline per call with the epoch budget, ms. 20 ms: 100× a 10,000-worker
-    /// selection; a runaway guest costs at most this.
+    /// Extra fuel per unit of work the host passes: per candidate row and per prefix hash.
+    /// 20,000 ops is ~100× what the default policy spends per candidate (an SGLang commit
+    /// spends ~600 per hash), so honest policies never hit it.
+    #[serde(alias = "fuel_per_candidate")]
+    pub fuel_per_unit: u64,
+    /// Candidate rows counted towards a call's fuel, at most. 16,384: more than the
+    /// largest fleet a request routes over; a larger batch gets no more fuel.
+    pub max_candidates_per_call: u64,
+    /// Prefix hashes counted towards a call's fuel, at most. 16,384: a 1M-token prompt
+    /// in 64-token blocks; a longer hash list gets no more fuel.
+    pub max_prefix_hashes_per_call: u64,
+    /// The hard ceiling on one call's fuel, whatever the request and whatever the
+    /// instance saved (see [`Limits::fuel_for`]). 200,000,000: the allowance of 10,000
+    /// candidates (CHWBL's first call over a new fleet needs most of it), ~50 ms of wasm
+    /// on this project's 2-core machine (BENCHMARKS.md, `--bench hostile`).
+    pub max_fuel_per_call: u64,
+    /// Fuel charged for each import call, before the host does any work for it. 1,000 ≈
+    /// the host's fixed cost of a call (~0.45 µs) in wasm operations.
+    pub fuel_per_import_call: u64,
+    /// Fuel charged per byte an import copies into the guest (a prefix hash is 8 bytes, a
+    /// capacity 12, a candidate's lookup counts as 16 more). 1: the host's clone, lowering
+    /// and the guest's `realloc` together cost about as much per byte as a wasm operation.
+    pub fuel_per_import_byte: u64,
+    /// Wall-clock deadline per call (with the epoch or both budgets), ms. 150 ms: 3× the
+    /// time `max_fuel_per_call` takes on an idle core, so fuel decides first (and
+    /// deterministically) but on a badly overloaded host; the deadline stops what fuel
+    /// does not count (host stalls, a miscalibrated import charge).
     pub call_deadline_ms: u64,
     /// Epoch tick, ms: the deadline's resolution. A loop stops within deadline + one tick.
     pub epoch_tick_ms: u64,
@@ -88,11 +108,15 @@ impl Default for Limits {
             max_memory_bytes: 64 << 20,
             max_table_elements: 20_000,
             max_wasm_stack_bytes: 512 << 10,
-            budget: Budget::Fuel,
+            budget: Budget::Both,
             fuel_base: 2_000_000,
-            fuel_per_candidate: 20_000,
-            fuel_commit: 200_000_000,
-            call_deadline_ms: 20,
+            fuel_per_unit: 20_000,
+            max_candidates_per_call: 16_384,
+            max_prefix_hashes_per_call: 16_384,
+            max_fuel_per_call: 200_000_000,
+            fuel_per_import_call: 1_000,
+            fuel_per_import_byte: 1,
+            call_deadline_ms: 150,
             epoch_tick_ms: 1,
             compile_timeout_ms: 10_000,
             max_instances: 256,
@@ -100,15 +124,35 @@ impl Default for Limits {
     }
 }
 
+/// What a call's fuel allowance is computed from: what the host really passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WorkUnits {
+    /// Candidate rows passed to the call.
+    pub candidates: usize,
+    /// Prefix hashes the request carries (what `prefix-hashes()` would deliver).
+    pub prefix_hashes: usize,
+}
+
 impl Limits {
-    /// Fuel for one call over `candidates` rows.
-    pub fn fuel_for(&self, candidates: usize) -> u64 {
-        self.fuel_base.saturating_add(self.fuel_per_candidate.saturating_mul(candidates as u64))
+    /// A call's fuel allowance: `fuel_base + fuel_per_unit × (candidates + hashes)`, each
+    /// count capped (`max_candidates_per_call`, `max_prefix_hashes_per_call`), and the
+    /// whole never above `max_fuel_per_call`. An instance may add what its earlier calls
+    /// left unused (see `GuestScorer`), still never above `max_fuel_per_call`.
+    pub fn fuel_for(&self, units: WorkUnits) -> u64 {
+        let capped = |n: usize, cap: u64| (n as u64).min(cap);
+        let units = capped(units.candidates, self.max_candidates_per_call)
+            .saturating_add(capped(units.prefix_hashes, self.max_prefix_hashes_per_call));
+        self.fuel_base.saturating_add(self.fuel_per_unit.saturating_mul(units)).min(self.max_fuel_per_call)
     }
 
-    /// Fuel for one commit over `units` (the larger of the commit allowance and a call's).
-    pub fn commit_fuel(&self, units: usize) -> u64 {
-        self.fuel_commit.max(self.fuel_for(units))
+    /// Fuel for a call with no batch (instantiation, `configure`, `describe`).
+    pub fn fuel_base_call(&self) -> u64 {
+        self.fuel_base.min(self.max_fuel_per_call)
+    }
+
+    /// Fuel an import answer costs: the fixed charge plus `bytes` copied into the guest.
+    pub fn import_fuel(&self, bytes: usize) -> u64 {
+        self.fuel_per_import_call.saturating_add(self.fuel_per_import_byte.saturating_mul(bytes as u64))
     }
 
     /// Deadline in epoch ticks (at least one).

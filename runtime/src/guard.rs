@@ -16,11 +16,18 @@
 //! of its own, [`Breaker`], so that a service pooling several instances of one policy
 //! version shares one breaker across them (and its threads) with the same logic.
 //!
-//! A guest's own `policy-error` is a fault too (it produced no costs); the decision
-//! reports it as `invalid-output` with a message starting `policy error:`, while the
-//! counters keep it apart as `policy-error`.
+//! A guest's own `policy-error` is a fault too (it produced no costs), reported with its
+//! own kind. A fault in `on-selected` (the commit) is contained the same way: counted,
+//! reported to the breaker, and the instance dropped; fail-open keeps the policy's pick
+//! (it was valid) and says the commit faulted, fail-closed fails the selection. After any
+//! fault the policy's instance is dropped, whatever the kind: the next call gets a fresh
+//! one.
+//!
+//! This is the one implementation of containment: `switchyard select`, `switchyard
+//! replay` and the service all run tenant policies through [`GuardedSelector`].
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 use switchyard_guest_sdk::WorkerRank;
@@ -207,6 +214,69 @@ impl Breaker {
     }
 }
 
+/// A [`Breaker`] shared by every instance of one policy version and every thread that
+/// selects with it. The lock is held only for the breaker's bookkeeping, never across a
+/// guest call.
+#[derive(Debug, Default)]
+pub struct SharedBreaker {
+    breaker: Mutex<Breaker>,
+}
+
+impl SharedBreaker {
+    pub fn new(config: GuardConfig) -> Self {
+        Self { breaker: Mutex::new(Breaker::new(config)) }
+    }
+
+    /// A poisoned lock is still consistent: no breaker method panics halfway.
+    fn lock(&self) -> MutexGuard<'_, Breaker> {
+        self.breaker.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn state(&self) -> BreakerState {
+        self.lock().state()
+    }
+
+    /// Lets one call of the policy through ([`Attempt`]), or says how many selections
+    /// remain skipped before the probe.
+    fn admit(self: &Arc<Self>) -> Result<Attempt, u64> {
+        match self.lock().admit() {
+            Admission::Call(ticket) => Ok(Attempt { breaker: Arc::clone(self), ticket: Some(ticket) }),
+            Admission::Skip { remaining } => Err(remaining),
+        }
+    }
+}
+
+/// One call the breaker let through, until its outcome is reported. Dropped without a
+/// report (the selecting thread unwound), it is abandoned: a probe passes its turn to the
+/// next selection rather than holding the breaker open forever.
+#[derive(Debug)]
+struct Attempt {
+    breaker: Arc<SharedBreaker>,
+    ticket: Option<Ticket>,
+}
+
+impl Attempt {
+    /// The policy answered (or validly found no eligible worker).
+    fn succeeded(mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.breaker.lock().success(ticket);
+        }
+    }
+
+    /// The policy faulted; true if that opened the breaker.
+    fn faulted(mut self) -> bool {
+        self.ticket.take().is_some_and(|ticket| self.breaker.lock().fault(ticket))
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.breaker.lock().abandon(ticket);
+        }
+    }
+}
+
 /// Counters of one guarded policy.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct GuardCounters {
@@ -218,8 +288,10 @@ pub struct GuardCounters {
     pub fallbacks: u64,
     /// Selections refused (fail-closed faults and quarantine).
     pub refused: u64,
-    /// Faults by kind (`policy-error` apart from `invalid-output`).
+    /// Faults by kind, commits' included.
     pub faults: BTreeMap<FaultKind, u64>,
+    /// Of those, faults of `on-selected` (a commit).
+    pub commit_faults: u64,
     /// Selections skipped while quarantined.
     pub quarantined: u64,
     /// Times the breaker opened.
@@ -239,21 +311,25 @@ pub enum Decider {
 pub struct Decision {
     pub selection: Selection,
     pub decided_by: Decider,
-    /// Why the fallback decided: `None` when the policy did. Kinds as in the result JSON
-    /// (`policy-error` reported as `invalid-output`).
+    /// Why the fallback decided: `None` when the policy did.
     pub fallback: Option<Fault>,
 }
 
 /// A tenant's policy with a fallback, a failure mode, a breaker and counters.
 pub struct GuardedSelector {
     name: String,
+    /// How faults name the policy.
+    label: String,
     policy: Selector,
     fallback: Selector,
     fallback_name: String,
     mode: FailMode,
-    breaker: Breaker,
+    breaker: Arc<SharedBreaker>,
     counters: GuardCounters,
     last: Decider,
+    /// The policy's last selection, whose outcome is reported to the breaker once its
+    /// commit has run (policies that want commits; others report at once).
+    pending: Option<Attempt>,
 }
 
 impl GuardedSelector {
@@ -267,14 +343,16 @@ impl GuardedSelector {
         let name = policy.name().to_string();
         let fallback_name = fallback.name().to_string();
         Self {
+            label: format!("`{name}`"),
             name,
             policy: Selector::new(policy),
             fallback: Selector::new(fallback),
             fallback_name,
             mode,
-            breaker: Breaker::new(config),
+            breaker: Arc::new(SharedBreaker::new(config)),
             counters: GuardCounters::default(),
             last: Decider::Policy,
+            pending: None,
         }
     }
 
@@ -287,6 +365,26 @@ impl GuardedSelector {
         Self::new(policy, fallback, mode, config)
     }
 
+    /// Shares `breaker` (e.g. with the other pooled instances of one policy version)
+    /// instead of a breaker of its own.
+    pub fn with_breaker(mut self, breaker: Arc<SharedBreaker>) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    /// How faults name the policy (default: its scorer's name in backticks), e.g. with a
+    /// version.
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    /// Changes what a fault does from the next selection on (a pooled instance serves
+    /// classes with either mode).
+    pub fn set_fail_mode(&mut self, mode: FailMode) {
+        self.mode = mode;
+    }
+
     /// Selects a worker. `Err` only for no eligible worker, a fail-closed fault, or a
     /// fallback that cannot answer either.
     pub fn select(
@@ -294,42 +392,59 @@ impl GuardedSelector {
         table: &WorkerTable,
         request: &SelectionRequest,
     ) -> Result<Decision, SelectError> {
+        // A selection that was never committed: its outcome stands as it was.
+        if let Some(attempt) = self.pending.take() {
+            attempt.succeeded();
+        }
         self.counters.selections += 1;
-        let ticket = match self.breaker.admit() {
-            Admission::Call(ticket) => ticket,
-            Admission::Skip { remaining } => {
+        let attempt = match self.breaker.admit() {
+            Ok(attempt) => attempt,
+            Err(remaining) => {
                 self.counters.quarantined += 1;
+                let when = match remaining {
+                    0 => "a probe is running".to_string(),
+                    n => format!("probed again after {n} more selections"),
+                };
                 let fault = Fault::new(
                     FaultKind::Quarantined,
-                    format!(
-                        "`{}` is quarantined after repeated faults; retried in {remaining} selections",
-                        self.name
-                    ),
+                    format!("{} is quarantined after repeated faults; {when}", self.label),
                 );
                 return self.contain(table, request, fault);
             }
         };
         match self.policy.select(table, request) {
             Ok(selection) => {
-                self.breaker.success(ticket);
+                if self.policy.wants_commits() {
+                    self.pending = Some(attempt);
+                } else {
+                    attempt.succeeded();
+                }
                 self.counters.answered += 1;
                 self.last = Decider::Policy;
                 Ok(Decision { selection, decided_by: Decider::Policy, fallback: None })
             }
             Err(SelectError::NoEligibleWorker) => {
                 // A valid answer (e.g. the policy filtered everyone out), not a fault.
-                self.breaker.success(ticket);
+                attempt.succeeded();
                 self.last = Decider::Policy;
                 Err(SelectError::NoEligibleWorker)
             }
             Err(SelectError::Fault { fault, .. }) => {
-                *self.counters.faults.entry(fault.kind).or_default() += 1;
-                if self.breaker.fault(ticket) {
-                    self.counters.breaker_trips += 1;
-                }
-                self.contain(table, request, reported(fault))
+                self.fault(attempt, &fault);
+                self.contain(table, request, fault)
             }
         }
+    }
+
+    /// Counts a fault of the policy, reports it to the breaker and drops the instance.
+    fn fault(&mut self, attempt: Attempt, fault: &Fault) {
+        *self.counters.faults.entry(fault.kind).or_default() += 1;
+        if attempt.faulted() {
+            self.counters.breaker_trips += 1;
+        }
+        // Whatever the kind (its own error and invalid output included): the state that
+        // produced it goes.
+        self.policy.reset();
     }
 
     /// Fail-open or fail-closed on `fault`.
@@ -349,16 +464,44 @@ impl GuardedSelector {
         Ok(Decision { selection, decided_by: Decider::Fallback, fallback: Some(fault) })
     }
 
-    /// Commits the last decision to whichever policy made it.
+    /// Commits the last decision to whichever policy made it. A fault of the policy's
+    /// commit is contained like a selection's: fail-open returns it (`Ok(Some(fault))`:
+    /// the pick stands, the policy's state was dropped), fail-closed as the error.
     pub fn commit(
         &mut self,
         table: &WorkerTable,
         request: &SelectionRequest,
         chosen: WorkerRank,
-    ) -> Result<(), SelectError> {
-        match self.last {
-            Decider::Policy => self.policy.commit(table, request, chosen),
-            Decider::Fallback => self.fallback.commit(table, request, chosen),
+    ) -> Result<Option<Fault>, SelectError> {
+        if self.last == Decider::Fallback {
+            return self.fallback.commit(table, request, chosen).map(|()| None);
+        }
+        let attempt = self.pending.take();
+        match self.policy.commit(table, request, chosen) {
+            Ok(()) => {
+                if let Some(attempt) = attempt {
+                    attempt.succeeded();
+                }
+                Ok(None)
+            }
+            Err(SelectError::Fault { fault, .. }) => {
+                self.counters.commit_faults += 1;
+                match attempt {
+                    Some(attempt) => self.fault(attempt, &fault),
+                    None => {
+                        *self.counters.faults.entry(fault.kind).or_default() += 1;
+                        self.policy.reset();
+                    }
+                }
+                match self.mode {
+                    FailMode::Open => Ok(Some(fault)),
+                    FailMode::Closed => {
+                        self.counters.refused += 1;
+                        Err(SelectError::Fault { scorer: self.name.clone(), fault })
+                    }
+                }
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -400,17 +543,6 @@ impl GuardedSelector {
     /// The candidates of the last decision.
     pub fn last_candidates(&self) -> impl Iterator<Item = WorkerRank> + '_ {
         self.last_selector().last_candidates()
-    }
-}
-
-/// The fault as the result reports it: a guest's own error produced no costs, so it is
-/// an invalid output.
-fn reported(fault: Fault) -> Fault {
-    match fault.kind {
-        FaultKind::PolicyError => {
-            Fault::new(FaultKind::InvalidOutput, format!("policy error: {}", fault.message))
-        }
-        _ => fault,
     }
 }
 

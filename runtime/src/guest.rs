@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use switchyard_guest_sdk::{ErrorKind, Facts, InputGroups, PolicyInfo, Pool, WorkerRank};
-use wasmtime::component::{ComponentType, Func, Lower, TypedFunc};
-use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime::component::{ComponentType, Func, Linker, Lower, TypedFunc};
+use wasmtime::{Store, StoreContextMut, StoreLimits, StoreLimitsBuilder, Trap};
 
 use crate::component::{LoadError, LoadErrorKind, PolicyComponent};
+use crate::engine::{Limits, WorkUnits};
 use crate::selection::{Call, Fault, FaultKind, Scorer};
 
 pub(crate) mod bindings {
@@ -22,11 +23,27 @@ pub(crate) mod bindings {
 
 use bindings::switchyard::policy::types as wit;
 
-/// What a guest's Store holds: its limits, and the facts of the call in progress.
+/// The interface of the contract's imports, as the component names it.
+const REQUEST_IMPORT: &str = "switchyard:policy/request@0.2.0";
+
+/// Largest error message (or other string/list answer beyond the costs) lifted from a
+/// guest, bytes: anything longer is refused before it is copied. Messages are then cut to
+/// [`MESSAGE_BYTES`].
+const MAX_LIFTED_MESSAGE_BYTES: usize = 4 << 10;
+
+/// Longest error message kept from a guest, bytes.
+const MESSAGE_BYTES: usize = 1 << 10;
+
+/// What a guest's Store holds: its limits, the import charges, and the call in progress.
 pub struct HostState {
     limits: StoreLimits,
     /// The lazily fetched facts of the call in progress; `None` between calls.
     facts: Option<NonNull<dyn Facts + 'static>>,
+    /// Candidate rows of the call in progress (what `candidate-capacities` answers for).
+    candidates: usize,
+    /// Fuel per import call and per byte an import copies (from [`Limits`]).
+    import_call_fuel: u64,
+    import_byte_fuel: u64,
 }
 
 // SAFETY: `facts` is only set for the duration of a call made on the thread that owns
@@ -42,35 +59,62 @@ impl HostState {
     }
 }
 
-impl bindings::switchyard::policy::types::Host for HostState {}
+/// Charges an import answer of `bytes` to the calling guest's fuel before the host does
+/// the work: a loop of imports runs out of fuel like a loop of instructions. Without a
+/// fuel budget the call deadline bounds such a loop.
+fn charge(store: &mut StoreContextMut<'_, HostState>, bytes: usize) -> wasmtime::Result<()> {
+    let data = store.data();
+    let cost = data.import_call_fuel.saturating_add(data.import_byte_fuel.saturating_mul(bytes as u64));
+    match store.get_fuel() {
+        Ok(left) if left >= cost => store.set_fuel(left - cost),
+        Ok(_) => {
+            store.set_fuel(0)?;
+            Err(Trap::OutOfFuel.into())
+        }
+        Err(_) => Ok(()),
+    }
+}
 
-impl bindings::switchyard::policy::request::Host for HostState {
-    fn prefix_hashes(&mut self) -> Option<Vec<u64>> {
-        self.facts()?.prefix_hashes().map(|h| h.into_owned())
-    }
-    fn policy_class(&mut self) -> Option<String> {
-        self.facts()?.policy_class().map(|c| c.into_owned())
-    }
-    fn worker_capacity(&mut self, worker_id: u64) -> Option<wit::Capacity> {
-        self.facts()?.worker_capacity(worker_id).map(capacity)
-    }
-    fn candidate_capacities(&mut self) -> Vec<Option<wit::Capacity>> {
-        match self.facts() {
+/// Bytes an answer of the contract occupies in guest memory (the canonical ABI's sizes).
+const HASH_BYTES: usize = 8;
+const CAPACITY_BYTES: usize = 12;
+/// `option<capacity>` in a list, plus the host's lookup of the worker, counted as bytes.
+const CANDIDATE_CAPACITY_BYTES: usize = 16 + 16;
+
+/// Links the contract's imports (`request`), each charged to the guest before it runs.
+pub(crate) fn add_imports(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    let mut request = linker.instance(REQUEST_IMPORT)?;
+    request.func_wrap("prefix-hashes", |mut store: StoreContextMut<'_, HostState>, (): ()| {
+        let len = store.data().facts().and_then(|f| f.prefix_hashes().map(|h| h.len()));
+        charge(&mut store, len.unwrap_or(0) * HASH_BYTES)?;
+        Ok((store.data().facts().and_then(|f| f.prefix_hashes()).map(|h| h.into_owned()),))
+    })?;
+    request.func_wrap("policy-class", |mut store: StoreContextMut<'_, HostState>, (): ()| {
+        let len = store.data().facts().and_then(|f| f.policy_class().map(|c| c.len()));
+        charge(&mut store, len.unwrap_or(0))?;
+        Ok((store.data().facts().and_then(|f| f.policy_class()).map(|c| c.into_owned()),))
+    })?;
+    request.func_wrap(
+        "worker-capacity",
+        |mut store: StoreContextMut<'_, HostState>, (worker_id,): (u64,)| {
+            charge(&mut store, CAPACITY_BYTES)?;
+            Ok((store.data().facts().and_then(|f| f.worker_capacity(worker_id)).map(capacity),))
+        },
+    )?;
+    request.func_wrap("candidate-capacities", |mut store: StoreContextMut<'_, HostState>, (): ()| {
+        let rows = store.data().candidates;
+        charge(&mut store, rows * CANDIDATE_CAPACITY_BYTES)?;
+        let answer: Vec<Option<wit::Capacity>> = match store.data().facts() {
             Some(f) => f.candidate_capacities().iter().map(|c| c.map(capacity)).collect(),
             None => Vec::new(),
-        }
-    }
+        };
+        Ok((answer,))
+    })?;
+    Ok(())
 }
 
 fn capacity(c: switchyard_guest_sdk::Capacity) -> wit::Capacity {
     wit::Capacity { total_kv_blocks: c.total_kv_blocks, max_num_batched_tokens: c.max_num_batched_tokens }
-}
-
-pub(crate) fn add_imports(linker: &mut wasmtime::component::Linker<HostState>) -> wasmtime::Result<()> {
-    bindings::SelectionPolicy::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
-        linker,
-        |s| s,
-    )
 }
 
 /// The `candidates` record, lowered straight from the host's column buffers (borrowed,
@@ -95,6 +139,10 @@ struct Live {
     bindings: bindings::SelectionPolicy,
     score: Func,
     filter: Func,
+    /// Fuel this instance's earlier calls left unused, which a later call may spend (never
+    /// past `max_fuel_per_call`): state that grows by amortised steps (a hash table that
+    /// doubles and rehashes) pays for the step from what the cheap calls saved.
+    saved_fuel: u64,
 }
 
 /// A guest policy: a component, its parameters, and (after the first call) a live instance.
@@ -113,7 +161,7 @@ pub struct GuestScorer {
 pub struct GuestStats {
     /// Instances created, the first included: each one after the first is a recovery.
     instantiations: AtomicU64,
-    /// Fuel the last call consumed (0 without a fuel budget).
+    /// Fuel the last call consumed, import charges included (0 without a fuel budget).
     last_fuel: AtomicU64,
     /// How long the latest instantiation took, ns (start function, `configure` and
     /// `describe` included): after a fault, the cost of recovering.
@@ -169,6 +217,21 @@ impl GuestScorer {
         Ok(scorer)
     }
 
+    /// Another scorer of the same component and parameters with counters of its own and
+    /// no instance yet: it instantiates on its first call, and a failure then is that
+    /// call's fault. For pools of instances of a version that [`GuestScorer::new`] has
+    /// already accepted.
+    pub fn sibling(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            component: self.component.clone(),
+            parameters: self.parameters.clone(),
+            info: self.info,
+            live: None,
+            stats: Arc::default(),
+        }
+    }
+
     /// Instances created so far (1 + recoveries after faults).
     pub fn instantiations(&self) -> u64 {
         self.stats.instantiations()
@@ -209,11 +272,20 @@ impl GuestScorer {
             // An out-of-memory guest traps cleanly instead of seeing `memory.grow` fail.
             .trap_on_grow_failure(true)
             .build();
-        let mut store = Store::new(engine.engine(), HostState { limits: store_limits, facts: None });
+        let state = HostState {
+            limits: store_limits,
+            facts: None,
+            candidates: 0,
+            import_call_fuel: limits.fuel_per_import_call,
+            import_byte_fuel: limits.fuel_per_import_byte,
+        };
+        let mut store = Store::new(engine.engine(), state);
         store.limiter(|s| &mut s.limits);
+        // What `configure` and `describe` may hand back: an error message, bounded.
+        store.set_hostcall_fuel(MAX_LIFTED_MESSAGE_BYTES);
         self.stats.instantiations.fetch_add(1, Ordering::Relaxed);
         // The budget is armed before instantiating: a start function is a call like any other.
-        arm(&mut store, limits, limits.fuel_for(0)).map_err(at(Stage::Instantiate))?;
+        arm(&mut store, limits, limits.fuel_base_call()).map_err(at(Stage::Instantiate))?;
         let instance = self
             .component
             .pre()
@@ -222,13 +294,13 @@ impl GuestScorer {
             .map_err(|e| (Stage::Instantiate, classify(e)))?;
         let bindings = bindings::SelectionPolicy::new(&mut store, &instance)
             .map_err(|e| (Stage::Instantiate, classify(e)))?;
-        arm(&mut store, limits, limits.fuel_for(0)).map_err(at(Stage::Configure))?;
+        arm(&mut store, limits, limits.fuel_base_call()).map_err(at(Stage::Configure))?;
         let policy = bindings.switchyard_policy_policy();
         policy
             .call_configure(&mut store, &self.parameters)
             .map_err(|e| (Stage::Configure, classify(e)))?
             .map_err(|e| (Stage::Configure, Fault::new(FaultKind::PolicyError, policy_error(&e))))?;
-        arm(&mut store, limits, limits.fuel_for(0)).map_err(at(Stage::Configure))?;
+        arm(&mut store, limits, limits.fuel_base_call()).map_err(at(Stage::Configure))?;
         let info = policy.call_describe(&mut store).map_err(|e| (Stage::Configure, classify(e)))?;
         self.info = PolicyInfo {
             inputs: input_groups(info.inputs),
@@ -236,15 +308,18 @@ impl GuestScorer {
             wants_commits: info.wants_commits,
         };
         let (score, filter) = export_funcs(&mut store, &instance).map_err(at(Stage::Instantiate))?;
-        Ok(Live { store, bindings, score, filter })
+        Ok(Live { store, bindings, score, filter, saved_fuel: 0 })
     }
 
-    /// Runs `f` on the live instance; on a trap the instance is dropped (its Store is
-    /// poisoned) and the next call instantiates afresh.
+    /// Runs `f` on the live instance with `allowance` fuel (plus what the instance saved,
+    /// never past `max_fuel_per_call`) and at most `answer_bytes` lifted back; after any
+    /// fault the instance is dropped (a trapped Store is poisoned) and the next call
+    /// instantiates afresh.
     fn with_live<R>(
         &mut self,
-        facts: &dyn Facts,
-        fuel: u64,
+        call: &Call<'_>,
+        allowance: u64,
+        answer_bytes: usize,
         f: impl FnOnce(&mut Live) -> wasmtime::Result<R>,
     ) -> Result<R, Fault> {
         if self.live.is_none() {
@@ -253,18 +328,26 @@ impl GuestScorer {
         // Disjoint field borrows: no per-call copy of the limits on the hot path.
         let limits = self.component.engine().limits();
         let live = self.live.as_mut().expect("just ensured");
-        arm(&mut live.store, limits, fuel)?;
-        let budget = live.store.get_fuel().unwrap_or(0);
-        let ptr = NonNull::from(facts);
+        let budget = allowance.saturating_add(live.saved_fuel).min(limits.max_fuel_per_call);
+        if let Err(fault) = arm(&mut live.store, limits, budget) {
+            self.live = None;
+            return Err(fault);
+        }
+        live.store.set_hostcall_fuel(answer_bytes.max(MAX_LIFTED_MESSAGE_BYTES));
+        let ptr = NonNull::from(&call.facts as &dyn Facts);
         // SAFETY: only the lifetime is erased. The pointer is cleared right after the call,
-        // while `facts` is still borrowed, and only imports called during `f` read it.
+        // while `call.facts` is still borrowed, and only imports called during `f` read it.
         let ptr: NonNull<dyn Facts + 'static> = unsafe { std::mem::transmute(ptr) };
-        live.store.data_mut().facts = Some(ptr);
+        let state = live.store.data_mut();
+        state.facts = Some(ptr);
+        state.candidates = call.columns.len();
         let result = f(live);
         live.store.data_mut().facts = None;
-        let used = budget.saturating_sub(live.store.get_fuel().unwrap_or(0));
-        let result = result.map_err(classify);
+        let used = budget.saturating_sub(live.store.get_fuel().unwrap_or(budget));
         self.stats.last_fuel.store(used, Ordering::Relaxed);
+        live.saved_fuel =
+            live.saved_fuel.saturating_add(allowance).saturating_sub(used).min(limits.max_fuel_per_call);
+        let result = result.map_err(|e| classify_call(e, answer_bytes));
         if result.is_err() {
             // The Store is poisoned after a trap: drop it; the next call starts afresh.
             self.live = None;
@@ -273,14 +356,18 @@ impl GuestScorer {
     }
 }
 
-/// What a call's fuel scales with: candidates, and the prompt's blocks (a policy that
-/// walks the prefix hashes, like a prefix tree's insert on commit, does work per block).
-fn work_units(call: &Call<'_>) -> usize {
-    call.columns.len() + call.request.facts().request_blocks as usize
+/// What a call's fuel scales with: the candidates passed and the prefix hashes the
+/// request carries (a policy that walks them, like a prefix tree's insert on commit, does
+/// work per hash) — what the host really hands over, not what the request claims.
+fn work_units(call: &Call<'_>) -> WorkUnits {
+    WorkUnits {
+        candidates: call.columns.len(),
+        prefix_hashes: call.request.prefix_hashes().map_or(0, <[u64]>::len),
+    }
 }
 
 /// Sets the call's budget: `fuel` and/or the epoch deadline.
-fn arm(store: &mut Store<HostState>, limits: &crate::engine::Limits, fuel: u64) -> Result<(), Fault> {
+fn arm(store: &mut Store<HostState>, limits: &Limits, fuel: u64) -> Result<(), Fault> {
     if limits.budget.uses_fuel() {
         store.set_fuel(fuel).map_err(|e| Fault::new(FaultKind::Trap, format!("{e:#}")))?;
     }
@@ -331,13 +418,46 @@ fn input_groups(flags: wit::InputGroups) -> InputGroups {
     groups
 }
 
+/// A guest's own error as one bounded line (the message cut to [`MESSAGE_BYTES`]).
 fn policy_error(e: &wit::PolicyError) -> String {
     let kind = match e.kind {
         wit::ErrorKind::InvalidParameters => ErrorKind::InvalidParameters,
         wit::ErrorKind::InvalidInput => ErrorKind::InvalidInput,
         wit::ErrorKind::Internal => ErrorKind::Internal,
     };
-    switchyard_guest_sdk::PolicyError { kind, message: e.message.clone() }.to_string()
+    let message = truncated(e.message.lines().next().unwrap_or(""), MESSAGE_BYTES);
+    switchyard_guest_sdk::PolicyError { kind, message }.to_string()
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, with `…` when cut.
+fn truncated(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Wasmtime's refusal to lift more than the call's `hostcall_fuel` (its error type is
+/// private; its text is stable).
+const ANSWER_TOO_LARGE: &str = "too much data is being copied between the host and the guest";
+
+/// Maps the error of a call that may hand back `answer_bytes` to a fault: an answer
+/// larger than that was refused before it was copied.
+fn classify_call(error: wasmtime::Error, answer_bytes: usize) -> Fault {
+    if format!("{error:#}").contains(ANSWER_TOO_LARGE) {
+        let max = answer_bytes.max(MAX_LIFTED_MESSAGE_BYTES);
+        return Fault::new(
+            FaultKind::InvalidOutput,
+            format!(
+                "the policy's answer is larger than {max} bytes (a list longer than the candidates, or an error message over {MAX_LIFTED_MESSAGE_BYTES} bytes); refused before copying"
+            ),
+        );
+    }
+    classify(error)
 }
 
 /// Maps a wasmtime error from a guest call to a fault kind.
@@ -367,16 +487,8 @@ fn classify(error: wasmtime::Error) -> Fault {
 /// Error chains with wasm backtraces span lines; operators get one line (`policy
 /// check` and `select` print exactly one), frames separated by `; `, capped at 1 KiB.
 fn one_line(text: &str) -> String {
-    let mut line = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
-    if line.len() > 1024 {
-        let mut end = 1024;
-        while !line.is_char_boundary(end) {
-            end -= 1;
-        }
-        line.truncate(end);
-        line.push('…');
-    }
-    line
+    let line = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
+    truncated(&line, MESSAGE_BYTES)
 }
 
 fn facts_abi(request: &crate::selection::SelectionRequest) -> wit::RequestFacts {
@@ -412,8 +524,10 @@ impl Scorer for GuestScorer {
 
     fn score(&mut self, call: &Call<'_>, costs: &mut Vec<f64>) -> Result<(), Fault> {
         let params = (facts_abi(call.request), candidates_abi(call));
-        let fuel = self.component.engine().limits().fuel_for(work_units(call));
-        let out = self.with_live(&call.facts, fuel, |live| {
+        let allowance = self.component.engine().limits().fuel_for(work_units(call));
+        // At most one cost per candidate is lifted: a longer list is refused uncopied.
+        let answer_bytes = call.columns.len().saturating_mul(size_of::<f64>());
+        let out = self.with_live(call, allowance, answer_bytes, |live| {
             // SAFETY: `live.score` was type-checked against exactly these parameter and
             // result types (with the 'static lifetime) when the instance was created.
             let typed: TypedFunc<ScoreParams<'_>, ScoreResults> =
@@ -435,8 +549,9 @@ impl Scorer for GuestScorer {
 
     fn filter(&mut self, call: &Call<'_>, keep: &mut Vec<bool>) -> Result<(), Fault> {
         let params = (facts_abi(call.request), candidates_abi(call));
-        let fuel = self.component.engine().limits().fuel_for(work_units(call));
-        let out = self.with_live(&call.facts, fuel, |live| {
+        let allowance = self.component.engine().limits().fuel_for(work_units(call));
+        let answer_bytes = call.columns.len();
+        let out = self.with_live(call, allowance, answer_bytes, |live| {
             // SAFETY: type-checked at instantiation, as for `score`.
             let typed: TypedFunc<ScoreParams<'_>, FilterResults> =
                 unsafe { TypedFunc::new_unchecked(live.filter) };
@@ -462,8 +577,10 @@ impl Scorer for GuestScorer {
     fn on_selected(&mut self, call: &Call<'_>, chosen: WorkerRank) -> Result<(), Fault> {
         let facts = facts_abi(call.request);
         let chosen = wit::WorkerRank { worker_id: chosen.worker_id, dp_rank: chosen.dp_rank };
-        let fuel = self.component.engine().limits().commit_fuel(work_units(call));
-        self.with_live(&call.facts, fuel, |live| {
+        // A commit is a call like any other: its own allowance plus what the instance
+        // saved, never past `max_fuel_per_call`.
+        let allowance = self.component.engine().limits().fuel_for(work_units(call));
+        self.with_live(call, allowance, 0, |live| {
             live.bindings.switchyard_policy_policy().call_on_selected(&mut live.store, facts, chosen)
         })
     }

@@ -22,10 +22,10 @@ pub mod selection;
 
 pub use cache::ArtifactCache;
 pub use component::{LoadError, LoadErrorKind, PolicyComponent};
-pub use engine::{Budget, Limits, PolicyEngine};
+pub use engine::{Budget, Limits, PolicyEngine, WorkUnits};
 pub use guard::{
     Admission, Breaker, BreakerState, Decider, Decision, FailMode, GuardConfig, GuardCounters,
-    GuardedSelector, Ticket,
+    GuardedSelector, SharedBreaker, Ticket,
 };
 pub use guest::{GuestScorer, GuestStats};
 pub use selection::{Fault, FaultKind, SelectError, Selection, SelectionRequest, Selector, WorkerTable};

@@ -7,14 +7,13 @@
 //! - [`store`]: the data directory (content-addressed blobs, an atomically written manifest).
 //! - [`state`]: compiled versions, instance pools, and the snapshot swapped on every change.
 //! - [`manage`]: tenants, uploads, assignments, rollback, listing.
-//! - [`select`]: one selection; [`fault`]: what a policy fault means for it, and each
-//!   version's quarantine breaker.
+//! - [`select`]: one selection, its policy guarded by the runtime's containment
+//!   (`switchyard::GuardedSelector`) behind each version's shared quarantine breaker.
 //! - [`auth`]: tokens; [`metrics`]: Prometheus text; [`http`]: the routes.
 
 pub mod auth;
 pub mod config;
 pub mod error;
-pub mod fault;
 pub mod http;
 pub mod manage;
 pub mod metrics;

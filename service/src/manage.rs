@@ -13,7 +13,9 @@ use switchyard::{GuestScorer, PolicyComponent, builtin};
 use crate::auth::{Principal, hash_token, new_token, require_admin, require_tenant};
 use crate::error::ApiError;
 use crate::state::Service;
-use crate::store::{Assignment, OnFault, PolicyRecord, TenantRecord, VersionRecord};
+use switchyard::FailMode;
+
+use crate::store::{Assignment, PolicyRecord, TenantRecord, VersionRecord};
 
 /// How many previous versions rollback can go back through.
 const MAX_PREVIOUS: usize = 64;
@@ -62,7 +64,7 @@ struct AssignBody {
     #[serde(default)]
     version: Option<String>,
     #[serde(default)]
-    on_fault: OnFault,
+    on_fault: FailMode,
 }
 
 fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
@@ -232,7 +234,7 @@ impl Service {
         writer.components.insert(blob.clone(), component.clone());
         let key = (tenant.to_string(), name.to_string(), version.clone());
         if let std::collections::hash_map::Entry::Vacant(slot) = writer.loaded.entry(key) {
-            let loaded = self.new_version(slot.key(), &parameters, component.clone(), Some(first));
+            let loaded = self.new_version(slot.key(), first);
             slot.insert(loaded);
         }
         self.commit(&mut writer, manifest)?;

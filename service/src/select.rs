@@ -7,12 +7,15 @@ use std::time::Instant;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use switchyard::input::RequestJson;
-use switchyard::{Fault, SelectError, Selection, SelectionRequest, Selector, WorkerTable};
+use switchyard::{
+    Decider, FailMode, Fault, FaultKind, GuardedSelector, SelectError, Selection, SelectionRequest, Selector,
+    WorkerTable,
+};
+use switchyard_guest_sdk::WorkerRank;
 
 use crate::auth::{Principal, require_selector};
 use crate::error::ApiError;
 use crate::state::{LoadedVersion, Service, Target};
-use crate::store::OnFault;
 
 /// A decided selection, as answered.
 pub struct Decision {
@@ -21,28 +24,29 @@ pub struct Decision {
     build: &'static str,
     version: Option<String>,
     fallback: Option<Fault>,
+    commit_fault: Option<Fault>,
     costs: Vec<Value>,
 }
 
 impl Decision {
-    pub fn new(
-        selector: &Selector,
+    fn new(
+        candidates: impl Iterator<Item = (WorkerRank, f64)>,
         selection: Selection,
         policy: &str,
         build: &'static str,
         version: Option<String>,
-        fallback: Option<Fault>,
     ) -> Self {
-        let costs = selector
-            .last_candidates()
-            .zip(selector.last_costs())
+        let costs = candidates
             .map(|(w, c)| json!({ "worker_id": w.worker_id, "dp_rank": w.dp_rank, "cost": c }))
             .collect();
-        Self { selection, policy: policy.to_string(), build, version, fallback, costs }
+        let policy = policy.to_string();
+        Self { selection, policy, build, version, fallback: None, commit_fault: None, costs }
     }
 
     /// The same fields as `switchyard select`, plus the tenant and class.
     fn to_json(&self, tenant: &str, class: Option<&str>) -> Value {
+        let fault =
+            |f: &Option<Fault>| f.as_ref().map(|f| json!({ "kind": f.kind.as_str(), "message": f.message }));
         json!({
             "tenant": tenant,
             "policy_class": class,
@@ -52,14 +56,18 @@ impl Decision {
             "policy": self.policy,
             "build": self.build,
             "version": self.version,
-            "fallback": self.fallback.as_ref().map(|f| json!({ "kind": f.kind.as_str(), "message": f.message })),
+            "fallback": fault(&self.fallback),
+            "commit_fault": fault(&self.commit_fault),
             "candidates": self.selection.candidates,
             "costs": self.costs,
         })
     }
 }
 
-/// A selection error that is not a fault to contain.
+/// A selection error: no eligible worker (422), or a fault of a fail-closed policy: 503
+/// while quarantined (the policy was not called and will be retried, so asking again
+/// later can succeed), 502 for a fault of this call (the tenant's policy, our upstream in
+/// effect, failed, not the caller).
 pub fn select_error(e: SelectError) -> ApiError {
     match e {
         SelectError::NoEligibleWorker => ApiError::new(
@@ -67,8 +75,12 @@ pub fn select_error(e: SelectError) -> ApiError {
             "no-eligible-worker",
             "no worker is eligible for this request",
         ),
-        SelectError::Fault { scorer, fault } => {
-            ApiError::internal(format!("the fallback policy `{scorer}` faulted: {fault}"))
+        SelectError::Fault { fault, .. } => {
+            let status = match fault.kind {
+                FaultKind::Quarantined => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::BAD_GATEWAY,
+            };
+            ApiError::new(status, fault.kind.as_str(), fault.message)
         }
     }
 }
@@ -105,7 +117,8 @@ impl Service {
                 let scorer = b.native("{}").map_err(|e| ApiError::internal(e.to_string()))?;
                 let mut selector = Selector::new(scorer);
                 let selection = selector.select(&table, &request).map_err(select_error)?;
-                Ok(Decision::new(&selector, selection, b.name, "native", None, None))
+                let candidates = selector.last_candidates().zip(selector.last_costs().iter().copied());
+                Ok(Decision::new(candidates, selection, b.name, "native", None))
             }
             Target::Guest(v) => run_guest(v, route.on_fault, &table, &request),
         };
@@ -115,49 +128,45 @@ impl Service {
     }
 }
 
-/// Runs a tenant's version on an instance of its own, behind the version's breaker; a
-/// fault (or quarantine) goes to [`crate::fault`].
+/// Runs a tenant's version on a guarded instance of its own (the runtime's containment:
+/// the version's shared breaker, fail-open or closed as the class says, the instance
+/// dropped after any fault). Every fault, a commit's included, is counted for the version.
 fn run_guest(
     v: &LoadedVersion,
-    on_fault: OnFault,
+    on_fault: FailMode,
     table: &WorkerTable,
     request: &SelectionRequest,
 ) -> Result<Decision, ApiError> {
-    let contain = |fault: Fault| {
-        v.metrics().fault(fault.kind);
-        crate::fault::contain(fault, on_fault, table, request)
+    let mut guarded = v.checkout(on_fault);
+    let outcome = select_and_commit(&mut guarded, table, request);
+    let faults = match &outcome {
+        Ok((decision, commit_fault)) => [decision.fallback.as_ref(), commit_fault.as_ref()],
+        Err(SelectError::Fault { fault, .. }) => [Some(fault), None],
+        Err(SelectError::NoEligibleWorker) => [None, None],
     };
-    let attempt = match v.breaker().admit(v.policy(), v.version()) {
-        Ok(attempt) => attempt,
-        // Quarantined: the guest is not called, not even instantiated.
-        Err(fault) => return contain(fault),
-    };
-    let mut selector = match v.checkout() {
-        Ok(selector) => selector,
-        Err(fault) => {
-            attempt.faulted();
-            return contain(fault);
-        }
-    };
-    let result =
-        selector.select(table, request).and_then(|s| selector.commit(table, request, s.chosen).map(|()| s));
-    let outcome = match result {
-        Ok(s) => {
-            attempt.succeeded();
-            Ok(Decision::new(&selector, s, v.policy(), "guest", Some(v.version().into()), None))
-        }
-        Err(SelectError::Fault { fault, .. }) => {
-            attempt.faulted();
-            contain(fault)
-        }
-        Err(e) => {
-            // No eligible worker: a valid answer of the policy, not a fault.
-            attempt.succeeded();
-            Err(select_error(e))
-        }
-    };
-    // After a fault the scorer has dropped its poisoned instance itself and starts a
-    // fresh one on its next call, so the selector is reusable either way.
-    v.checkin(selector);
-    outcome
+    faults.into_iter().flatten().for_each(|f| v.metrics().fault(f.kind));
+    let answer = outcome.map(|(decision, commit_fault)| {
+        let candidates = guarded.last_candidates().zip(guarded.last_costs().iter().copied());
+        let (policy, build, version) = match decision.decided_by {
+            Decider::Policy => (v.policy(), "guest", Some(v.version().to_string())),
+            Decider::Fallback => (guarded.fallback_name(), "native", None),
+        };
+        let mut answer = Decision::new(candidates, decision.selection, policy, build, version);
+        answer.fallback = decision.fallback;
+        answer.commit_fault = commit_fault;
+        answer
+    });
+    v.checkin(guarded);
+    answer.map_err(select_error)
+}
+
+/// One guarded selection and its commit.
+fn select_and_commit(
+    guarded: &mut GuardedSelector,
+    table: &WorkerTable,
+    request: &SelectionRequest,
+) -> Result<(switchyard::Decision, Option<Fault>), SelectError> {
+    let decision = guarded.select(table, request)?;
+    let commit_fault = guarded.commit(table, request, decision.selection.chosen)?;
+    Ok((decision, commit_fault))
 }

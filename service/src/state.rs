@@ -17,16 +17,16 @@ use switchyard::builtin::{self, Builtin};
 use switchyard::guard::GuardConfig;
 use switchyard::selection::{Call, Scorer};
 use switchyard::{
-    ArtifactCache, Fault, FaultKind, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector,
+    ArtifactCache, FailMode, Fault, GuardedSelector, GuestScorer, Limits, PolicyComponent, PolicyEngine,
+    SharedBreaker,
 };
 use switchyard_guest_sdk::{PolicyInfo, WorkerRank};
 use tokio::sync::{MutexGuard, Semaphore};
 
 use crate::config::ServiceLimits;
 use crate::error::ApiError;
-use crate::fault::SharedBreaker;
 use crate::metrics::{Metrics, PolicyMetrics};
-use crate::store::{Manifest, OnFault, Store};
+use crate::store::{Manifest, Store};
 
 /// (tenant, policy name, version).
 pub type VersionKey = (String, String, String);
@@ -35,18 +35,20 @@ pub type VersionKey = (String, String, String);
 pub struct LoadedVersion {
     policy: String,
     version: String,
-    params: String,
-    component: PolicyComponent,
-    /// Idle selectors, each owning one guest instance (a Store is single-threaded, so a
-    /// concurrent selection takes its own).
-    idle: Mutex<Vec<Selector>>,
+    /// The accepted configuration of the version, with no instance: each pooled
+    /// instance is its sibling (see [`GuestScorer::sibling`]).
+    template: Mutex<GuestScorer>,
+    /// Idle guarded selectors, each owning one guest instance (a Store is
+    /// single-threaded, so a concurrent selection takes its own).
+    idle: Mutex<Vec<GuardedSelector>>,
     max_idle: usize,
     /// Whether a route uses this version; a retired version keeps no idle instances
     /// (they hold slots of the engine's instance pool).
     routed: AtomicBool,
     metrics: Arc<PolicyMetrics>,
     /// Quarantine of this version, shared by all its instances and threads.
-    breaker: SharedBreaker,
+    breaker: Arc<SharedBreaker>,
+    guard: GuardConfig,
 }
 
 impl LoadedVersion {
@@ -63,19 +65,20 @@ impl LoadedVersion {
         &self.breaker
     }
 
-    /// An idle selector, or a new instance; an instance that cannot be created is a fault
-    /// like any other.
-    pub fn checkout(&self) -> Result<Selector, Fault> {
-        if let Some(selector) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
-            return Ok(selector);
-        }
-        let scorer = GuestScorer::new(self.policy.clone(), self.component.clone(), &self.params)
-            .map_err(|e| Fault::new(FaultKind::Trap, format!("instantiating: {e}")))?;
-        Ok(self.wrap(scorer))
+    /// An idle guarded selector, or a new one whose guest instantiates on its first call
+    /// (a failure then is contained like any fault). Fails as `mode` says.
+    pub fn checkout(&self, mode: FailMode) -> GuardedSelector {
+        let pooled = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut selector = pooled.unwrap_or_else(|| {
+            let scorer = self.template.lock().unwrap_or_else(|p| p.into_inner()).sibling();
+            self.wrap(scorer)
+        });
+        selector.set_fail_mode(mode);
+        selector
     }
 
     /// Returns a selector for reuse (or drops it when retired or the pool is full).
-    pub fn checkin(&self, selector: Selector) {
+    pub fn checkin(&self, selector: GuardedSelector) {
         if self.routed.load(Ordering::Acquire) {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             if idle.len() < self.max_idle {
@@ -84,8 +87,12 @@ impl LoadedVersion {
         }
     }
 
-    fn wrap(&self, scorer: GuestScorer) -> Selector {
-        Selector::new(Box::new(Metered { inner: scorer, metrics: self.metrics.clone() }))
+    fn wrap(&self, scorer: GuestScorer) -> GuardedSelector {
+        let short = self.version.get(..12).unwrap_or(&self.version);
+        let scorer = Metered { inner: scorer, metrics: self.metrics.clone() };
+        GuardedSelector::with_default_fallback(Box::new(scorer), FailMode::Open, self.guard.clone())
+            .with_breaker(Arc::clone(&self.breaker))
+            .with_label(format!("`{}` version {short}", self.policy))
     }
 
     fn set_routed(&self, routed: bool) {
@@ -124,6 +131,9 @@ impl Scorer for Metered {
         self.metrics.fuel(self.inner.last_fuel());
         r
     }
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
 }
 
 /// What runs for a class.
@@ -140,7 +150,7 @@ pub enum Target {
 pub struct Route {
     pub policy: String,
     pub target: Target,
-    pub on_fault: OnFault,
+    pub on_fault: FailMode,
 }
 
 /// An immutable view for readers: swapped whole on every change.
@@ -186,7 +196,7 @@ impl Snapshot {
         Some(class.and_then(|c| classes.get(c)).cloned().unwrap_or_else(|| Route {
             policy: "default".into(),
             target: Target::Builtin(builtin::find("default").expect("the default builtin exists")),
-            on_fault: OnFault::Open,
+            on_fault: FailMode::Open,
         }))
     }
 }
@@ -254,15 +264,12 @@ impl Service {
                 writer.components.insert(v.blob.clone(), component);
             }
             let component = writer.components[&v.blob].clone();
-            let loaded = new_version(
-                &limits,
-                &guard,
-                &metrics,
-                (&tenant, &name, &v.version),
-                &v.params,
-                component,
-                None,
-            );
+            // Configured once to learn what it declares; the instance is not kept (it
+            // would hold a slot of the engine's instance pool while nobody selects).
+            let accepted = GuestScorer::new(name.clone(), component, &v.params)
+                .map_err(|e| anyhow::anyhow!("configuring {tenant}/{name} {}: {e}", v.version))?;
+            let loaded =
+                new_version(&limits, &guard, &metrics, (&tenant, &name, &v.version), accepted.sibling());
             writer.loaded.insert((tenant, name, v.version), loaded);
         }
         let snapshot = build_snapshot(&writer);
@@ -322,52 +329,36 @@ impl Service {
         Ok(())
     }
 
-    /// A loaded version for the writer's map; `first` is the instance the upload's
-    /// configure check created, kept as the first idle one.
-    pub(crate) fn new_version(
-        &self,
-        key: &VersionKey,
-        params: &str,
-        component: PolicyComponent,
-        first: Option<GuestScorer>,
-    ) -> Arc<LoadedVersion> {
-        new_version(
-            &self.limits,
-            &self.guard,
-            &self.metrics,
-            (&key.0, &key.1, &key.2),
-            params,
-            component,
-            first,
-        )
+    /// A loaded version for the writer's map; `first` is the scorer the upload's
+    /// configure check created, its instance kept as the first idle one.
+    pub(crate) fn new_version(&self, key: &VersionKey, first: GuestScorer) -> Arc<LoadedVersion> {
+        new_version(&self.limits, &self.guard, &self.metrics, (&key.0, &key.1, &key.2), first)
     }
 }
 
 /// A loaded version of (tenant, policy, version), with a closed breaker of its own.
+/// `accepted` is a scorer that configured successfully; its instance, if it has one
+/// (an upload's configure check), is kept as the first idle one.
 fn new_version(
     limits: &ServiceLimits,
     guard: &GuardConfig,
     metrics: &Metrics,
     (tenant, policy, version): (&str, &str, &str),
-    params: &str,
-    component: PolicyComponent,
-    first: Option<GuestScorer>,
+    accepted: GuestScorer,
 ) -> Arc<LoadedVersion> {
     let loaded = Arc::new(LoadedVersion {
         policy: policy.to_string(),
         version: version.to_string(),
-        params: params.to_string(),
-        component,
+        template: Mutex::new(accepted.sibling()),
         idle: Mutex::new(Vec::new()),
         max_idle: limits.idle_instances_per_version,
         routed: AtomicBool::new(true),
         metrics: metrics.policy(tenant, policy),
-        breaker: SharedBreaker::new(guard.clone()),
+        breaker: Arc::new(SharedBreaker::new(guard.clone())),
+        guard: guard.clone(),
     });
-    if let Some(scorer) = first {
-        let selector = loaded.wrap(scorer);
-        loaded.checkin(selector);
-    }
+    let selector = loaded.wrap(accepted);
+    loaded.checkin(selector);
     loaded
 }
 

@@ -14,20 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
+use switchyard::FailMode;
 
 /// The manifest format this build writes and reads.
 const FORMAT: u32 = 1;
-
-/// What a policy fault does to a selection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum OnFault {
-    /// The native default policy decides; the answer carries `fallback`.
-    #[default]
-    Open,
-    /// The selection fails with the fault's kind.
-    Closed,
-}
 
 /// Everything committed: the only state that survives a restart.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -90,7 +80,8 @@ pub struct Assignment {
     #[serde(default)]
     pub version: Option<String>,
     #[serde(default)]
-    pub on_fault: OnFault,
+    /// What a policy fault does to the class's selections.
+    pub on_fault: FailMode,
 }
 
 /// The data directory.

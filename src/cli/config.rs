@@ -21,10 +21,13 @@ pub struct LimitArgs {
     /// Fuel per call regardless of batch size.
     #[arg(long)]
     pub fuel_base: Option<u64>,
-    /// Extra fuel per candidate.
+    /// Extra fuel per unit of work (candidate row or prefix hash).
+    #[arg(long, alias = "fuel-per-candidate")]
+    pub fuel_per_unit: Option<u64>,
+    /// The hard ceiling on one guest call's fuel, whatever the request.
     #[arg(long)]
-    pub fuel_per_candidate: Option<u64>,
-    /// Wall-clock deadline per call with the epoch budget, ms.
+    pub max_fuel_per_call: Option<u64>,
+    /// Wall-clock deadline per call with the epoch or both budgets, ms.
     #[arg(long)]
     pub call_deadline_ms: Option<u64>,
     /// Linear memory per instance, bytes.
@@ -132,7 +135,8 @@ impl LimitArgs {
         set!(
             budget,
             fuel_base,
-            fuel_per_candidate,
+            fuel_per_unit,
+            max_fuel_per_call,
             call_deadline_ms,
             max_memory_bytes,
             max_component_bytes,

@@ -10,7 +10,7 @@ use clap::Args;
 use serde_json::{Value, json};
 use switchyard::replay::{Mode, PolicyLabel, ReplayConfig, ReplayError, Report, Trace, canonical_json};
 use switchyard::selection::Scorer;
-use switchyard::{GuestScorer, PolicyComponent, PolicyEngine, Selector, builtin};
+use switchyard::{FailMode, GuardedSelector, GuestScorer, PolicyComponent, PolicyEngine, builtin};
 
 use super::CliError;
 use super::chart;
@@ -64,6 +64,10 @@ pub struct ReplayArgs {
     /// Write an SVG chart of the TTFT distribution (CDF) per policy here.
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// Stop at the first policy fault (naming its row) instead of falling back to the
+    /// native default policy and counting the fault in the report.
+    #[arg(long)]
+    fail_closed: bool,
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -114,7 +118,9 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
     for policy in &policies {
         let (scorer, label, build) =
             load(policy, args.guest, &args.params, &parameters, &args.limits, &mut engine)?;
-        let mut selector = Selector::new(scorer);
+        let mode = if args.fail_closed { FailMode::Closed } else { FailMode::Open };
+        // As production runs it: faults contained by the runtime's guard.
+        let mut selector = GuardedSelector::with_default_fallback(scorer, mode, args.limits.guard()?);
         let mut bar = Progress::new(format!("{policy} ({build})"), trace.rows().len());
         let started = Instant::now();
         let report =
@@ -249,11 +255,28 @@ fn print_summary(run: &Run, trace: &str, config: &ReplayConfig) {
         );
     }
     println!("  decisions {} (sha256 {})", r.decisions(), r.decisions_sha256());
+    let faults = r.faults();
+    println!(
+        "  policy faults: {} answered by the fallback{}, {} commits faulted{}",
+        faults.fallback_count(),
+        by_kind(&faults.fallbacks),
+        faults.commit_count(),
+        by_kind(&faults.commits)
+    );
     println!(
         "  wall clock {:.3} s ({:.0} decisions/s; not part of the report)",
         run.wall_s,
         r.decisions() as f64 / run.wall_s.max(1e-9)
     );
+}
+
+/// ` (fuel 3, trap 1)`, or nothing when there are none.
+fn by_kind(counts: &std::collections::BTreeMap<switchyard::FaultKind, u64>) -> String {
+    if counts.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    format!(" ({})", parts.join(", "))
 }
 
 fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
@@ -267,7 +290,7 @@ fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
     );
     let width = runs.iter().map(|r| r.label.len()).max().unwrap_or(6).max(6);
     println!(
-        "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>6}  {:>9}  {:>12}  {:>7}",
+        "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>6}  {:>9}  {:>12}  {:>6}  {:>7}",
         "policy",
         "TTFT mean",
         "p50",
@@ -278,6 +301,7 @@ fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
         "hit",
         "imbalance",
         "decisions",
+        "faults",
         "wall s"
     );
     for run in runs {
@@ -285,7 +309,7 @@ fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
         let (t, e) = (r.ttft(), r.e2e());
         let imbalance = r.pools().iter().map(|p| p.imbalance()).fold(0.0, f64::max);
         println!(
-            "{:<width$}  {:>9.1} {:>9.1} {:>9.1} {:>9.1}  {:>9.1} {:>9.1}  {:>6.3}  {:>9.3}  {:>12}  {:>7.2}",
+            "{:<width$}  {:>9.1} {:>9.1} {:>9.1} {:>9.1}  {:>9.1} {:>9.1}  {:>6.3}  {:>9.3}  {:>12}  {:>6}  {:>7.2}",
             run.label,
             t.mean,
             t.p50,
@@ -296,6 +320,7 @@ fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
             r.cache_hit_ratio(),
             imbalance,
             &r.decisions_sha256()[..12],
+            r.faults().fallback_count() + r.faults().commit_count(),
             run.wall_s
         );
     }

@@ -80,6 +80,18 @@ fn build_scorer(args: &SelectArgs) -> Result<Built, CliError> {
     }
 }
 
+/// No eligible worker (exit 2), or a fail-closed fault (exit 3, named by its kind).
+fn select_error(e: SelectError) -> CliError {
+    match e {
+        SelectError::NoEligibleWorker => {
+            CliError::new("no-eligible-worker", "no worker is eligible for this request")
+        }
+        SelectError::Fault { fault, .. } => {
+            CliError { kind: fault.kind.as_str().into(), message: fault.message, code: 3 }
+        }
+    }
+}
+
 fn load_error(e: switchyard::LoadError) -> CliError {
     CliError::new(e.kind.as_str(), e.message)
 }
@@ -100,21 +112,13 @@ pub fn run(args: SelectArgs) -> Result<(), CliError> {
     let mut selector = GuardedSelector::with_default_fallback(built.scorer, mode, guard);
     let mut last = None;
     for _ in 0..args.repeat.max(1) {
-        let decision = match selector.select(&table, &request) {
-            Ok(decision) => decision,
-            Err(SelectError::NoEligibleWorker) => {
-                return Err(CliError::new("no-eligible-worker", "no worker is eligible for this request"));
-            }
-            Err(SelectError::Fault { fault, .. }) => {
-                return Err(CliError { kind: fault.kind.as_str().into(), message: fault.message, code: 3 });
-            }
-        };
-        selector
-            .commit(&table, &request, decision.selection.chosen)
-            .map_err(|e| CliError::new("commit", e.to_string()))?;
-        last = Some(decision);
+        let decision = selector.select(&table, &request).map_err(select_error)?;
+        // A commit fault is contained like any other: fail-open keeps the pick.
+        let commit_fault =
+            selector.commit(&table, &request, decision.selection.chosen).map_err(select_error)?;
+        last = Some((decision, commit_fault));
     }
-    let decision = last.expect("at least one selection ran");
+    let (decision, commit_fault) = last.expect("at least one selection ran");
     let (decided_by, build, version, fallback) = match &decision.fallback {
         None => (selector.name().to_string(), built.build, built.version, serde_json::Value::Null),
         Some(fault) => (
@@ -138,6 +142,7 @@ pub fn run(args: SelectArgs) -> Result<(), CliError> {
         "build": build,
         "version": version,
         "fallback": fallback,
+        "commit_fault": commit_fault.map(|f| json!({ "kind": f.kind.as_str(), "message": f.message })),
         "candidates": selection.candidates,
         "costs": costs,
     });

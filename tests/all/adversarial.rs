@@ -87,8 +87,11 @@ fn an_infinite_loop_runs_out_of_fuel_within_its_budget() {
     assert_eq!(decision.fallback.map(|f| f.kind), Some(FaultKind::Fuel));
     // Fuel is deterministic: the loop is stopped exactly when its budget is spent, well
     // within twice the budget for this batch.
-    // Fuel scales with the work units of a call: candidates plus prompt blocks.
-    let units = request_rows(&table, &request) + request.facts().request_blocks as usize;
+    // Fuel scales with the work units of a call: candidates plus prefix hashes.
+    let units = switchyard::WorkUnits {
+        candidates: request_rows(&table, &request),
+        prefix_hashes: request.prefix_hashes().map_or(0, <[u64]>::len),
+    };
     let budget = limits.fuel_for(units);
     let used = stats.last_fuel();
     assert!(used >= budget && used <= 2 * budget, "used {used} fuel of a {budget} budget");

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use switchyard::selection::{NativeScorer, RequestOptions, Scorer, Worker, WorkerInputs, hashes_for_pool};
 use switchyard::{FaultKind, GuestScorer, SelectError, Selector, WorkerTable};
-use switchyard_guest_sdk::{Pool, WorkerRank};
+use switchyard_guest_sdk::{Policy, Pool, WorkerRank};
 use switchyard_probe::Probe;
 
 use crate::support::{PROBE, component, facts, request};
@@ -23,9 +23,16 @@ fn report(scorer: Box<dyn Scorer>, table: &WorkerTable, req: &switchyard::Select
 }
 
 fn both(table: &WorkerTable, req: &switchyard::SelectionRequest) -> Value {
-    let guest = GuestScorer::new("probe", component(PROBE), "{}").expect("probe instantiates");
+    both_with(table, req, "{}")
+}
+
+/// [`both`] with the probe's parameters (e.g. `{"only": "columns"}`: the host keeps 1 KiB
+/// of a guest's error message, so a large report is asked for in parts).
+fn both_with(table: &WorkerTable, req: &switchyard::SelectionRequest, params: &str) -> Value {
+    let guest = GuestScorer::new("probe", component(PROBE), params).expect("probe instantiates");
     let guest = report(Box::new(guest), table, req);
-    let native = report(Box::new(NativeScorer::new("probe", Probe)), table, req);
+    let native = Probe::configure(params).expect("probe configures");
+    let native = report(Box::new(NativeScorer::new("probe", native)), table, req);
     assert_eq!(guest, native, "guest and native builds of the probe saw different facts");
     guest
 }
@@ -101,8 +108,8 @@ fn preferred_taints_arrive_as_one_multiplier_per_row_in_both_builds() {
     let taints = std::collections::BTreeMap::from([("fast".to_string(), 0.5), ("big".to_string(), 1.0)]);
     let options = RequestOptions { preferred_taints: taints, ..Default::default() };
     let req = request(&table, facts(40, 16, Pool::Aggregated, 3), options, inputs());
-    let seen = both(&table, &req);
-    let m = seen["columns"]["preferred_multiplier"].as_array().expect("multipliers present").clone();
+    let seen = both_with(&table, &req, r#"{"only": "columns"}"#);
+    let m = seen["preferred_multiplier"].as_array().expect("multipliers present").clone();
     let m: Vec<f64> = m.iter().map(|v| v.as_f64().unwrap()).collect();
     // Rows: (10,0), (11,0), (12,0), (12,1); untainted 11 is exactly 1, the others below 1
     // (a preference lowers the cost), and both ranks of 12 agree.

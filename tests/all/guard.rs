@@ -94,13 +94,13 @@ fn fail_closed_returns_the_kind_and_quarantine_too() {
 }
 
 #[test]
-fn a_policy_error_is_reported_as_invalid_output_and_counted_apart() {
+fn a_policy_error_is_reported_and_counted_as_its_own_kind() {
     let (table, request) = sample();
     // The probe always fails with its own `internal` error.
     let mut selector = guarded(PROBE, "{}", FailMode::Open, GuardConfig::default());
     let fault = selector.select(&table, &request).unwrap().fallback.expect("fell back");
-    assert_eq!(fault.kind, FaultKind::InvalidOutput);
-    assert!(fault.message.starts_with("policy error: internal error: "), "{}", fault.message);
+    assert_eq!(fault.kind, FaultKind::PolicyError);
+    assert!(fault.message.starts_with("internal error: "), "{}", fault.message);
     assert_eq!(selector.counters().faults.get(&FaultKind::PolicyError), Some(&1));
     assert_eq!(selector.counters().faults.get(&FaultKind::InvalidOutput), None);
 }

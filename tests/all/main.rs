@@ -2,6 +2,7 @@
 //! Guests are real components built from `policies/` by `build.rs`.
 
 mod adversarial;
+mod bounds;
 mod cli;
 mod contract;
 mod equivalence;

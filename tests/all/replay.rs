@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use switchyard::replay::{Mode, PolicyLabel, ReplayConfig, Trace, replay};
 use switchyard::selection::{Call, Fault, Scorer};
-use switchyard::{GuestScorer, Selector};
+use switchyard::{FailMode, GuardConfig, GuardedSelector, GuestScorer};
 use switchyard_guest_sdk::{Facts, PolicyInfo, Pool, WorkerRank};
 
 use crate::support::{DEFAULT_POLICY, component};
@@ -112,8 +112,13 @@ fn every_builtin_native_and_guest_reports_are_byte_identical_on_5000_rows() {
     }
 }
 
-fn native_default() -> Selector {
-    Selector::new(switchyard::builtin::find("default").unwrap().native("{}").unwrap())
+/// `scorer` as a replay runs it: guarded, fail-open.
+fn guarded(scorer: Box<dyn Scorer>) -> GuardedSelector {
+    GuardedSelector::with_default_fallback(scorer, FailMode::Open, GuardConfig::default())
+}
+
+fn native_default() -> GuardedSelector {
+    guarded(switchyard::builtin::find("default").unwrap().native("{}").unwrap())
 }
 
 fn label() -> PolicyLabel {
@@ -124,13 +129,12 @@ fn label() -> PolicyLabel {
 fn replays_are_deterministic_and_the_seed_decides_ties() {
     let trace = trace(2000);
     let config = ReplayConfig { workers: 8, ..ReplayConfig::default() };
-    let run = |config: &ReplayConfig, selector: &mut Selector| {
+    let run = |config: &ReplayConfig, selector: &mut GuardedSelector| {
         replay(&trace, selector, &label(), config, &mut |_| {}).unwrap().canonical().unwrap()
     };
     let first = run(&config, &mut native_default());
     assert_eq!(first, run(&config, &mut native_default()), "same inputs, same bytes");
-    let mut guest =
-        Selector::new(Box::new(GuestScorer::new("default", component(DEFAULT_POLICY), "{}").unwrap()));
+    let mut guest = guarded(Box::new(GuestScorer::new("default", component(DEFAULT_POLICY), "{}").unwrap()));
     assert_eq!(first, run(&config, &mut guest), "the guest build agrees in-process too");
     // At the start every worker is idle and cold: the costs tie and the seed picks.
     let reseeded = run(&ReplayConfig { seed: 1, ..config.clone() }, &mut native_default());
@@ -229,7 +233,7 @@ fn disaggregated_mode_routes_each_request_twice_with_the_contracts_hashes() {
     let trace = trace(1500);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let inner = switchyard::builtin::find("default").unwrap().native("{}").unwrap();
-    let mut selector = Selector::new(Box::new(Recorder { inner, seen: seen.clone() }));
+    let mut selector = guarded(Box::new(Recorder { inner, seen: seen.clone() }));
     let config = ReplayConfig { workers: 7, mode: Mode::Disaggregated, ..ReplayConfig::default() };
     let report = replay(&trace, &mut selector, &label(), &config, &mut |_| {}).unwrap();
 
@@ -267,7 +271,7 @@ fn disaggregated_mode_routes_each_request_twice_with_the_contracts_hashes() {
     // The same replay in aggregated mode shows the real, shared hashes.
     let seen_agg = Arc::new(Mutex::new(Vec::new()));
     let inner = switchyard::builtin::find("default").unwrap().native("{}").unwrap();
-    let mut selector = Selector::new(Box::new(Recorder { inner, seen: seen_agg.clone() }));
+    let mut selector = guarded(Box::new(Recorder { inner, seen: seen_agg.clone() }));
     let config = ReplayConfig { workers: 7, ..ReplayConfig::default() };
     let aggregated = replay(&trace, &mut selector, &label(), &config, &mut |_| {}).unwrap();
     let seen_agg = seen_agg.lock().unwrap();
@@ -319,4 +323,50 @@ fn compare_prints_a_table_writes_reports_and_an_svg_chart() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(svg.matches("<polyline").count(), 2, "one curve per policy");
+}
+
+#[test]
+fn a_faulting_policy_replays_to_the_end_fail_open_with_its_faults_counted_and_fail_closed_names_the_row() {
+    let trace = trace_path().display().to_string();
+    let dir = temp_dir();
+    // Panics on every 7th call of an instance (a fresh instance after each), and leaks
+    // 8 MiB per commit (a memory fault every few commits).
+    let panic = dir.join("panic-every-7.wasm");
+    std::fs::write(&panic, crate::support::hostile::PANIC).unwrap();
+    let leak = dir.join("commit-leak.wasm");
+    std::fs::write(&leak, crate::support::hostile::COMMIT_LEAK).unwrap();
+    let report = dir.join("faulting.json");
+    let (panic, leak, report_arg) =
+        (panic.display().to_string(), leak.display().to_string(), report.display().to_string());
+    let base = ["replay", "--trace", &trace, "--limit", "500", "--workers", "4"];
+    let run = |extra: &[&str]| switchyard(&[&base[..], extra].concat()).wait_with_output().unwrap();
+
+    let stdout =
+        succeeded(run(&["--policy", &panic, "--params", r#"{"every": 7}"#, "--report", &report_arg]));
+    let json: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(json["decisions"]["count"], 500, "every row routed");
+    let faults = &json["summary"]["faults"];
+    assert_eq!(faults["fallbacks"], 500 / 7, "{faults}");
+    assert_eq!(faults["fallbacks_by_kind"]["trap"], 500 / 7, "{faults}");
+    assert_eq!(faults["commit_faults"], 0, "{faults}");
+    assert!(
+        stdout.contains("policy faults: 71 answered by the fallback (trap 71), 0 commits faulted"),
+        "{stdout}"
+    );
+
+    let stdout = succeeded(run(&["--policy", &leak, "--report", &report_arg]));
+    let json: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(json["decisions"]["count"], 500, "every row routed");
+    let faults = &json["summary"]["faults"];
+    let commits = faults["commit_faults"].as_u64().unwrap();
+    assert!(commits >= 500 / 8, "a memory fault every few commits: {faults}");
+    assert_eq!(faults["commit_faults_by_kind"]["memory"], commits, "{faults}");
+    assert_eq!(faults["fallbacks"], 0, "the picks were the policy's: {faults}");
+    assert!(stdout.contains("commits faulted (memory"), "{stdout}");
+
+    let out = run(&["--policy", &panic, "--params", r#"{"every": 7}"#, "--fail-closed"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: selection-failed: trace row 7: "), "{stderr}");
+    assert!(stderr.contains("trap"), "{stderr}");
 }

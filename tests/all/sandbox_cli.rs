@@ -112,3 +112,24 @@ fn policy_check_names_the_reason_in_one_line() {
         assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
     }
 }
+
+#[test]
+fn a_commit_fault_is_contained_and_select_repeat_runs_to_the_end() {
+    let file = temp_file("commit-spin.wasm", hostile::COMMIT_SPIN);
+    // Commit faults count towards quarantine like any other (three in a row by default).
+    let out = json(&switchyard(&["select", "--policy", &file, "--repeat", "4", "--quarantine-after", "10"]));
+    assert_eq!(out["fallback"], Value::Null, "the pick is the policy's: {out}");
+    assert_eq!(out["policy"], "commit-spin");
+    assert_eq!(out["commit_fault"]["kind"], "fuel", "{out}");
+    assert_eq!(out["counters"]["commit_faults"], 4, "{out}");
+    assert_eq!(out["counters"]["faults"]["fuel"], 4, "{out}");
+    fails_with(&["select", "--policy", &file, "--fail-closed"], "fuel", 3);
+}
+
+#[test]
+fn after_invalid_output_the_instance_is_dropped_so_nan_at_call_six_faults_every_sixth() {
+    let file = temp_file("nan-once.wasm", hostile::NAN_ONCE);
+    let out = json(&switchyard(&["select", "--policy", &file, "--params", r#"{"at": 6}"#, "--repeat", "60"]));
+    assert_eq!(out["counters"]["faults"]["invalid-output"], 10, "{out}");
+    assert_eq!(out["counters"]["fallbacks"], 10, "{out}");
+}

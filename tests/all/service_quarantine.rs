@@ -236,3 +236,43 @@ fn quarantine_is_shared_by_every_pooled_instance_and_thread() {
     );
     assert_eq!(quarantined_gauge(&c, "spin"), 1.0);
 }
+
+#[test]
+fn after_any_fault_the_service_drops_the_instance_like_the_cli_so_nan_at_call_six_faults_every_sixth() {
+    // The same guest, the same 60 sequential selections as `switchyard select --repeat 60`
+    // (sandbox_cli): the service must put a faulted instance back in no pool.
+    let server = server_with_guard("service-nan-once", "quarantine_after = 3\n");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    upload(&c, &token, "nan", hostile::NAN_ONCE, Some("%7B%22at%22%3A6%7D"));
+    assign(&c, &token, "gold", "nan", "open");
+    let mut faulted = Vec::new();
+    for i in 1..=60 {
+        let (status, v) = select(&c, &token, "gold");
+        assert_eq!(status, 200, "{v}");
+        if !v["fallback"].is_null() {
+            assert_eq!(v["fallback"]["kind"], "invalid-output", "{v}");
+            faulted.push(i);
+        }
+    }
+    assert_eq!(faulted, (1..=10).map(|k| 6 * k).collect::<Vec<_>>());
+    assert_eq!(faults(&c, "nan", "invalid-output"), 10.0);
+}
+
+#[test]
+fn a_commit_fault_in_the_service_is_contained_counted_and_the_pick_stands() {
+    let server = server_with_guard("service-commit-spin", "quarantine_after = 100\n");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    upload(&c, &token, "spin", hostile::COMMIT_SPIN, None);
+    assign(&c, &token, "open", "spin", "open");
+    assign(&c, &token, "closed", "spin", "closed");
+    let (status, v) = select(&c, &token, "open");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!((v["policy"].as_str(), v["build"].as_str()), (Some("spin"), Some("guest")), "{v}");
+    assert_eq!(v["fallback"], Value::Null, "{v}");
+    assert_eq!(v["commit_fault"]["kind"], "fuel", "{v}");
+    let (status, v) = select(&c, &token, "closed");
+    assert_eq!((status, v["error"]["kind"].as_str()), (502, Some("fuel")), "{v}");
+    assert_eq!(faults(&c, "spin", "fuel"), 2.0);
+}

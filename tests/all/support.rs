@@ -209,6 +209,13 @@ pub mod hostile {
     pub const TABLE_GROWTH: &[u8] = out_dir_file!("adversarial_table_growth.component.wasm");
     pub const WASI_IMPORT: &[u8] = out_dir_file!("adversarial_wasi_import.component.wasm");
     pub const OTHER_WORLD: &[u8] = out_dir_file!("adversarial_other_world.component.wasm");
+    pub const IMPORT_LOOP: &[u8] = out_dir_file!("adversarial_import_loop.component.wasm");
+    pub const COMMIT_SPIN: &[u8] = out_dir_file!("adversarial_commit_spin.component.wasm");
+    pub const COMMIT_LEAK: &[u8] = out_dir_file!("adversarial_commit_leak.component.wasm");
+    pub const HUGE_ERROR: &[u8] = out_dir_file!("adversarial_huge_error.component.wasm");
+    pub const HUGE_RESULT: &[u8] = out_dir_file!("adversarial_huge_result.component.wasm");
+    pub const NAN_ONCE: &[u8] = out_dir_file!("adversarial_nan_once.component.wasm");
+    pub const MEMORY_FILL: &[u8] = out_dir_file!("adversarial_memory_fill.component.wasm");
     /// The iloop guest's core module, not wrapped as a component.
     pub const CORE_MODULE: &[u8] = out_dir_file!("adversarial_core_module.wasm");
 }

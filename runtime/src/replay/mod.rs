@@ -3,9 +3,12 @@
 //! A [`Trace`] (Mooncake JSONL) drives a simulated cluster: N workers, each with a prefix
 //! cache keyed by the chained block ids (LRU at `total_kv_blocks`), in-flight prefill and
 //! decode load, and the [`TimingModel`]. Every routing decision is the real
-//! [`Selector`]'s `select` then `commit`, with a native scorer or a guest, so a replay is
-//! both a what-if for an operator and an oracle that guest and native builds agree: the
-//! canonical [`Report`] of the two builds of one policy is byte-identical.
+//! [`GuardedSelector`]'s `select` then `commit`, with a native scorer or a guest, run as
+//! production runs it: fail-open by default (a fault is answered by the fallback and
+//! counted by kind in the report), or fail-closed, which stops at the first fault and
+//! names its row. So a replay is both a what-if for an operator and an oracle that guest
+//! and native builds agree: the canonical [`Report`] of the two builds of one policy is
+//! byte-identical.
 //!
 //! - [`trace`]: reading and checking the trace (errors carry line numbers).
 //! - `cache`, `cluster`: the simulated workers and the columns the router derives.
@@ -21,11 +24,11 @@ pub mod timing;
 pub mod trace;
 
 pub use cache::PrefixCache;
-pub use report::{Distribution, PoolLoad, Report, ReportError, canonical_json};
+pub use report::{Distribution, Faults, PoolLoad, Report, ReportError, canonical_json};
 pub use timing::TimingModel;
 pub use trace::{Trace, TraceError, TraceRow};
 
-use crate::selection::Selector;
+use crate::guard::GuardedSelector;
 
 /// How the cluster is deployed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,16 +122,17 @@ pub struct PolicyLabel {
 pub enum ReplayError {
     #[error("invalid configuration: {0}")]
     Config(String),
-    /// A selection failed (a policy fault, or no eligible worker); `row` is 1-based.
+    /// A selection failed (a fail-closed policy fault, or no eligible worker); `row` is
+    /// 1-based.
     #[error("trace row {row}: {message}")]
     Selection { row: usize, message: String },
 }
 
-/// Replays `trace` with `selector` (built from the policy `policy` names). `progress` is
+/// Replays `trace` with `selector` (guarding the policy `policy` names). `progress` is
 /// called with the number of rows routed so far.
 pub fn replay(
     trace: &Trace,
-    selector: &mut Selector,
+    selector: &mut GuardedSelector,
     policy: &PolicyLabel,
     config: &ReplayConfig,
     progress: &mut dyn FnMut(usize),

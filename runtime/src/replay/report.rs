@@ -1,8 +1,12 @@
 //! The replay report: a canonical JSON document (sorted keys, finite numbers only, no
 //! wall-clock figures) that two runs of the same inputs reproduce byte for byte.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value, json};
 use switchyard_guest_sdk::Pool;
+
+use crate::selection::FaultKind;
 
 use super::trace::Trace;
 use super::{Mode, PolicyLabel, ReplayConfig};
@@ -93,6 +97,45 @@ impl PoolLoad {
     }
 }
 
+/// The policy's contained faults over a replay (fail-open): selections the fallback
+/// answered and faulted commits, each by kind. All zero for a policy that never faults.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Selections the fallback answered, by the fault's kind (`quarantined` included).
+    pub fallbacks: BTreeMap<FaultKind, u64>,
+    /// Commits (`on-selected`) that faulted, by kind; the policy's pick stood.
+    pub commits: BTreeMap<FaultKind, u64>,
+}
+
+impl Faults {
+    pub(super) fn fallback(&mut self, kind: FaultKind) {
+        *self.fallbacks.entry(kind).or_default() += 1;
+    }
+    pub(super) fn commit(&mut self, kind: FaultKind) {
+        *self.commits.entry(kind).or_default() += 1;
+    }
+    /// Selections the fallback answered.
+    pub fn fallback_count(&self) -> u64 {
+        self.fallbacks.values().sum()
+    }
+    /// Commits that faulted.
+    pub fn commit_count(&self) -> u64 {
+        self.commits.values().sum()
+    }
+
+    fn to_json(&self) -> Value {
+        let by_kind = |m: &BTreeMap<FaultKind, u64>| -> Map<String, Value> {
+            m.iter().map(|(k, n)| (k.as_str().to_string(), json!(n))).collect()
+        };
+        json!({
+            "fallbacks": self.fallback_count(),
+            "fallbacks_by_kind": by_kind(&self.fallbacks),
+            "commit_faults": self.commit_count(),
+            "commit_faults_by_kind": by_kind(&self.commits),
+        })
+    }
+}
+
 /// A report refused: a number that is not finite.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("report field `{field}` is not a finite number ({value})")]
@@ -119,6 +162,7 @@ pub struct Report {
     decisions_sha256: String,
     /// When the last request finished, simulated ms from the start of the trace.
     simulated_ms: f64,
+    faults: Faults,
 }
 
 impl Report {
@@ -180,7 +224,19 @@ impl Report {
             decisions,
             decisions_sha256,
             simulated_ms,
+            faults: Faults::default(),
         }
+    }
+
+    /// The policy's contained faults over the run.
+    pub(super) fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// The policy's contained faults, by kind.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
     }
 
     /// Time to first token, ms, ascending (one per request).
@@ -243,6 +299,7 @@ impl Report {
                 "cache_hit_ratio": finite("cache_hit_ratio", self.cache_hit_ratio)?,
                 "pools": pools,
                 "simulated_ms": finite("simulated_ms", self.simulated_ms)?,
+                "faults": self.faults.to_json(),
             },
             "decisions": { "count": self.decisions, "sha256": self.decisions_sha256 },
         }))

@@ -1,5 +1,6 @@
 //! The event-driven simulation: arrivals in trace order, completions from a time-ordered
-//! queue, and every routing decision made by the real [`Selector`] (select, then commit).
+//! queue, and every routing decision made by the real selection path as production runs
+//! it: a [`GuardedSelector`] (select, then commit; faults contained as its mode says).
 //!
 //! Deterministic: no clock, no hash-map iteration, ties in the event queue broken by the
 //! order events were scheduled, and each request's seed derived from the run's seed.
@@ -12,10 +13,11 @@ use sha2::{Digest, Sha256};
 use switchyard_guest_sdk::{Pool, RequestFacts};
 
 use super::cluster::PoolState;
-use super::report::{Outcomes, Report};
+use super::report::{Faults, Outcomes, Report};
 use super::trace::{Trace, TraceRow};
 use super::{Mode, PolicyLabel, ReplayConfig, ReplayError};
-use crate::selection::{RequestOptions, SelectionRequest, Selector, hashes_for_pool};
+use crate::guard::GuardedSelector;
+use crate::selection::{RequestOptions, SelectionRequest, hashes_for_pool};
 
 /// A request in the cluster.
 struct Flight {
@@ -65,7 +67,7 @@ impl Ord for Event {
 
 pub(super) struct Simulation<'a> {
     trace: &'a Trace,
-    selector: &'a mut Selector,
+    selector: &'a mut GuardedSelector,
     config: &'a ReplayConfig,
     /// The aggregated pool, or the prefill pool.
     front: PoolState,
@@ -76,13 +78,14 @@ pub(super) struct Simulation<'a> {
     seq: u64,
     digest: Sha256,
     decisions: u64,
+    faults: Faults,
     outcomes: Outcomes,
 }
 
 impl<'a> Simulation<'a> {
     pub fn new(
         trace: &'a Trace,
-        selector: &'a mut Selector,
+        selector: &'a mut GuardedSelector,
         config: &'a ReplayConfig,
     ) -> Result<Self, ReplayError> {
         let (front_pool, front_count, decode_count) = match config.mode {
@@ -113,6 +116,7 @@ impl<'a> Simulation<'a> {
             seq: 0,
             digest: Sha256::new(),
             decisions: 0,
+            faults: Faults::default(),
             outcomes: Outcomes::new(rows),
         })
     }
@@ -145,7 +149,8 @@ impl<'a> Simulation<'a> {
             per_pool,
             self.decisions,
             hex::encode(self.digest.finalize()),
-        ))
+        )
+        .with_faults(self.faults))
     }
 
     fn schedule(&mut self, at_ms: f64, flight: usize, step: Step) {
@@ -274,11 +279,19 @@ impl<'a> Simulation<'a> {
         let fail = |message: String| ReplayError::Selection { row: row + 1, message };
         let selection_request =
             SelectionRequest::new(&state.table, facts, options, inputs).map_err(|e| fail(e.to_string()))?;
-        let selection =
+        let decision =
             self.selector.select(&state.table, &selection_request).map_err(|e| fail(e.to_string()))?;
-        self.selector
+        if let Some(fault) = &decision.fallback {
+            self.faults.fallback(fault.kind);
+        }
+        let selection = decision.selection;
+        let commit_fault = self
+            .selector
             .commit(&state.table, &selection_request, selection.chosen)
             .map_err(|e| fail(e.to_string()))?;
+        if let Some(fault) = commit_fault {
+            self.faults.commit(fault.kind);
+        }
         let index = state.index(selection.chosen.worker_id).ok_or_else(|| {
             fail(format!(
                 "the selector chose worker {}, which is not in the pool",

@@ -260,6 +260,16 @@ impl Selector {
         Ok(())
     }
 
+    /// Whether any scorer wants its picks committed.
+    pub fn wants_commits(&self) -> bool {
+        self.scorers.iter().any(|(_, s)| s.info().wants_commits)
+    }
+
+    /// Drops whatever state the scorers hold (a guest's instance): after a fault.
+    pub fn reset(&mut self) {
+        self.scorers.iter_mut().for_each(|(_, s)| s.reset());
+    }
+
     /// The costs of the last selection, one per row of [`Selector::last_candidates`].
     pub fn last_costs(&self) -> &[f64] {
         &self.costs

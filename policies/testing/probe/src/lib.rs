@@ -1,14 +1,18 @@
 //! A contract probe. `score` reads every import and every column and fails on purpose
 //! with an `internal` error whose message is a JSON report of what it saw, so a test can
-//! compare it with what the host holds (and native with guest).
+//! compare it with what the host holds (and native with guest). The host keeps 1 KiB of a
+//! guest's message: `{"only": "columns"}` (any top-level key) reports that part alone.
 
 use serde_json::json;
 use switchyard_guest_sdk::{
     Candidates, Capacity, InputGroups, Policy, PolicyError, PolicyInfo, Pool, Request,
 };
 
-/// Reports what it sees.
-pub struct Probe;
+/// Reports what it sees (all of it, or only the `only` key).
+#[derive(Default)]
+pub struct Probe {
+    only: Option<String>,
+}
 
 fn capacity(c: Option<Capacity>) -> serde_json::Value {
     match c {
@@ -20,8 +24,11 @@ fn capacity(c: Option<Capacity>) -> serde_json::Value {
 }
 
 impl Policy for Probe {
-    fn configure(_parameters: &str) -> Result<Self, PolicyError> {
-        Ok(Probe)
+    fn configure(parameters: &str) -> Result<Self, PolicyError> {
+        let value: serde_json::Value =
+            serde_json::from_str(if parameters.trim().is_empty() { "{}" } else { parameters })
+                .map_err(|e| PolicyError::invalid_parameters(e.to_string()))?;
+        Ok(Probe { only: value.get("only").and_then(|v| v.as_str()).map(str::to_string) })
     }
 
     fn info(&self) -> PolicyInfo {
@@ -65,6 +72,10 @@ impl Policy for Probe {
                 "preferred_multiplier": c.preferred_multiplier(),
             },
         });
+        let report = match &self.only {
+            Some(key) => report.get(key).cloned().unwrap_or(serde_json::Value::Null),
+            None => report,
+        };
         Err(PolicyError::internal(report.to_string()))
     }
 }
