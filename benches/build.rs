@@ -1,4 +1,5 @@
-//! Builds the benchmark guests (noop, imports, the panicking guest) from source as components into OUT_DIR.
+//! Builds the benchmark guests (noop, imports, and the hostile guests of `--bench sandbox`
+//! and `--bench hostile`) from source as components into OUT_DIR.
 
 use std::path::PathBuf;
 
@@ -11,10 +12,21 @@ fn main() {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("set by cargo"));
-    let guests: Vec<GuestCrate> = ["switchyard-noop", "switchyard-imports", "adversarial-panic"]
-        .iter()
-        .map(|p| GuestCrate::new(p))
-        .collect();
+    let guests: Vec<GuestCrate> = [
+        "switchyard-noop",
+        "switchyard-imports",
+        "adversarial-panic",
+        "adversarial-iloop",
+        "adversarial-import-loop",
+        "adversarial-commit-spin",
+        "adversarial-commit-leak",
+        "adversarial-huge-error",
+        "adversarial-huge-result",
+        "adversarial-nan-once",
+    ]
+    .iter()
+    .map(|p| GuestCrate::new(p))
+    .collect();
     let built = build_guests(&workspace, &workspace.join("target").join("guests"), &guests)
         .unwrap_or_else(|e| panic!("building bench guests: {e:#}"));
     for (guest, component) in built {

@@ -296,6 +296,9 @@ pub struct GuardCounters {
     pub quarantined: u64,
     /// Times the breaker opened.
     pub breaker_trips: u64,
+    /// Selections the host could not run the policy for (`overloaded`: no instance to be
+    /// had); not faults of the policy.
+    pub overloaded: u64,
 }
 
 /// Who decided.
@@ -429,6 +432,13 @@ impl GuardedSelector {
                 self.last = Decider::Policy;
                 Err(SelectError::NoEligibleWorker)
             }
+            Err(SelectError::Fault { fault, .. }) if !fault.kind.is_policy_fault() => {
+                // The host's condition: the breaker hears nothing (the attempt is
+                // abandoned), the policy is not blamed, the selection is contained.
+                drop(attempt);
+                self.counters.overloaded += 1;
+                self.contain(table, request, fault)
+            }
             Err(SelectError::Fault { fault, .. }) => {
                 self.fault(attempt, &fault);
                 self.contain(table, request, fault)
@@ -483,6 +493,16 @@ impl GuardedSelector {
                     attempt.succeeded();
                 }
                 Ok(None)
+            }
+            Err(SelectError::Fault { fault, .. }) if !fault.kind.is_policy_fault() => {
+                // No instance could be had for the commit: the policy's state is gone
+                // already, and that is not the policy's fault.
+                drop(attempt);
+                self.counters.overloaded += 1;
+                match self.mode {
+                    FailMode::Open => Ok(Some(fault)),
+                    FailMode::Closed => Err(SelectError::Fault { scorer: self.name.clone(), fault }),
+                }
             }
             Err(SelectError::Fault { fault, .. }) => {
                 self.counters.commit_faults += 1;

@@ -462,6 +462,10 @@ fn classify_call(error: wasmtime::Error, answer_bytes: usize) -> Fault {
 
 /// Maps a wasmtime error from a guest call to a fault kind.
 fn classify(error: wasmtime::Error) -> Fault {
+    if error.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
+        // The engine's pool is full: the host's condition, not the policy's fault.
+        return Fault::new(FaultKind::Overloaded, one_line(&format!("instantiating: {error:#}")));
+    }
     let kind = match error.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => FaultKind::Fuel,
         Some(Trap::Interrupt) => FaultKind::Deadline,

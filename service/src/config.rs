@@ -27,6 +27,15 @@ pub struct ServiceLimits {
     /// small host; beyond that an instance is dropped after use. Instances also count
     /// against the engine's `max_instances`.
     pub idle_instances_per_version: usize,
+    /// Idle instances across all versions (→ beyond it an instance is dropped after use).
+    /// 64: a quarter of the engine's default 256 pool slots, so idle instances never
+    /// crowd out selections in flight; each also keeps its memory resident.
+    pub max_idle_instances: usize,
+    /// Selections of one tenant at once (→ 429 `tenant-busy`), each running on an
+    /// instance of its own. 16: more than the selection threads of a small host, so one
+    /// tenant's burst (many versions, many concurrent selects) holds at most 16 of the
+    /// pool's slots and never starves another tenant's instances.
+    pub max_in_flight_per_tenant: usize,
 }
 
 impl Default for ServiceLimits {
@@ -37,6 +46,8 @@ impl Default for ServiceLimits {
             max_policies_per_tenant: 32,
             compile_concurrency: 1,
             idle_instances_per_version: 8,
+            max_idle_instances: 64,
+            max_in_flight_per_tenant: 16,
         }
     }
 }

@@ -233,6 +233,8 @@ impl Service {
         }
         writer.components.insert(blob.clone(), component.clone());
         let key = (tenant.to_string(), name.to_string(), version.clone());
+        // A re-upload of a version that did not load at start-up makes it available.
+        writer.unavailable.remove(&key);
         if let std::collections::hash_map::Entry::Vacant(slot) = writer.loaded.entry(key) {
             let loaded = self.new_version(slot.key(), first);
             slot.insert(loaded);
@@ -346,6 +348,7 @@ impl Service {
                     "versions": p.versions.iter().map(|v| json!({
                         "version": v.version, "sha256": v.blob, "size_bytes": v.size, "params": v.params,
                         "breaker": snapshot.version(tenant, name, &v.version).map(|l| l.breaker().state()),
+                        "unavailable": snapshot.unavailable(tenant, name, &v.version),
                     })).collect::<Vec<_>>(),
                     "previous": p.previous,
                     "selections": m.selections(),

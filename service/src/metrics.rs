@@ -77,6 +77,8 @@ pub struct PolicyMetrics {
     latency: Histogram<10>,
     faults: [AtomicU64; 8],
     fuel: AtomicU64,
+    /// Selections the host had no instance for (`overloaded`): not the policy's faults.
+    overloaded: AtomicU64,
 }
 
 impl PolicyMetrics {
@@ -87,6 +89,7 @@ impl PolicyMetrics {
             latency: Histogram::new(&LATENCY_BOUNDS),
             faults: std::array::from_fn(|_| AtomicU64::new(0)),
             fuel: AtomicU64::new(0),
+            overloaded: AtomicU64::new(0),
         }
     }
 
@@ -102,6 +105,12 @@ impl PolicyMetrics {
     pub fn fault(&self, kind: FaultKind) {
         let i = FAULT_KINDS.iter().position(|k| *k == kind).expect("every kind is listed");
         self.faults[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A selection the host had no instance for (the tenant's share or the engine's pool
+    /// in use): counted apart from the policy's faults.
+    pub fn overloaded(&self) {
+        self.overloaded.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Fuel a guest call consumed.
@@ -163,7 +172,7 @@ impl Metrics {
     /// Prometheus text exposition; `quarantined` lists the (tenant, policy) pairs whose
     /// breaker is open now (the breakers live with the versions, not here). Tenant and
     /// policy names are `[a-z0-9_-]`, so labels need no escaping.
-    pub fn render(&self, quarantined: &BTreeSet<(String, String)>) -> String {
+    pub fn render(&self, quarantined: &BTreeSet<(String, String)>, unavailable_versions: usize) -> String {
         let map = self.policies.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut out = String::new();
         let mut family =
@@ -234,6 +243,21 @@ impl Metrics {
         }
         let _ = writeln!(
             out,
+            "# HELP switchyard_overloaded_total Selections the host had no guest instance for (the tenant's share of the pool, or the pool, in use); not policy faults.\n# TYPE switchyard_overloaded_total counter"
+        );
+        for ((tenant, policy), m) in &map {
+            let _ = writeln!(
+                out,
+                "switchyard_overloaded_total{{tenant=\"{tenant}\",policy=\"{policy}\"}} {}",
+                m.overloaded.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_versions_unavailable Stored versions that did not load at start-up (listed with their reason).\n# TYPE switchyard_versions_unavailable gauge\nswitchyard_versions_unavailable {unavailable_versions}"
+        );
+        let _ = writeln!(
+            out,
             "# HELP switchyard_compile_seconds Compile time of uploaded components.\n# TYPE switchyard_compile_seconds histogram"
         );
         self.compile.render(&mut out, "switchyard_compile_seconds", "");
@@ -261,7 +285,7 @@ mod tests {
         metrics.compiled(Duration::from_millis(300));
         metrics.policy("acme", "broken").fault(FaultKind::Quarantined);
         let quarantined = BTreeSet::from([("acme".to_string(), "broken".to_string())]);
-        let text = metrics.render(&quarantined);
+        let text = metrics.render(&quarantined, 0);
         let l = "tenant=\"acme\",policy=\"mine\"";
         for line in [
             format!("switchyard_selections_total{{{l}}} 2"),

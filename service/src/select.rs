@@ -2,6 +2,8 @@
 //! the class is `classifier_class`, else `policy_class`. Blocking (guest calls): run it
 //! off the async workers.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use axum::http::StatusCode;
@@ -65,7 +67,7 @@ impl Decision {
 }
 
 /// A selection error: no eligible worker (422), or a fault of a fail-closed policy: 503
-/// while quarantined (the policy was not called and will be retried, so asking again
+/// while quarantined, overloaded or unavailable (the policy was not called; asking again
 /// later can succeed), 502 for a fault of this call (the tenant's policy, our upstream in
 /// effect, failed, not the caller).
 pub fn select_error(e: SelectError) -> ApiError {
@@ -77,7 +79,9 @@ pub fn select_error(e: SelectError) -> ApiError {
         ),
         SelectError::Fault { fault, .. } => {
             let status = match fault.kind {
-                FaultKind::Quarantined => StatusCode::SERVICE_UNAVAILABLE,
+                FaultKind::Quarantined | FaultKind::Overloaded | FaultKind::Unavailable => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
                 _ => StatusCode::BAD_GATEWAY,
             };
             ApiError::new(status, fault.kind.as_str(), fault.message)
@@ -98,6 +102,8 @@ impl Service {
             _ => return Err(invalid("`tenant` (a string) is required".into())),
         };
         require_selector(who, &tenant)?;
+        // The tenant's share of the service: its own selections in flight.
+        let _in_flight = self.enter(&tenant)?;
         let request: RequestJson =
             serde_json::from_value(value).map_err(|e| invalid(format!("request JSON: {e}")))?;
         let class = request.classifier_class.clone().or_else(|| request.policy_class.clone());
@@ -110,7 +116,7 @@ impl Service {
             .ok_or_else(|| ApiError::not_found("unknown-tenant", format!("no tenant `{tenant}`")))?;
         let metrics = match &route.target {
             Target::Guest(v) => v.metrics().clone(),
-            Target::Builtin(_) => self.metrics.policy(&tenant, &route.policy),
+            Target::Builtin(_) | Target::Unavailable(_) => self.metrics.policy(&tenant, &route.policy),
         };
         let outcome = match &route.target {
             Target::Builtin(b) => {
@@ -121,6 +127,13 @@ impl Service {
                 Ok(Decision::new(candidates, selection, b.name, "native", None))
             }
             Target::Guest(v) => run_guest(v, route.on_fault, &table, &request),
+            Target::Unavailable(reason) => {
+                let fault = Fault::new(
+                    FaultKind::Unavailable,
+                    format!("`{}` did not load at start-up: {reason}", route.policy),
+                );
+                unavailable(fault, route.on_fault, &table, &request)
+            }
         };
         let decision = outcome?;
         metrics.selected(started.elapsed(), decision.fallback.is_some());
@@ -144,7 +157,13 @@ fn run_guest(
         Err(SelectError::Fault { fault, .. }) => [Some(fault), None],
         Err(SelectError::NoEligibleWorker) => [None, None],
     };
-    faults.into_iter().flatten().for_each(|f| v.metrics().fault(f.kind));
+    for fault in faults.into_iter().flatten() {
+        if fault.kind.is_policy_fault() {
+            v.metrics().fault(fault.kind);
+        } else {
+            v.metrics().overloaded();
+        }
+    }
     let answer = outcome.map(|(decision, commit_fault)| {
         let candidates = guarded.last_candidates().zip(guarded.last_costs().iter().copied());
         let (policy, build, version) = match decision.decided_by {
@@ -160,6 +179,27 @@ fn run_guest(
     answer.map_err(select_error)
 }
 
+/// A class whose version did not load: fail-open, the native default answers with the
+/// reason in `fallback`; fail-closed, 503 `unavailable`. No policy ran, so nothing is
+/// counted against one.
+fn unavailable(
+    fault: Fault,
+    on_fault: FailMode,
+    table: &WorkerTable,
+    request: &SelectionRequest,
+) -> Result<Decision, ApiError> {
+    if on_fault == FailMode::Closed {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, fault.kind.as_str(), fault.message));
+    }
+    let default = switchyard::builtin::find("default").expect("the default builtin exists");
+    let mut selector = Selector::new(default.native("{}").map_err(|e| ApiError::internal(e.to_string()))?);
+    let selection = selector.select(table, request).map_err(select_error)?;
+    let candidates = selector.last_candidates().zip(selector.last_costs().iter().copied());
+    let mut answer = Decision::new(candidates, selection, default.name, "native", None);
+    answer.fallback = Some(fault);
+    Ok(answer)
+}
+
 /// One guarded selection and its commit.
 fn select_and_commit(
     guarded: &mut GuardedSelector,
@@ -169,4 +209,34 @@ fn select_and_commit(
     let decision = guarded.select(table, request)?;
     let commit_fault = guarded.commit(table, request, decision.selection.chosen)?;
     Ok((decision, commit_fault))
+}
+
+/// One selection in flight for a tenant; the count drops when it ends.
+pub struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Service {
+    /// Admits one more selection of `tenant`, or refuses with 429 `tenant-busy` when its
+    /// `max_in_flight_per_tenant` are all running: one tenant's burst (or a slow policy)
+    /// takes at most its share of the selection threads.
+    fn enter(&self, tenant: &str) -> Result<InFlight, ApiError> {
+        let counter = {
+            let mut map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(map.entry(tenant.to_string()).or_default())
+        };
+        let max = self.limits.max_in_flight_per_tenant;
+        match counter.try_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)) {
+            Ok(_) => Ok(InFlight(counter)),
+            Err(n) => Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "tenant-busy",
+                format!("tenant `{tenant}` has {n} selections in flight (max_in_flight_per_tenant = {max})"),
+            )),
+        }
+    }
 }

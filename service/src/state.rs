@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -31,6 +31,36 @@ use crate::store::{Manifest, Store};
 /// (tenant, policy name, version).
 pub type VersionKey = (String, String, String);
 
+/// Idle instances across every version, against `max_idle_instances`: idle instances
+/// hold slots of the engine's pool (and their memory), so they are bounded in total,
+/// leaving the pool's other slots to selections in flight.
+#[derive(Debug)]
+pub struct IdleSlots {
+    held: AtomicUsize,
+    max: usize,
+}
+
+impl IdleSlots {
+    fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self { held: AtomicUsize::new(0), max })
+    }
+    /// Takes a slot for one more idle instance, if any is left.
+    fn take(&self) -> bool {
+        self.held.try_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1)).is_ok()
+    }
+    fn give_back(&self, n: usize) {
+        self.held.fetch_sub(n, Ordering::AcqRel);
+    }
+}
+
+/// What every loaded version shares: the service's settings, its metrics, the idle slots.
+pub(crate) struct VersionContext<'a> {
+    pub limits: &'a ServiceLimits,
+    pub guard: &'a GuardConfig,
+    pub metrics: &'a Metrics,
+    pub idle: &'a Arc<IdleSlots>,
+}
+
 /// One compiled version of a tenant's policy, with its idle instances.
 pub struct LoadedVersion {
     policy: String,
@@ -49,6 +79,7 @@ pub struct LoadedVersion {
     /// Quarantine of this version, shared by all its instances and threads.
     breaker: Arc<SharedBreaker>,
     guard: GuardConfig,
+    idle_slots: Arc<IdleSlots>,
 }
 
 impl LoadedVersion {
@@ -69,6 +100,9 @@ impl LoadedVersion {
     /// (a failure then is contained like any fault). Fails as `mode` says.
     pub fn checkout(&self, mode: FailMode) -> GuardedSelector {
         let pooled = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        if pooled.is_some() {
+            self.idle_slots.give_back(1);
+        }
         let mut selector = pooled.unwrap_or_else(|| {
             let scorer = self.template.lock().unwrap_or_else(|p| p.into_inner()).sibling();
             self.wrap(scorer)
@@ -77,11 +111,12 @@ impl LoadedVersion {
         selector
     }
 
-    /// Returns a selector for reuse (or drops it when retired or the pool is full).
+    /// Returns a selector for reuse, or drops it (and its instance, freeing its slot and
+    /// its tenant's share) when the version is retired or the idle pools are full.
     pub fn checkin(&self, selector: GuardedSelector) {
         if self.routed.load(Ordering::Acquire) {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            if idle.len() < self.max_idle {
+            if idle.len() < self.max_idle && self.idle_slots.take() {
                 idle.push(selector);
             }
         }
@@ -98,7 +133,9 @@ impl LoadedVersion {
     fn set_routed(&self, routed: bool) {
         self.routed.store(routed, Ordering::Release);
         if !routed {
-            self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            self.idle_slots.give_back(idle.len());
+            idle.clear();
         }
     }
 }
@@ -143,6 +180,9 @@ pub enum Target {
     Builtin(&'static Builtin),
     /// A tenant's version, as a guest.
     Guest(Arc<LoadedVersion>),
+    /// A stored version that did not load at start-up (the reason): its classes fail
+    /// open (the native default answers) or closed (503 `unavailable`), as assigned.
+    Unavailable(Arc<str>),
 }
 
 /// A class's route: the policy, what runs it, and what a fault does.
@@ -160,6 +200,8 @@ pub struct Snapshot {
     routes: HashMap<String, HashMap<String, Route>>,
     /// Every loaded version, routed or not (for listing their breakers).
     versions: HashMap<VersionKey, Arc<LoadedVersion>>,
+    /// Versions that did not load, and why.
+    unavailable: HashMap<VersionKey, Arc<str>>,
 }
 
 impl Snapshot {
@@ -170,6 +212,16 @@ impl Snapshot {
     /// A loaded version of a tenant's policy.
     pub fn version(&self, tenant: &str, policy: &str, version: &str) -> Option<&Arc<LoadedVersion>> {
         self.versions.get(&(tenant.to_string(), policy.to_string(), version.to_string()))
+    }
+
+    /// Why a stored version is not loaded, if it is not.
+    pub fn unavailable(&self, tenant: &str, policy: &str, version: &str) -> Option<&str> {
+        self.unavailable.get(&(tenant.to_string(), policy.to_string(), version.to_string())).map(|r| &**r)
+    }
+
+    /// How many stored versions did not load.
+    pub fn unavailable_count(&self) -> usize {
+        self.unavailable.len()
     }
 
     /// (tenant, policy) pairs with a routed version whose breaker is open or half-open:
@@ -207,6 +259,8 @@ pub struct Writer {
     /// Compiled components by blob sha256 (several versions may share one).
     pub components: HashMap<String, PolicyComponent>,
     pub loaded: HashMap<VersionKey, Arc<LoadedVersion>>,
+    /// Stored versions that did not load at start-up, and why (served as unavailable).
+    pub unavailable: HashMap<VersionKey, Arc<str>>,
 }
 
 /// The running service.
@@ -221,6 +275,10 @@ pub struct Service {
     snapshot: ArcSwap<Snapshot>,
     pub(crate) compile_permits: Semaphore,
     pub(crate) metrics: Metrics,
+    /// Idle instances across all versions (`max_idle_instances`).
+    pub(crate) idle_slots: Arc<IdleSlots>,
+    /// Each tenant's selections in flight (`max_in_flight_per_tenant`).
+    pub(crate) in_flight: Mutex<HashMap<String, Arc<AtomicUsize>>>,
     /// Upload times per tenant in the last minute, for `uploads_per_minute`.
     pub(crate) uploads: Mutex<HashMap<String, std::collections::VecDeque<std::time::Instant>>>,
 }
@@ -246,7 +304,13 @@ impl Service {
             .map_err(|e| anyhow::anyhow!("the compiled-artifact cache {}: {e}", cache_dir.display()))?;
         let engine = PolicyEngine::new(engine_limits)?.with_artifact_cache(cache);
         let metrics = Metrics::default();
-        let mut writer = Writer { manifest, components: HashMap::new(), loaded: HashMap::new() };
+        let idle_slots = IdleSlots::new(limits.max_idle_instances);
+        let mut writer = Writer {
+            manifest,
+            components: HashMap::new(),
+            loaded: HashMap::new(),
+            unavailable: HashMap::new(),
+        };
         let mut keys = Vec::new();
         for (tenant, record) in &writer.manifest.tenants {
             for (name, policy) in &record.policies {
@@ -255,22 +319,41 @@ impl Service {
                 }
             }
         }
+        // Per version: one that does not load (a missing blob, a limit lowered below its
+        // size, a configure that now fails) is marked unavailable, and everything else serves.
         for (tenant, name, v) in keys {
-            if !writer.components.contains_key(&v.blob) {
-                let bytes = store.read_blob(&v.blob).map_err(|e| anyhow::anyhow!("blob {}: {e}", v.blob))?;
-                let component = PolicyComponent::load(&engine, &bytes)
-                    .map_err(|e| anyhow::anyhow!("recompiling {tenant}/{name} {}: {e}", v.version))?;
-                metrics.loaded(&component);
-                writer.components.insert(v.blob.clone(), component);
+            let key = (tenant.clone(), name.clone(), v.version.clone());
+            let loaded = (|| -> Result<GuestScorer, String> {
+                if !writer.components.contains_key(&v.blob) {
+                    let bytes =
+                        store.read_blob(&v.blob).map_err(|e| format!("reading blob {}: {e}", v.blob))?;
+                    let component =
+                        PolicyComponent::load(&engine, &bytes).map_err(|e| format!("loading: {e}"))?;
+                    metrics.loaded(&component);
+                    writer.components.insert(v.blob.clone(), component);
+                }
+                let component = writer.components[&v.blob].clone();
+                // Configured once to learn what it declares; the instance is not kept (it
+                // would hold a slot of the engine's instance pool while nobody selects).
+                GuestScorer::new(name.clone(), component, &v.params)
+                    .map(|s| s.sibling())
+                    .map_err(|e| format!("configuring: {e}"))
+            })();
+            match loaded {
+                Ok(accepted) => {
+                    let ctx = VersionContext {
+                        limits: &limits,
+                        guard: &guard,
+                        metrics: &metrics,
+                        idle: &idle_slots,
+                    };
+                    writer.loaded.insert(key, new_version(&ctx, (&tenant, &name, &v.version), accepted));
+                }
+                Err(reason) => {
+                    eprintln!("version {} of {tenant}/{name} is unavailable: {reason}", v.version);
+                    writer.unavailable.insert(key, reason.into());
+                }
             }
-            let component = writer.components[&v.blob].clone();
-            // Configured once to learn what it declares; the instance is not kept (it
-            // would hold a slot of the engine's instance pool while nobody selects).
-            let accepted = GuestScorer::new(name.clone(), component, &v.params)
-                .map_err(|e| anyhow::anyhow!("configuring {tenant}/{name} {}: {e}", v.version))?;
-            let loaded =
-                new_version(&limits, &guard, &metrics, (&tenant, &name, &v.version), accepted.sibling());
-            writer.loaded.insert((tenant, name, v.version), loaded);
         }
         let snapshot = build_snapshot(&writer);
         let service = Arc::new(Self {
@@ -283,6 +366,8 @@ impl Service {
             writer: tokio::sync::Mutex::new(writer),
             snapshot: ArcSwap::from_pointee(snapshot),
             metrics,
+            idle_slots,
+            in_flight: Mutex::default(),
             uploads: Mutex::default(),
         });
         Ok(service)
@@ -299,7 +384,8 @@ impl Service {
 
     /// `/metrics`: the counters, with each policy's quarantine state as it is now.
     pub fn render_metrics(&self) -> String {
-        self.metrics.render(&self.snapshot().quarantined())
+        let snapshot = self.snapshot();
+        self.metrics.render(&snapshot.quarantined(), snapshot.unavailable_count())
     }
 
     /// Makes `manifest` durable, then visible: writes it (temp + fsync + rename), adopts
@@ -319,7 +405,7 @@ impl Service {
             .flat_map(|classes| classes.values())
             .filter_map(|r| match &r.target {
                 Target::Guest(v) => Some(Arc::as_ptr(v)),
-                Target::Builtin(_) => None,
+                Target::Builtin(_) | Target::Unavailable(_) => None,
             })
             .collect();
         self.snapshot.store(Arc::new(snapshot));
@@ -332,7 +418,13 @@ impl Service {
     /// A loaded version for the writer's map; `first` is the scorer the upload's
     /// configure check created, its instance kept as the first idle one.
     pub(crate) fn new_version(&self, key: &VersionKey, first: GuestScorer) -> Arc<LoadedVersion> {
-        new_version(&self.limits, &self.guard, &self.metrics, (&key.0, &key.1, &key.2), first)
+        let ctx = VersionContext {
+            limits: &self.limits,
+            guard: &self.guard,
+            metrics: &self.metrics,
+            idle: &self.idle_slots,
+        };
+        new_version(&ctx, (&key.0, &key.1, &key.2), first)
     }
 }
 
@@ -340,9 +432,7 @@ impl Service {
 /// `accepted` is a scorer that configured successfully; its instance, if it has one
 /// (an upload's configure check), is kept as the first idle one.
 fn new_version(
-    limits: &ServiceLimits,
-    guard: &GuardConfig,
-    metrics: &Metrics,
+    ctx: &VersionContext<'_>,
     (tenant, policy, version): (&str, &str, &str),
     accepted: GuestScorer,
 ) -> Arc<LoadedVersion> {
@@ -351,11 +441,12 @@ fn new_version(
         version: version.to_string(),
         template: Mutex::new(accepted.sibling()),
         idle: Mutex::new(Vec::new()),
-        max_idle: limits.idle_instances_per_version,
+        max_idle: ctx.limits.idle_instances_per_version,
         routed: AtomicBool::new(true),
-        metrics: metrics.policy(tenant, policy),
-        breaker: Arc::new(SharedBreaker::new(guard.clone())),
-        guard: guard.clone(),
+        metrics: ctx.metrics.policy(tenant, policy),
+        breaker: Arc::new(SharedBreaker::new(ctx.guard.clone())),
+        guard: ctx.guard.clone(),
+        idle_slots: Arc::clone(ctx.idle),
     });
     let selector = loaded.wrap(accepted);
     loaded.checkin(selector);
@@ -371,9 +462,11 @@ fn build_snapshot(writer: &Writer) -> Snapshot {
         for (class, a) in &record.classes {
             let target = if let Some(policy) = record.policies.get(&a.policy) {
                 let version = a.version.clone().unwrap_or_else(|| policy.active.clone());
-                match writer.loaded.get(&(tenant.clone(), a.policy.clone(), version)) {
-                    Some(v) => Target::Guest(v.clone()),
-                    None => continue,
+                let key = (tenant.clone(), a.policy.clone(), version);
+                match (writer.loaded.get(&key), writer.unavailable.get(&key)) {
+                    (Some(v), _) => Target::Guest(v.clone()),
+                    (None, Some(reason)) => Target::Unavailable(reason.clone()),
+                    (None, None) => continue,
                 }
             } else if let Some(b) = builtin::find(&a.policy) {
                 Target::Builtin(b)
@@ -384,5 +477,10 @@ fn build_snapshot(writer: &Writer) -> Snapshot {
         }
         routes.insert(tenant.clone(), classes);
     }
-    Snapshot { manifest: Arc::new(writer.manifest.clone()), routes, versions: writer.loaded.clone() }
+    Snapshot {
+        manifest: Arc::new(writer.manifest.clone()),
+        routes,
+        versions: writer.loaded.clone(),
+        unavailable: writer.unavailable.clone(),
+    }
 }

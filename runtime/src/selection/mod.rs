@@ -52,6 +52,12 @@ pub enum FaultKind {
     PolicyError,
     /// Not called: quarantined after repeated faults.
     Quarantined,
+    /// Not the policy's doing: the host had no instance to run it on (the engine's pool is
+    /// in use). Never counted against the policy, never trips its breaker.
+    Overloaded,
+    /// Not the policy's doing: the version did not load (a missing blob, a limit lowered
+    /// below its size); the host answers for it.
+    Unavailable,
 }
 
 impl FaultKind {
@@ -65,7 +71,16 @@ impl FaultKind {
             FaultKind::InvalidOutput => "invalid-output",
             FaultKind::PolicyError => "policy-error",
             FaultKind::Quarantined => "quarantined",
+            FaultKind::Overloaded => "overloaded",
+            FaultKind::Unavailable => "unavailable",
         }
+    }
+}
+
+impl FaultKind {
+    /// Whether the policy is to blame (everything but a host condition).
+    pub fn is_policy_fault(self) -> bool {
+        !matches!(self, FaultKind::Overloaded | FaultKind::Unavailable)
     }
 }
 

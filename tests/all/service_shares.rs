@@ -1,0 +1,171 @@
+//! `switchyard serve` under a hostile tenant (issue 12, items 4 and 6), on loopback with
+//! the real binary: one tenant's many versions and concurrent selections take at most
+//! its share, so another tenant's policy never faults or gets quarantined for it; and a
+//! stored version that no longer loads is served as unavailable while everything else
+//! serves.
+
+use std::thread;
+
+use serde_json::{Value, json};
+
+use crate::server::{ADMIN, Body, Client, Server, select_body, temp_dir, variant};
+use crate::support::DEFAULT_POLICY;
+
+fn config(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+    let path = dir.join("switchyard.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn upload(c: &Client, token: &str, tenant: &str, name: &str, bytes: &[u8], params: Option<&str>) -> String {
+    let query = params.map(|p| format!("?params={p}")).unwrap_or_default();
+    let path = format!("/v1/tenants/{tenant}/policies/{name}{query}");
+    let (status, v) = c.call("PUT", &path, Some(token), Body::Bytes(bytes));
+    assert_eq!(status, 201, "{v}");
+    v["version"].as_str().unwrap().to_string()
+}
+
+fn assign(c: &Client, token: &str, tenant: &str, class: &str, body: Value) {
+    let (status, v) =
+        c.call("PUT", &format!("/v1/tenants/{tenant}/classes/{class}"), Some(token), Body::Json(body));
+    assert_eq!(status, 200, "{v}");
+}
+
+fn select(c: &Client, token: &str, tenant: &str, class: &str) -> (u16, Value) {
+    c.call("POST", "/v1/select", Some(token), Body::Json(select_body(tenant, Some(class))))
+}
+
+#[test]
+fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
+    // A pool of 24 instances; before, a tenant with 12 pinned versions × 6 concurrent
+    // selections (and up to 8 idle instances per version) exhausted it, and another
+    // tenant's selections failed `instantiate …`, counted as its policy's faults.
+    let dir = temp_dir("service-shares-flood");
+    let config = config(
+        &dir,
+        "[limits]\nmax_instances = 24\n[service]\nmax_in_flight_per_tenant = 4\nmax_idle_instances = 8\n",
+    );
+    let server = Server::start(&dir.join("data"), Some(&config), Some(ADMIN));
+    let c = Client::new(&server);
+    let attacker = c.add_tenant("mallory");
+    let victim = c.add_tenant("acme");
+    upload(&c, &victim, "acme", "mine", DEFAULT_POLICY, None);
+    assign(&c, &victim, "acme", "gold", json!({ "policy": "mine", "on_fault": "closed" }));
+    for i in 0..12 {
+        let params = format!("%7B%22overlap_score_credit%22%3A0.{i}5%7D");
+        let version = upload(&c, &attacker, "mallory", "p", DEFAULT_POLICY, Some(&params));
+        assign(&c, &attacker, "mallory", &format!("c{i}"), json!({ "policy": "p", "version": version }));
+    }
+    let url = server.url().to_string();
+    let flood: Vec<_> = (0..12)
+        .map(|i| {
+            let (url, token) = (url.clone(), attacker.clone());
+            thread::spawn(move || {
+                let c = Client::at(&url);
+                (0..6).map(|_| select(&c, &token, "mallory", &format!("c{i}")).0).collect::<Vec<u16>>()
+            })
+        })
+        .collect();
+    let victim_answers: Vec<(u16, Value)> = (0..40).map(|_| select(&c, &victim, "acme", "gold")).collect();
+    let flooded: Vec<u16> = flood.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    for (status, v) in &victim_answers {
+        assert_eq!(*status, 200, "the victim is answered by its own policy: {v}");
+        assert_eq!((v["build"].as_str(), v["fallback"].is_null()), (Some("guest"), true), "{v}");
+    }
+    // The attacker got answers or its own 429s, never a 5xx, and no policy faults.
+    assert!(flooded.iter().all(|s| *s == 200 || *s == 429), "{flooded:?}");
+    let faults = |tenant: &str, policy: &str| -> f64 {
+        ["fuel", "deadline", "memory", "stack", "trap", "invalid-output", "policy-error", "quarantined"]
+            .iter()
+            .map(|k| {
+                c.metric(&format!(
+                    "switchyard_policy_faults_total{{tenant=\"{tenant}\",policy=\"{policy}\",kind=\"{k}\"}}"
+                ))
+            })
+            .sum()
+    };
+    assert_eq!(faults("acme", "mine"), 0.0);
+    assert_eq!(faults("mallory", "p"), 0.0);
+    // The victim's next upload is configured and served as usual.
+    upload(&c, &victim, "acme", "mine", DEFAULT_POLICY, Some("%7B%22overlap_score_credit%22%3A0.99%7D"));
+    assert_eq!(select(&c, &victim, "acme", "gold").0, 200);
+    let (status, _) = c.call("GET", "/healthz", None, Body::None);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn a_tenant_over_its_in_flight_share_gets_its_own_429() {
+    let dir = temp_dir("service-shares-in-flight");
+    let config = config(&dir, "[service]\nmax_in_flight_per_tenant = 1\n");
+    let server = Server::start(&dir.join("data"), Some(&config), Some(ADMIN));
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    upload(&c, &token, "acme", "mine", DEFAULT_POLICY, None);
+    assign(&c, &token, "acme", "gold", json!({ "policy": "mine" }));
+    let url = server.url().to_string();
+    let statuses: Vec<u16> = (0..8)
+        .map(|_| {
+            let (url, token) = (url.clone(), token.clone());
+            thread::spawn(move || {
+                let c = Client::at(&url);
+                (0..20).map(|_| select(&c, &token, "acme", "gold").0).collect::<Vec<u16>>()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
+    assert!(statuses.contains(&200));
+    assert!(statuses.contains(&429), "8 threads on a share of one: some wait their turn");
+    let (status, v) = select(&c, &token, "acme", "gold");
+    assert_eq!(status, 200, "the share is given back: {v}");
+}
+
+#[test]
+fn a_stored_version_that_no_longer_loads_is_unavailable_and_everything_else_serves() {
+    let dir = temp_dir("service-shares-startup");
+    let data = dir.join("data");
+    let broken_bytes = variant(DEFAULT_POLICY, 1);
+    let (broken_version, blob) = {
+        let server = Server::start(&data, None, Some(ADMIN));
+        let c = Client::new(&server);
+        let token = c.add_tenant("acme");
+        let broken = upload(&c, &token, "acme", "broken", &broken_bytes, None);
+        upload(&c, &token, "acme", "fine", DEFAULT_POLICY, None);
+        assign(&c, &token, "acme", "open", json!({ "policy": "broken", "on_fault": "open" }));
+        assign(&c, &token, "acme", "closed", json!({ "policy": "broken", "on_fault": "closed" }));
+        assign(&c, &token, "acme", "fine", json!({ "policy": "fine" }));
+        std::fs::write(dir.join("token"), &token).unwrap();
+        let (_, listing) = c.call("GET", "/v1/tenants/acme/policies", Some(&token), Body::None);
+        let p = listing["policies"].as_array().unwrap().iter().find(|p| p["name"] == "broken").unwrap();
+        (broken, p["versions"][0]["sha256"].as_str().unwrap().to_string())
+    };
+    // Its blob is lost: before, `serve` refused to start and every tenant was down.
+    std::fs::remove_file(data.join("blobs").join(format!("{blob}.wasm"))).unwrap();
+    let token = std::fs::read_to_string(dir.join("token")).unwrap();
+    let server = Server::start(&data, None, Some(ADMIN));
+    let c = Client::new(&server);
+    let (status, v) = select(&c, &token, "acme", "fine");
+    assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "the rest serves: {v}");
+    let (status, v) = select(&c, &token, "acme", "open");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (v["build"].as_str(), v["fallback"]["kind"].as_str()),
+        (Some("native"), Some("unavailable")),
+        "{v}"
+    );
+    let (status, v) = select(&c, &token, "acme", "closed");
+    assert_eq!((status, v["error"]["kind"].as_str()), (503, Some("unavailable")), "{v}");
+    assert_eq!(c.metric("switchyard_versions_unavailable"), 1.0);
+    let (_, listing) = c.call("GET", "/v1/tenants/acme/policies", Some(&token), Body::None);
+    let broken = listing["policies"].as_array().unwrap().iter().find(|p| p["name"] == "broken").unwrap();
+    let reason = broken["versions"][0]["unavailable"].as_str().expect("listed with its reason");
+    assert!(reason.contains("reading blob"), "{reason}");
+    assert_eq!(broken["versions"][0]["version"], broken_version);
+    // Uploading it again makes it available.
+    upload(&c, &token, "acme", "broken", &broken_bytes, None);
+    let (status, v) = select(&c, &token, "acme", "closed");
+    assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
+    assert_eq!(c.metric("switchyard_versions_unavailable"), 0.0);
+}
