@@ -126,7 +126,7 @@ impl Service {
                 let candidates = selector.last_candidates().zip(selector.last_costs().iter().copied());
                 Ok(Decision::new(candidates, selection, b.name, "native", None))
             }
-            Target::Guest(v) => run_guest(v, route.on_fault, &table, &request),
+            Target::Guest(v) => run_guest(&tenant, v, route.on_fault, &table, &request),
             Target::Unavailable(reason) => {
                 let fault = Fault::new(
                     FaultKind::Unavailable,
@@ -145,13 +145,24 @@ impl Service {
 /// the version's shared breaker, fail-open or closed as the class says, the instance
 /// dropped after any fault). Every fault, a commit's included, is counted for the version.
 fn run_guest(
+    tenant: &str,
     v: &LoadedVersion,
     on_fault: FailMode,
     table: &WorkerTable,
     request: &SelectionRequest,
 ) -> Result<Decision, ApiError> {
     let mut guarded = v.checkout(on_fault);
+    let trips = guarded.counters().breaker_trips;
     let outcome = select_and_commit(&mut guarded, table, request);
+    if guarded.counters().breaker_trips > trips {
+        tracing::warn!(
+            tenant = %tenant,
+            policy = %v.policy(),
+            version = %v.version(),
+            breaker = ?guarded.breaker(),
+            "breaker opened: version quarantined"
+        );
+    }
     let faults = match &outcome {
         Ok((decision, commit_fault)) => [decision.fallback.as_ref(), commit_fault.as_ref()],
         Err(SelectError::Fault { fault, .. }) => [Some(fault), None],

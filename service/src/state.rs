@@ -350,7 +350,7 @@ impl Service {
                     writer.loaded.insert(key, new_version(&ctx, (&tenant, &name, &v.version), accepted));
                 }
                 Err(reason) => {
-                    eprintln!("version {} of {tenant}/{name} is unavailable: {reason}", v.version);
+                    tracing::warn!(tenant = %tenant, policy = %name, version = %v.version, %reason, "stored version unavailable");
                     writer.unavailable.insert(key, reason.into());
                 }
             }
