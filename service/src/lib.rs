@@ -66,11 +66,10 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         }
         println!("listening on http://{addr}");
         std::io::stdout().flush()?;
-        axum::serve(listener, http::router(service))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+        http::serve(listener, service, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
         Ok(())
     })
 }
