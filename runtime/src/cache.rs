@@ -6,10 +6,23 @@
 //! major version, so an artifact is only ever loaded by an engine that could have written it.
 //! Only [`ArtifactCache::store`] writes artifacts, from a `Component` this process compiled;
 //! a tenant's bytes are never deserialized as an artifact: they are only the key.
+//!
+//! Whatever is loaded from here runs as machine code, so nothing is trusted for being
+//! there: each artifact's sha256 is recorded beside it when it is written
+//! (`<artifact>.sha256`) and checked, on exactly the bytes then deserialized, before
+//! every load; the file must be a regular file (symlinks are never followed), owned by
+//! this process's user and accessible to no one else. An artifact that fails a check is
+//! not run: it is removed, counted ([`ArtifactCache::rejected`]), logged on stderr, and
+//! the component is compiled again. The helpers for owner-only files and directories
+//! are public: the service's data directory uses them too.
 
+use std::fs::{File, OpenOptions};
 use std::hash::{Hash, Hasher};
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -19,37 +32,45 @@ use wasmtime::component::Component;
 /// engine's compatibility hash covers the exact version too).
 const WASMTIME_MAJOR: &str = "wasmtime-50";
 
+/// The largest artifact read back: a 4 MiB component compiles to a few tens of MB.
+const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
+
 /// A directory of compiled components this process owns.
 #[derive(Debug, Clone)]
 pub struct ArtifactCache {
     dir: PathBuf,
+    /// Artifacts refused by a check, across clones.
+    rejected: Arc<AtomicU64>,
 }
 
 impl ArtifactCache {
-    /// Uses (and creates, owner-only) `dir`. The directory must not be writable by
-    /// tenants or anyone else: whatever is in it is loaded as machine code.
+    /// Uses (and creates, owner-only) `dir`, which must be a directory (not a symlink)
+    /// owned by this process's user: whatever is in it is loaded as machine code.
     pub fn open(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
         let dir = dir.into();
-        std::fs::create_dir_all(&dir)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-        }
+        private_dir(&dir)?;
         // A process killed mid-`store` leaves its temp file behind (never a damaged
         // artifact: those are only ever renamed into place whole). Clear them; at worst
         // another live process's write in flight fails, which only costs it the caching.
         for entry in std::fs::read_dir(&dir)?.flatten() {
             let path = entry.path();
-            if path.extension().is_some_and(|e| e.to_string_lossy().starts_with("tmp")) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let legacy = path.extension().is_some_and(|e| e.to_string_lossy().starts_with("tmp"));
+            if legacy || is_temp_name(&name) {
                 let _ = std::fs::remove_file(path);
             }
         }
-        Ok(Self { dir })
+        Ok(Self { dir, rejected: Arc::new(AtomicU64::new(0)) })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Artifacts refused so far (digest mismatch, no recorded digest, a symlink, another
+    /// owner, a permissive mode): each was recompiled instead of run.
+    pub fn rejected(&self) -> u64 {
+        self.rejected.load(Ordering::Relaxed)
     }
 
     /// The file an artifact for `bytes` compiled by `engine` lives in.
@@ -60,38 +81,291 @@ impl ArtifactCache {
         self.dir.join(format!("{content}-{:016x}-{WASMTIME_MAJOR}.cwasm", settings.finish()))
     }
 
-    /// The cached compilation of `bytes`, if there is a usable one. A stale or damaged
-    /// entry is a miss (and is removed), never an error.
+    /// Where the sha256 of the artifact at `artifact` is recorded.
+    pub fn digest_path(artifact: &Path) -> PathBuf {
+        let mut name = artifact.as_os_str().to_owned();
+        name.push(".sha256");
+        PathBuf::from(name)
+    }
+
+    /// The cached compilation of `bytes`, if there is a usable one. A missing entry is a
+    /// miss; an entry that fails a check is rejected (removed, counted, logged) and is a
+    /// miss too; never an error.
     pub fn load(&self, engine: &Engine, bytes: &[u8]) -> Option<Component> {
         let path = self.path_for(engine, bytes);
-        if !path.is_file() {
+        let artifact = match read_private(&path, MAX_ARTIFACT_BYTES) {
+            Ok(artifact) => artifact,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                self.reject(&path, &e.to_string());
+                return None;
+            }
+        };
+        let recorded = match read_private(&Self::digest_path(&path), 256) {
+            Ok(text) => String::from_utf8_lossy(&text).trim().to_string(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.reject(&path, "no sha256 is recorded beside it");
+                return None;
+            }
+            Err(e) => {
+                self.reject(&path, &format!("its recorded sha256: {e}"));
+                return None;
+            }
+        };
+        let actual = hex::encode(Sha256::digest(&artifact));
+        if actual != recorded {
+            self.reject(
+                &path,
+                &format!("its sha256 is {actual}, not the {recorded} recorded when it was written"),
+            );
             return None;
         }
-        // SAFETY: `deserialize_file` trusts its input to be wasmtime's own output. The only
-        // writer of this directory is `store` below, which writes `Component::serialize`
-        // of a component this process compiled itself, atomically (temp file + rename);
-        // the directory is created owner-only and its path comes from the operator, not a
-        // tenant. Tenants' bytes only select the file name (through their sha256).
-        // wasmtime additionally checks the header (version, engine settings) and refuses
-        // a mismatch, which we treat as a miss.
-        match unsafe { Component::deserialize_file(engine, &path) } {
+        // SAFETY: `deserialize` trusts its input to be wasmtime's own output. These bytes
+        // are exactly those whose sha256 `store` recorded when it wrote
+        // `Component::serialize` of a component this process compiled; they were read
+        // from a regular file (not through a symlink) owned by this user and accessible to
+        // no one else, in a directory with the same properties whose path comes from the
+        // operator, not a tenant. Tenants' bytes only select the file name (through their
+        // sha256). wasmtime additionally checks the header (version, engine settings) and
+        // refuses a mismatch, which we treat as a miss.
+        match unsafe { Component::deserialize(engine, &artifact) } {
             Ok(component) => Some(component),
             Err(_) => {
-                let _ = std::fs::remove_file(&path);
+                remove_entry(&path);
                 None
             }
         }
     }
 
-    /// Saves `component` (compiled here from `bytes`). Failure to cache is not an error
-    /// for the caller: the component is already compiled.
+    /// Saves `component` (compiled here from `bytes`), with the sha256 of the artifact
+    /// recorded beside it (first, so a crash between the two leaves a digest without an
+    /// artifact: a miss). Each file is written owner-only under a temp name unique to
+    /// this write, then renamed into place. Failure to cache is not an error for the
+    /// caller: the component is already compiled.
     pub fn store(&self, engine: &Engine, bytes: &[u8], component: &Component) -> std::io::Result<()> {
         let serialized = component.serialize().map_err(|e| std::io::Error::other(format!("{e:#}")))?;
         let path = self.path_for(engine, bytes);
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(&serialized)?;
+        let digest = hex::encode(Sha256::digest(&serialized));
+        let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        write_private(&self.dir, &name(&Self::digest_path(&path)), format!("{digest}\n").as_bytes())?;
+        write_private(&self.dir, &name(&path), &serialized)
+    }
+
+    fn reject(&self, path: &Path, why: &str) {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+        eprintln!("switchyard: rejected the compiled artifact {}: {why}; compiling again", path.display());
+        remove_entry(path);
+    }
+}
+
+/// Removes an artifact and its recorded digest (whatever they are: never followed).
+fn remove_entry(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_file(ArtifactCache::digest_path(path));
+}
+
+/// This process's effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Creates `dir` if needed and makes sure it is owner-only: a directory, not a symlink,
+/// owned by this process's user, mode 0700 (set if it was wider).
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.file_type().is_symlink() {
+        return Err(std::io::Error::other(format!("{} is a symbolic link; not followed", dir.display())));
+    }
+    if !meta.is_dir() {
+        return Err(std::io::Error::other(format!("{} is not a directory", dir.display())));
+    }
+    check_owner(dir, &meta)?;
+    if meta.mode() & 0o777 != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+fn check_owner(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
+    let me = euid();
+    if meta.uid() != me {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} is owned by uid {}, not this process's uid {me}", path.display(), meta.uid()),
+        ));
+    }
+    Ok(())
+}
+
+/// Opens `path` for reading if it is a regular file (a symlink is not followed), owned by
+/// this process's user and accessible to no one else (mode 0600 or narrower). The
+/// checks are made on the open file, so they hold for what is read.
+pub fn open_private(path: &Path) -> std::io::Result<File> {
+    let file =
+        OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path).map_err(
+            |e| {
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    std::io::Error::other(format!("{} is a symbolic link; not followed", path.display()))
+                } else {
+                    e
+                }
+            },
+        )?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other(format!("{} is not a regular file", path.display())));
+    }
+    check_owner(path, &meta)?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} has mode {:04o}; only its owner may have access",
+                path.display(),
+                meta.mode() & 0o7777
+            ),
+        ));
+    }
+    Ok(file)
+}
+
+/// Reads a file that [`open_private`] accepts, at most `max` bytes (a larger one is an
+/// error, not read).
+pub fn read_private(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    let file = open_private(path)?;
+    let len = file.metadata()?.len();
+    if len > max {
+        return Err(std::io::Error::other(format!("{} is {len} bytes, over {max}", path.display())));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(max).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Whether `name` is one of [`write_private`]'s temp names.
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp")
+}
+
+/// Writes `dir/name` owner-only (0600) so that it is either absent/old or complete: a
+/// temp file whose name is unique to this write (process id and a counter, created
+/// exclusively, never through a symlink), fsync, rename over the target, fsync of the
+/// directory (which makes the rename itself durable).
+pub fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let temp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&temp)?;
+        file.write_all(bytes)?;
         file.sync_all()?;
-        std::fs::rename(&tmp, &path)
+        drop(file);
+        std::fs::rename(&temp, dir.join(name))?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Limits, PolicyComponent, PolicyEngine};
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("switchyard-cache-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn engine(dir: &Path) -> (PolicyEngine, ArtifactCache) {
+        let cache = ArtifactCache::open(dir).unwrap();
+        (PolicyEngine::new(Limits::default()).unwrap().with_artifact_cache(cache.clone()), cache)
+    }
+
+    fn policy() -> &'static [u8] {
+        crate::builtin::find("default").unwrap().component
+    }
+
+    #[test]
+    fn a_tampered_artifact_is_rejected_counted_and_recompiled_never_loaded() {
+        let dir = temp("tamper");
+        let (engine, cache) = engine(&dir);
+        assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+        assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        let path = cache.path_for(engine.engine(), policy());
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle..middle + 64].fill(0xCC);
+        std::fs::write(&path, &bytes).unwrap();
+        let reloaded = PolicyComponent::load(&engine, policy()).unwrap();
+        assert!(!reloaded.from_cache(), "recompiled, not loaded");
+        assert_eq!(cache.rejected(), 1);
+        // Written again, whole: the next load is a hit.
+        assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+        assert_eq!(cache.rejected(), 1);
+        // No recorded digest: not loaded either.
+        std::fs::remove_file(ArtifactCache::digest_path(&path)).unwrap();
+        assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+        assert_eq!(cache.rejected(), 2);
+    }
+
+    #[test]
+    fn symlinks_and_permissive_modes_are_rejected() {
+        let dir = temp("links");
+        let (engine, cache) = engine(&dir);
+        PolicyComponent::load(&engine, policy()).unwrap();
+        let path = cache.path_for(engine.engine(), policy());
+        // The same (intact) bytes, reached through a symlink: refused.
+        let elsewhere = dir.with_extension("elsewhere");
+        std::fs::copy(&path, &elsewhere).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+        assert_eq!(cache.rejected(), 1);
+        assert!(!std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink(), "replaced");
+        // Readable by others: refused.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+        assert_eq!(cache.rejected(), 2);
+        // A cache directory that is a symlink is refused at open.
+        let link = dir.with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(ArtifactCache::open(&link).unwrap_err().to_string().contains("symbolic link"));
+        let _ = std::fs::remove_file(elsewhere);
+    }
+
+    #[test]
+    fn concurrent_stores_of_the_same_bytes_use_their_own_temp_files() {
+        let dir = temp("concurrent");
+        let (engine, cache) = engine(&dir);
+        let component = PolicyComponent::load(&engine, policy()).unwrap();
+        drop(component);
+        let compiled = Component::new(engine.engine(), policy()).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| cache.store(engine.engine(), policy(), &compiled).unwrap());
+            }
+        });
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| is_temp_name(&e.file_name().to_string_lossy()))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+        assert_eq!(cache.rejected(), 0);
     }
 }

@@ -1,7 +1,6 @@
 //! Bearer tokens: random, shown once, stored only as sha256 hashes, compared in constant
 //! time. Three kinds of principal: the admin, a tenant, a router.
 
-use std::io::Write;
 use std::path::Path;
 
 use axum::http::{HeaderMap, StatusCode, header};
@@ -32,33 +31,28 @@ pub fn hash_token(token: &str) -> String {
 }
 
 /// The admin token's hash: from `SWITCHYARD_ADMIN_TOKEN` if set, else from
-/// `<data-dir>/admin.token`, created (mode 0600) with a fresh token on first start.
+/// `<data-dir>/admin.token`, created (mode 0600) with a fresh token on first start. The
+/// file is read only if it is a regular file (not a symlink) that only its owner, this
+/// process's user, may access.
 pub fn admin_token_hash(data_dir: &Path, from_env: Option<String>) -> std::io::Result<String> {
     if let Some(token) = from_env.filter(|t| !t.is_empty()) {
         return Ok(hash_token(&token));
     }
     let path = data_dir.join("admin.token");
-    match std::fs::read_to_string(&path) {
-        Ok(token) if !token.trim().is_empty() => return Ok(hash_token(token.trim())),
-        Ok(_) => {}
+    match switchyard::cache::read_private(&path, 4096) {
+        Ok(token) => {
+            let token = String::from_utf8_lossy(&token);
+            if !token.trim().is_empty() {
+                return Ok(hash_token(token.trim()));
+            }
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
     let token = new_token().map_err(|e| std::io::Error::other(e.message().to_string()))?;
-    write_private(data_dir, &path, &token)?;
+    // Owner-only, atomically (a crash leaves no empty file).
+    switchyard::cache::write_private(data_dir, "admin.token", format!("{token}\n").as_bytes())?;
     Ok(hash_token(&token))
-}
-
-/// Writes the token readable by the owner only, atomically (a crash leaves no empty file).
-fn write_private(dir: &Path, path: &Path, token: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let temp = dir.join(".admin.token.tmp");
-    let _ = std::fs::remove_file(&temp);
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&temp)?;
-    writeln!(file, "{token}")?;
-    file.sync_all()?;
-    std::fs::rename(&temp, path)?;
-    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Equal hashes, in time independent of where they differ.

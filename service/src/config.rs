@@ -2,17 +2,44 @@
 //! limits are `switchyard::Limits` (`[limits]`), and each policy version's quarantine
 //! breaker is set by `switchyard::GuardConfig` (`[guard]`: `quarantine_after`,
 //! `backoff_initial`, `backoff_max`), the same table `switchyard select` reads.
+//!
+//! The table is read as a flat [`ServiceConfig`] and validated into [`ServiceLimits`], so
+//! a running service only ever holds limits that make sense (every cap at least 1).
 
 use serde::{Deserialize, Serialize};
+use switchyard::input::{RequestLimits, RequestLimitsConfig};
 
-/// Limits on what clients may ask of the service. Each refusal is a clear error.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+/// Limits on what clients may ask of the service. Each refusal is a clear error that
+/// names its limit. Read from `[service]` through [`ServiceConfig`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "ServiceConfig")]
 pub struct ServiceLimits {
-    /// Largest request body, bytes (→ 413 `body-too-large`). 8 MiB: twice the largest
-    /// component the engine accepts by default, so an oversized component is reported by
-    /// the validator as `too-large` with its size rather than cut off here.
+    /// Largest upload body (a component), bytes (→ 413 `body-too-large`). 8 MiB: twice
+    /// the largest component the engine accepts by default, so an oversized component is
+    /// reported by the validator as `too-large` with its size rather than cut off here.
     pub max_body_bytes: usize,
+    /// Largest `POST /v1/select` body, bytes (→ 413 `body-too-large`). 2 MiB: a request at
+    /// `max_slots` (10,000) with every worker field and every input column is ~1.3 MB.
+    pub max_select_body_bytes: usize,
+    /// Largest body of the other routes (tenants, routers, assignments), bytes (→ 413
+    /// `body-too-large`). 64 KiB: these bodies are a name or an assignment, < 1 KB.
+    pub max_management_body_bytes: usize,
+    /// Time allowed to receive a whole body once the headers are in, ms (→ 408
+    /// `body-timeout`). 10 s: an 8 MiB upload over a slow 10 Mbit/s link takes ~7 s.
+    pub body_read_timeout_ms: u64,
+    /// Time allowed to receive a request's headers, ms, also the longest a kept-alive
+    /// connection may sit idle; the connection is then closed. 10 s.
+    pub header_read_timeout_ms: u64,
+    /// Open connections at once; one more is answered 503 `overloaded` and closed. 1,024:
+    /// routers keep pools of tens of connections each; every connection costs a task and
+    /// up to 64 KiB of header buffer.
+    pub max_connections: usize,
+    /// Selections in flight at once, from the moment the caller is authenticated to the
+    /// answer (body read included); one more is answered 503 `overloaded`. 64: each runs
+    /// on a blocking thread and takes one guest instance, so this stays well under the
+    /// engine's `max_instances` (256) and bounds the request memory held at once
+    /// (64 × `max_select_body_bytes`).
+    pub max_inflight_selections: usize,
     /// Uploads one tenant may make in any 60 s window (→ 429 `rate-limited`). 60: a CI
     /// pipeline pushing on every commit stays far below; each upload costs a compile.
     pub uploads_per_minute: usize,
@@ -36,18 +63,181 @@ pub struct ServiceLimits {
     /// tenant's burst (many versions, many concurrent selects) holds at most 16 of the
     /// pool's slots and never starves another tenant's instances.
     pub max_in_flight_per_tenant: usize,
+    /// What one selection request may ask for (workers, `dp_size`, slots, taints, prefix
+    /// hashes, prompt blocks; → 400 `invalid-input` naming the limit). The fields of
+    /// [`RequestLimitsConfig`], flat in `[service]`.
+    pub requests: RequestLimits,
 }
 
-impl Default for ServiceLimits {
+/// `[service]` as written: every field optional (the default), no unknown ones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServiceConfig {
+    pub max_body_bytes: usize,
+    pub max_select_body_bytes: usize,
+    pub max_management_body_bytes: usize,
+    pub body_read_timeout_ms: u64,
+    pub header_read_timeout_ms: u64,
+    pub max_connections: usize,
+    pub max_inflight_selections: usize,
+    pub uploads_per_minute: usize,
+    pub max_policies_per_tenant: usize,
+    pub compile_concurrency: usize,
+    pub idle_instances_per_version: usize,
+    pub max_idle_instances: usize,
+    pub max_in_flight_per_tenant: usize,
+    pub max_workers: usize,
+    pub max_dp_size: u32,
+    pub max_slots: usize,
+    pub max_taints_per_worker: usize,
+    pub max_preferred_taints: usize,
+    pub max_prefix_hashes: usize,
+    pub max_prompt_blocks: u32,
+}
+
+impl Default for ServiceConfig {
     fn default() -> Self {
+        let r = RequestLimitsConfig::default();
         Self {
             max_body_bytes: 8 << 20,
+            max_select_body_bytes: 2 << 20,
+            max_management_body_bytes: 64 << 10,
+            body_read_timeout_ms: 10_000,
+            header_read_timeout_ms: 10_000,
+            max_connections: 1_024,
+            max_inflight_selections: 64,
             uploads_per_minute: 60,
             max_policies_per_tenant: 32,
             compile_concurrency: 1,
             idle_instances_per_version: 8,
             max_idle_instances: 64,
             max_in_flight_per_tenant: 16,
+            max_workers: r.max_workers,
+            max_dp_size: r.max_dp_size,
+            max_slots: r.max_slots,
+            max_taints_per_worker: r.max_taints_per_worker,
+            max_preferred_taints: r.max_preferred_taints,
+            max_prefix_hashes: r.max_prefix_hashes,
+            max_prompt_blocks: r.max_prompt_blocks,
         }
+    }
+}
+
+impl TryFrom<ServiceConfig> for ServiceLimits {
+    type Error = String;
+
+    /// Every size, time and count must be at least 1 (`idle_instances_per_version` and
+    /// `uploads_per_minute` may be 0: keep no idle instance, accept no upload).
+    fn try_from(c: ServiceConfig) -> Result<Self, String> {
+        let positive = [
+            ("max_body_bytes", c.max_body_bytes as u64),
+            ("max_select_body_bytes", c.max_select_body_bytes as u64),
+            ("max_management_body_bytes", c.max_management_body_bytes as u64),
+            ("body_read_timeout_ms", c.body_read_timeout_ms),
+            ("header_read_timeout_ms", c.header_read_timeout_ms),
+            ("max_connections", c.max_connections as u64),
+            ("max_inflight_selections", c.max_inflight_selections as u64),
+            ("max_policies_per_tenant", c.max_policies_per_tenant as u64),
+            ("compile_concurrency", c.compile_concurrency as u64),
+            ("max_in_flight_per_tenant", c.max_in_flight_per_tenant as u64),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("[service] {name} must be at least 1"));
+        }
+        // tokio's semaphores hold at most this many permits.
+        let most = tokio::sync::Semaphore::MAX_PERMITS;
+        for (name, v) in
+            [("max_connections", c.max_connections), ("max_inflight_selections", c.max_inflight_selections)]
+        {
+            if v > most {
+                return Err(format!("[service] {name} {v} is over {most}"));
+            }
+        }
+        let requests = RequestLimits::new(RequestLimitsConfig {
+            max_workers: c.max_workers,
+            max_dp_size: c.max_dp_size,
+            max_slots: c.max_slots,
+            max_taints_per_worker: c.max_taints_per_worker,
+            max_preferred_taints: c.max_preferred_taints,
+            max_prefix_hashes: c.max_prefix_hashes,
+            max_prompt_blocks: c.max_prompt_blocks,
+        })
+        .map_err(|e| format!("[service] {e}"))?;
+        Ok(Self {
+            max_body_bytes: c.max_body_bytes,
+            max_select_body_bytes: c.max_select_body_bytes,
+            max_management_body_bytes: c.max_management_body_bytes,
+            body_read_timeout_ms: c.body_read_timeout_ms,
+            header_read_timeout_ms: c.header_read_timeout_ms,
+            max_connections: c.max_connections,
+            max_inflight_selections: c.max_inflight_selections,
+            uploads_per_minute: c.uploads_per_minute,
+            max_policies_per_tenant: c.max_policies_per_tenant,
+            compile_concurrency: c.compile_concurrency,
+            idle_instances_per_version: c.idle_instances_per_version,
+            max_idle_instances: c.max_idle_instances,
+            max_in_flight_per_tenant: c.max_in_flight_per_tenant,
+            requests,
+        })
+    }
+}
+
+impl ServiceLimits {
+    /// Checks limits built in code rather than read from `[service]` (which is checked
+    /// as it is read): the same rules.
+    pub fn validate(&self) -> Result<(), String> {
+        let r = self.requests.config();
+        let config = ServiceConfig {
+            max_body_bytes: self.max_body_bytes,
+            max_select_body_bytes: self.max_select_body_bytes,
+            max_management_body_bytes: self.max_management_body_bytes,
+            body_read_timeout_ms: self.body_read_timeout_ms,
+            header_read_timeout_ms: self.header_read_timeout_ms,
+            max_connections: self.max_connections,
+            max_inflight_selections: self.max_inflight_selections,
+            uploads_per_minute: self.uploads_per_minute,
+            max_policies_per_tenant: self.max_policies_per_tenant,
+            compile_concurrency: self.compile_concurrency,
+            idle_instances_per_version: self.idle_instances_per_version,
+            max_idle_instances: self.max_idle_instances,
+            max_in_flight_per_tenant: self.max_in_flight_per_tenant,
+            max_workers: r.max_workers,
+            max_dp_size: r.max_dp_size,
+            max_slots: r.max_slots,
+            max_taints_per_worker: r.max_taints_per_worker,
+            max_preferred_taints: r.max_preferred_taints,
+            max_prefix_hashes: r.max_prefix_hashes,
+            max_prompt_blocks: r.max_prompt_blocks,
+        };
+        Self::try_from(config).map(|_| ())
+    }
+}
+
+impl Default for ServiceLimits {
+    fn default() -> Self {
+        Self::try_from(ServiceConfig::default()).expect("the defaults are valid")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flat_table_is_validated_into_limits() {
+        let limits: ServiceLimits =
+            serde_json::from_str(r#"{"max_dp_size": 8, "max_inflight_selections": 3}"#).unwrap();
+        assert_eq!(limits.requests.config().max_dp_size, 8);
+        assert_eq!(limits.max_inflight_selections, 3);
+        assert_eq!(limits.max_select_body_bytes, 2 << 20);
+        let zero = serde_json::from_str::<ServiceLimits>(r#"{"max_connections": 0}"#).unwrap_err();
+        assert!(zero.to_string().contains("max_connections must be at least 1"), "{zero}");
+        let slots = serde_json::from_str::<ServiceLimits>(r#"{"max_slots": 0}"#).unwrap_err();
+        assert!(slots.to_string().contains("max_slots must be at least 1"), "{slots}");
+        let unknown = serde_json::from_str::<ServiceLimits>(r#"{"max_dp": 1}"#).unwrap_err();
+        assert!(unknown.to_string().contains("unknown field"), "{unknown}");
+        assert!(ServiceLimits::default().validate().is_ok());
+        let bad = ServiceLimits { max_inflight_selections: 0, ..ServiceLimits::default() };
+        assert!(bad.validate().unwrap_err().contains("max_inflight_selections"));
     }
 }

@@ -1,27 +1,100 @@
-//! The HTTP surface: routes, authentication, bounded bodies. Handlers are thin: the
-//! work is in `manage` and `select`.
+//! The HTTP surface: the accept loop, routes, authentication, bounded bodies. Handlers
+//! are thin: the work is in `manage` and `select`.
+//!
+//! What a client can make the server hold is bounded before it is held:
+//! - connections: at most `max_connections` open (one more is answered 503 `overloaded`
+//!   and closed); headers must arrive within `header_read_timeout_ms`, which is also the
+//!   longest a kept-alive connection may idle; at most [`MAX_HEADER_BUFFER`] of them;
+//! - bodies: every route authenticates from the headers first, so a refused caller never
+//!   gets a byte of its body buffered; then each route reads at most its own limit
+//!   (`max_body_bytes` for uploads, `max_select_body_bytes`, `max_management_body_bytes`)
+//!   within `body_read_timeout_ms`;
+//! - selections: at most `max_inflight_selections` from authentication to answer, each
+//!   on a blocking thread (one more is answered 503 `overloaded`).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use http_body_util::BodyExt;
-use serde_json::Value;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 
-use crate::auth::{Principal, identify};
+use crate::auth::{Principal, identify, require_admin, require_tenant};
+use crate::config::ServiceLimits;
 use crate::error::ApiError;
 use crate::state::Service;
 
-type Svc = State<Arc<Service>>;
+/// The most a connection buffers while reading a request's headers (hyper's read
+/// buffer): a request whose headers are larger is refused. Our requests' headers are a
+/// few hundred bytes.
+pub const MAX_HEADER_BUFFER: usize = 64 << 10;
+
+/// The longest a refused request's body is read (and dropped) so that a client still
+/// sending it sees the answer rather than a reset connection. Never buffered.
+const REFUSAL_DRAIN: Duration = Duration::from_secs(1);
+
+/// Server-wide caps and what they refused.
+pub struct Gate {
+    connections: Arc<Semaphore>,
+    max_connections: usize,
+    selections: Arc<Semaphore>,
+    max_selections: usize,
+    refused_connections: AtomicU64,
+    refused_selections: AtomicU64,
+}
+
+impl Gate {
+    pub fn new(limits: &ServiceLimits) -> Self {
+        Self {
+            connections: Arc::new(Semaphore::new(limits.max_connections)),
+            max_connections: limits.max_connections,
+            selections: Arc::new(Semaphore::new(limits.max_inflight_selections)),
+            max_selections: limits.max_inflight_selections,
+            refused_connections: AtomicU64::new(0),
+            refused_selections: AtomicU64::new(0),
+        }
+    }
+
+    /// Selections between authentication and answer now.
+    pub fn selections_in_flight(&self) -> usize {
+        self.max_selections - self.selections.available_permits()
+    }
+
+    /// Connections open now.
+    pub fn connections_open(&self) -> usize {
+        self.max_connections - self.connections.available_permits()
+    }
+}
+
+/// What every handler sees.
+pub struct Http {
+    service: Arc<Service>,
+    gate: Arc<Gate>,
+}
+
+type Svc = State<Arc<Http>>;
 type Answer = Result<Response, ApiError>;
 
-/// Every route of the service.
+/// Every route of the service, with a [`Gate`] of its own.
 pub fn router(service: Arc<Service>) -> Router {
+    let gate = Arc::new(Gate::new(&service.limits));
+    app(service, gate)
+}
+
+fn app(service: Arc<Service>, gate: Arc<Gate>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
@@ -33,123 +106,330 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/v1/tenants/{tenant}/classes/{class}", put(assign))
         .route("/v1/select", post(select))
         .fallback(|| async { ApiError::not_found("not-found", "no such endpoint") })
-        .with_state(service)
+        .with_state(Arc::new(Http { service, gate }))
 }
 
-/// Reads at most `limit` bytes. A larger body is read to its end (up to 4× the limit)
-/// and discarded, so the client gets its 413 instead of a reset connection.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body-too-large",
-            format!("the body is larger than {limit} bytes (`max_body_bytes`)"),
-        )
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit.saturating_mul(4)) {
-        return Err(too_large());
-    }
-    let mut body = body;
-    let mut bytes = Vec::new();
-    let mut seen = 0usize;
-    while let Some(frame) = body.frame().await {
-        let frame =
-            frame.map_err(|e| ApiError::bad_request("invalid-body", format!("reading the body: {e}")))?;
-        if let Ok(data) = frame.into_data() {
-            seen = seen.saturating_add(data.len());
-            if seen > limit.saturating_mul(4) {
-                break;
+/// Serves HTTP/1.1 on `listener` until `shutdown` completes, then lets open connections
+/// finish (at most 10 s). At most `max_connections` are served at once; one more is
+/// answered 503 `overloaded` and closed. An accept error (e.g. out of file descriptors)
+/// is waited out, never fatal.
+pub async fn serve(
+    listener: TcpListener,
+    service: Arc<Service>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let limits = service.limits.clone();
+    let gate = Arc::new(Gate::new(&limits));
+    let app = app(service, gate.clone());
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms))
+        .max_buf_size(MAX_HEADER_BUFFER);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    eprintln!("switchyard serve: accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = gate.connections.clone().try_acquire_owned() else {
+            gate.refused_connections.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(refuse_connection(stream, gate.max_connections));
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let connection =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let mut stopped = stopped.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = stopped.changed() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
             }
-            if seen <= limit {
-                bytes.extend_from_slice(&data);
+        });
+    }
+    let _ = stop.send(true);
+    let all = u32::try_from(gate.max_connections).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(Duration::from_secs(10), gate.connections.acquire_many(all)).await;
+    Ok(())
+}
+
+/// Answers a connection over `max_connections` with 503 `overloaded` and closes it,
+/// after reading (and dropping) briefly what the client sent, so it sees the answer.
+async fn refuse_connection(mut stream: TcpStream, max: usize) {
+    let body = json!({ "error": {
+        "kind": "overloaded",
+        "message": format!("the server has {max} connections open, the most `max_connections` allows; retry"),
+    }})
+    .to_string();
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_millis(500), async {
+        stream.write_all(response.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut budget = 64 << 10;
+        while budget > 0 {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => budget -= n.min(budget),
             }
         }
+        std::io::Result::Ok(())
+    })
+    .await;
+}
+
+/// A route's body limit: its bytes and the setting's name (for the 413's message).
+#[derive(Clone, Copy)]
+enum Limit {
+    Upload,
+    Select,
+    Management,
+}
+
+impl Limit {
+    fn bytes(self, limits: &ServiceLimits) -> usize {
+        match self {
+            Limit::Upload => limits.max_body_bytes,
+            Limit::Select => limits.max_select_body_bytes,
+            Limit::Management => limits.max_management_body_bytes,
+        }
     }
-    if seen > limit { Err(too_large()) } else { Ok(bytes) }
+
+    fn name(self) -> &'static str {
+        match self {
+            Limit::Upload => "max_body_bytes",
+            Limit::Select => "max_select_body_bytes",
+            Limit::Management => "max_management_body_bytes",
+        }
+    }
 }
 
-fn who(service: &Service, headers: &HeaderMap) -> Result<Principal, ApiError> {
-    identify(headers, &service.admin_sha256, service.snapshot().manifest())
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
 }
 
-fn json(status: StatusCode, value: Value) -> Response {
+impl Http {
+    fn limits(&self) -> &ServiceLimits {
+        &self.service.limits
+    }
+
+    fn who(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
+        identify(headers, &self.service.admin_sha256, self.service.snapshot().manifest())
+    }
+
+    /// Reads the body, at most `limit`'s bytes, within `body_read_timeout_ms`. A body
+    /// over the limit is refused 413 `body-too-large` naming the limit: when it declares
+    /// a length over 4× the limit at once, unread; otherwise after reading it to its end
+    /// (dropping what is over the limit), so the client sees the answer rather than a
+    /// reset connection. A body not received in time is 408 `body-timeout`.
+    async fn read_body(&self, headers: &HeaderMap, body: Body, limit: Limit) -> Result<Vec<u8>, ApiError> {
+        let max = limit.bytes(self.limits());
+        let too_large = || {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body-too-large",
+                format!("the body is larger than {max} bytes (`{}`)", limit.name()),
+            )
+        };
+        let drain_cap = max.saturating_mul(4);
+        if declared_length(headers).is_some_and(|n| n > drain_cap as u64) {
+            return Err(too_large());
+        }
+        let timeout = Duration::from_millis(self.limits().body_read_timeout_ms);
+        let read = async {
+            let mut body = body;
+            let mut bytes = Vec::new();
+            let mut seen = 0usize;
+            while let Some(frame) = body.frame().await {
+                let frame = frame
+                    .map_err(|e| ApiError::bad_request("invalid-body", format!("reading the body: {e}")))?;
+                if let Ok(data) = frame.into_data() {
+                    seen = seen.saturating_add(data.len());
+                    if seen > drain_cap {
+                        break;
+                    }
+                    if seen <= max {
+                        bytes.extend_from_slice(&data);
+                    }
+                }
+            }
+            if seen > max { Err(too_large()) } else { Ok(bytes) }
+        };
+        match tokio::time::timeout(timeout, read).await {
+            Ok(result) => result,
+            Err(_) => Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body-timeout",
+                format!("the body did not arrive within {} ms (`body_read_timeout_ms`)", timeout.as_millis()),
+            )),
+        }
+    }
+
+    /// `refusal`, after reading and dropping at most `limit`'s bytes of the body for at
+    /// most [`REFUSAL_DRAIN`] (nothing is kept), so a client still sending sees the
+    /// answer. A body declared over the limit is not read at all.
+    async fn refuse(&self, refusal: ApiError, headers: &HeaderMap, body: Body, limit: Limit) -> ApiError {
+        let max = limit.bytes(self.limits());
+        if declared_length(headers).is_none_or(|n| n <= max as u64) {
+            let within = REFUSAL_DRAIN.min(Duration::from_millis(self.limits().body_read_timeout_ms));
+            let _ = tokio::time::timeout(within, async {
+                let mut body = body;
+                let mut seen = 0usize;
+                while let Some(Ok(frame)) = body.frame().await {
+                    if let Ok(data) = frame.into_data() {
+                        seen = seen.saturating_add(data.len());
+                        if seen > max {
+                            break;
+                        }
+                    }
+                }
+            })
+            .await;
+        }
+        refusal
+    }
+
+    /// The caller, if `allowed`; else the refusal, without buffering the body.
+    async fn authorize(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        limit: Limit,
+        allowed: impl FnOnce(&Principal) -> Result<(), ApiError>,
+    ) -> Result<(Principal, Body), ApiError> {
+        match self.who(headers).and_then(|who| allowed(&who).map(|()| who)) {
+            Ok(who) => Ok((who, body)),
+            Err(refusal) => Err(self.refuse(refusal, headers, body, limit).await),
+        }
+    }
+}
+
+fn json_answer(status: StatusCode, value: Value) -> Response {
     (status, axum::Json(value)).into_response()
 }
 
-async fn metrics(State(service): Svc) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], service.render_metrics()).into_response()
+async fn metrics(State(http): Svc) -> Response {
+    let mut text = http.service.render_metrics();
+    let gate = &http.gate;
+    let rejected = http.service.engine.artifact_cache().map_or(0, |cache| cache.rejected());
+    text.push_str(&format!(
+        "# HELP switchyard_overloaded_total Requests refused because a server-wide cap was reached, by the cap.\n\
+         # TYPE switchyard_overloaded_total counter\n\
+         switchyard_overloaded_total{{limit=\"max_connections\"}} {}\n\
+         switchyard_overloaded_total{{limit=\"max_inflight_selections\"}} {}\n\
+         # HELP switchyard_selections_in_flight Selections between authentication and answer.\n\
+         # TYPE switchyard_selections_in_flight gauge\n\
+         switchyard_selections_in_flight {}\n\
+         # HELP switchyard_connections_open Open client connections.\n\
+         # TYPE switchyard_connections_open gauge\n\
+         switchyard_connections_open {}\n\
+         # HELP switchyard_artifacts_rejected_total Cached compiled artifacts refused (digest, owner, mode or symlink check) and recompiled instead.\n\
+         # TYPE switchyard_artifacts_rejected_total counter\n\
+         switchyard_artifacts_rejected_total {rejected}\n",
+        gate.refused_connections.load(Ordering::Relaxed),
+        gate.refused_selections.load(Ordering::Relaxed),
+        gate.selections_in_flight(),
+        gate.connections_open(),
+    ));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
-async fn add_tenant(State(service): Svc, headers: HeaderMap, body: Body) -> Answer {
-    let body = read_body(&headers, body, service.limits.max_body_bytes).await?;
-    let who = who(&service, &headers)?;
-    Ok(json(StatusCode::CREATED, service.add_tenant(&who, &body).await?))
+async fn add_tenant(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
+    let (who, body) = http.authorize(&headers, body, Limit::Management, require_admin).await?;
+    let body = http.read_body(&headers, body, Limit::Management).await?;
+    Ok(json_answer(StatusCode::CREATED, http.service.add_tenant(&who, &body).await?))
 }
 
-async fn add_router(State(service): Svc, headers: HeaderMap, body: Body) -> Answer {
-    let body = read_body(&headers, body, service.limits.max_body_bytes).await?;
-    let who = who(&service, &headers)?;
-    Ok(json(StatusCode::CREATED, service.add_router(&who, &body).await?))
+async fn add_router(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
+    let (who, body) = http.authorize(&headers, body, Limit::Management, require_admin).await?;
+    let body = http.read_body(&headers, body, Limit::Management).await?;
+    Ok(json_answer(StatusCode::CREATED, http.service.add_router(&who, &body).await?))
 }
 
-async fn list(State(service): Svc, headers: HeaderMap, Path(tenant): Path<String>) -> Answer {
-    let who = who(&service, &headers)?;
-    Ok(json(StatusCode::OK, service.list(&who, &tenant)?))
+async fn list(State(http): Svc, headers: HeaderMap, Path(tenant): Path<String>) -> Answer {
+    let who = http.who(&headers)?;
+    Ok(json_answer(StatusCode::OK, http.service.list(&who, &tenant)?))
 }
 
 async fn upload(
-    State(service): Svc,
+    State(http): Svc,
     headers: HeaderMap,
     Path((tenant, name)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
     body: Body,
 ) -> Answer {
-    // Authenticate before keeping a possibly large body; a refused body is still read
-    // (and dropped) so the client sees the answer rather than a reset connection.
-    let limit = service.limits.max_body_bytes;
-    let who = match who(&service, &headers).and_then(|w| crate::auth::require_tenant(&w, &tenant).map(|()| w))
-    {
-        Ok(who) => who,
-        Err(e) => {
-            let _ = read_body(&headers, body, limit).await;
-            return Err(e);
-        }
-    };
-    let bytes = read_body(&headers, body, limit).await?;
+    let (who, body) = http.authorize(&headers, body, Limit::Upload, |w| require_tenant(w, &tenant)).await?;
+    let bytes = http.read_body(&headers, body, Limit::Upload).await?;
     let params = query.get("params").cloned();
-    Ok(json(StatusCode::CREATED, service.upload(&who, &tenant, &name, params, bytes).await?))
+    Ok(json_answer(StatusCode::CREATED, http.service.upload(&who, &tenant, &name, params, bytes).await?))
 }
 
 async fn rollback(
-    State(service): Svc,
+    State(http): Svc,
     headers: HeaderMap,
     Path((tenant, name)): Path<(String, String)>,
 ) -> Answer {
-    let who = who(&service, &headers)?;
-    Ok(json(StatusCode::OK, service.rollback(&who, &tenant, &name).await?))
+    let who = http.who(&headers)?;
+    Ok(json_answer(StatusCode::OK, http.service.rollback(&who, &tenant, &name).await?))
 }
 
 async fn assign(
-    State(service): Svc,
+    State(http): Svc,
     headers: HeaderMap,
     Path((tenant, class)): Path<(String, String)>,
     body: Body,
 ) -> Answer {
-    let body = read_body(&headers, body, service.limits.max_body_bytes).await?;
-    let who = who(&service, &headers)?;
-    Ok(json(StatusCode::OK, service.assign(&who, &tenant, &class, &body).await?))
+    let (who, body) =
+        http.authorize(&headers, body, Limit::Management, |w| require_tenant(w, &tenant)).await?;
+    let body = http.read_body(&headers, body, Limit::Management).await?;
+    Ok(json_answer(StatusCode::OK, http.service.assign(&who, &tenant, &class, &body).await?))
 }
 
-async fn select(State(service): Svc, headers: HeaderMap, body: Body) -> Answer {
-    let body = read_body(&headers, body, service.limits.max_body_bytes).await?;
-    let who = who(&service, &headers)?;
-    // Guest calls are CPU work: keep them off the async workers.
-    let answer = tokio::task::spawn_blocking(move || service.select(&who, &body))
-        .await
-        .map_err(|e| ApiError::internal(format!("the selection thread: {e}")))??;
-    Ok(json(StatusCode::OK, answer))
+async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
+    // Who may select for which tenant is in the body; whether the caller is anyone at
+    // all is in the headers, and is settled first.
+    let (who, body) = http.authorize(&headers, body, Limit::Select, |_| Ok(())).await?;
+    let Ok(permit) = http.gate.selections.clone().try_acquire_owned() else {
+        http.gate.refused_selections.fetch_add(1, Ordering::Relaxed);
+        let refusal = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            format!(
+                "{} selections are in flight, the most `max_inflight_selections` allows; retry",
+                http.gate.max_selections
+            ),
+        );
+        let refusal = http.refuse(refusal, &headers, body, Limit::Select).await;
+        let mut response = refusal.into_response();
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return Ok(response);
+    };
+    let body = http.read_body(&headers, body, Limit::Select).await?;
+    let service = http.service.clone();
+    // Guest calls are CPU work: keep them off the async workers. The permit is held until
+    // the selection is done, even if the client has gone.
+    let answer = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        service.select(&who, &body)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the selection thread: {e}")))??;
+    Ok(json_answer(StatusCode::OK, answer))
 }

@@ -47,6 +47,7 @@ pub struct ServeOptions {
 /// and scripts read the port from it when listening on port 0), and serves until
 /// interrupted.
 pub fn run(options: ServeOptions) -> anyhow::Result<()> {
+    options.limits.validate().map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let admin_env = std::env::var("SWITCHYARD_ADMIN_TOKEN").ok();
@@ -64,11 +65,10 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         }
         println!("listening on http://{addr}");
         std::io::stdout().flush()?;
-        axum::serve(listener, http::router(service))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+        http::serve(listener, service, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
         Ok(())
     })
 }

@@ -107,7 +107,8 @@ impl Service {
         let request: RequestJson =
             serde_json::from_value(value).map_err(|e| invalid(format!("request JSON: {e}")))?;
         let class = request.classifier_class.clone().or_else(|| request.policy_class.clone());
-        let (table, request) = request.into_parts().map_err(|e| invalid(e.to_string()))?;
+        let (table, request) =
+            request.into_parts_within(&self.limits.requests).map_err(|e| invalid(e.to_string()))?;
 
         let started = Instant::now();
         let route = self

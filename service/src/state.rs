@@ -295,6 +295,18 @@ impl Service {
         engine_limits: Limits,
         admin_token: Option<String>,
     ) -> anyhow::Result<Arc<Self>> {
+        // Selections in flight, idle instances and uploads' configure checks each hold a
+        // slot of the engine's pool: together they must fit, so the pool never runs out.
+        let needed = limits.max_inflight_selections + limits.max_idle_instances + limits.compile_concurrency;
+        if needed > engine_limits.max_instances as usize {
+            anyhow::bail!(
+                "[service] max_inflight_selections ({}) + max_idle_instances ({}) + compile_concurrency ({}) = {needed} exceed [limits] max_instances ({})",
+                limits.max_inflight_selections,
+                limits.max_idle_instances,
+                limits.compile_concurrency,
+                engine_limits.max_instances
+            );
+        }
         let store = Store::open(data_dir)
             .map_err(|e| anyhow::anyhow!("opening the data dir {}: {e}", data_dir.display()))?;
         let manifest = store.load_manifest().map_err(anyhow::Error::msg)?;

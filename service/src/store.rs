@@ -3,18 +3,24 @@
 //! `kill -9` or a power cut a file is either the old one or the new one, never half.
 //!
 //! Layout: `manifest.json` (tenants, token hashes, policies, versions, assignments),
-//! `blobs/<sha256>.wasm` (the uploaded bytes), `admin.token` (mode 0600, see `auth`).
+//! `blobs/<sha256>.wasm` (the uploaded bytes), `admin.token` (see `auth`), `lock`.
 //! A blob is written before the manifest that names it, so a manifest never points at a
 //! missing blob.
+//!
+//! Owner-only: the directory and `blobs/` are 0700 and owned by this process's user,
+//! every file 0600 (modes left wider by an older version are narrowed at open); files
+//! are opened without following symlinks. One server at a time: [`Store::open`] takes an
+//! exclusive lock on `lock` for the store's lifetime, and a second server on the same
+//! directory is refused.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use switchyard::FailMode;
+use switchyard::cache::{is_temp_name, private_dir, read_private, write_private};
 
 /// The manifest format this build writes and reads.
 const FORMAT: u32 = 1;
@@ -84,24 +90,42 @@ pub struct Assignment {
     pub on_fault: FailMode,
 }
 
-/// The data directory.
+/// The data directory, locked for this process.
 pub struct Store {
     dir: PathBuf,
+    /// Holds the exclusive lock on `lock` while the store lives.
+    _lock: File,
 }
 
+/// The largest manifest read back (it holds token hashes and version records).
+const MAX_MANIFEST_BYTES: u64 = 256 << 20;
+/// The largest blob read back: far over any component the engine accepts.
+const MAX_BLOB_BYTES: u64 = 1 << 30;
+
 impl Store {
-    /// Opens (creating) the data directory and removes temp files a crash left behind.
+    /// Opens (creating) the data directory owner-only, takes its lock (refused while
+    /// another process holds it), narrows file modes to 0600 and removes temp files a
+    /// crash left behind.
     pub fn open(dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir.join("blobs"))?;
+        private_dir(dir)?;
+        let lock = lock(dir)?;
+        private_dir(&dir.join("blobs"))?;
         for sub in [dir.to_path_buf(), dir.join("blobs")] {
             for entry in std::fs::read_dir(&sub)? {
-                let path = entry?.path();
-                if path.extension().is_some_and(|e| e == "tmp") {
+                let entry = entry?;
+                let path = entry.path();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if path.extension().is_some_and(|e| e == "tmp") || is_temp_name(&name) {
                     let _ = std::fs::remove_file(path);
+                    continue;
+                }
+                let meta = std::fs::symlink_metadata(&path)?;
+                if meta.is_file() && meta.uid() == switchyard::cache::euid() && meta.mode() & 0o077 != 0 {
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
                 }
             }
         }
-        Ok(Self { dir: dir.to_path_buf() })
+        Ok(Self { dir: dir.to_path_buf(), _lock: lock })
     }
 
     pub fn dir(&self) -> &Path {
@@ -111,7 +135,7 @@ impl Store {
     /// The committed manifest; empty on first start.
     pub fn load_manifest(&self) -> Result<Manifest, String> {
         let path = self.dir.join("manifest.json");
-        let text = match std::fs::read(&path) {
+        let text = match read_private(&path, MAX_MANIFEST_BYTES) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Manifest { format: FORMAT, ..Manifest::default() });
@@ -135,36 +159,50 @@ impl Store {
     /// Stores component bytes under their sha256 (a no-op if present).
     pub fn write_blob(&self, sha256: &str, bytes: &[u8]) -> std::io::Result<()> {
         let name = format!("{sha256}.wasm");
-        if self.dir.join("blobs").join(&name).is_file() {
+        let present =
+            std::fs::symlink_metadata(self.dir.join("blobs").join(&name)).is_ok_and(|m| m.is_file());
+        if present {
             return Ok(());
         }
         atomic_write(&self.dir.join("blobs"), &name, bytes)
     }
 
     pub fn read_blob(&self, sha256: &str) -> std::io::Result<Vec<u8>> {
-        std::fs::read(self.dir.join("blobs").join(format!("{sha256}.wasm")))
+        read_private(&self.dir.join("blobs").join(format!("{sha256}.wasm")), MAX_BLOB_BYTES)
     }
 }
 
-/// Writes `dir/name` so that it is either absent/old or complete: a uniquely named temp
-/// file, fsync, rename over the target, fsync of the directory (which makes the rename
-/// itself durable).
-pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let temp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
-    let result = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&temp, dir.join(name))?;
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
+/// Takes the exclusive lock on `dir/lock`, without waiting: a second server on the same
+/// directory gets a clear error instead of two writers of one manifest.
+fn lock(dir: &Path) -> std::io::Result<File> {
+    let path = dir.join("lock");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(std::io::Error::new(
+            std::io::ErrorKind::WouldBlock,
+            format!(
+                "{} is in use by another switchyard serve (it holds the lock on {}); stop it or use another --data-dir",
+                dir.display(),
+                path.display()
+            ),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
-    result
+}
+
+/// Writes `dir/name` owner-only so that it is either absent/old or complete (see
+/// [`write_private`]: a temp name unique to the write, fsync, rename, fsync of the
+/// directory).
+pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    write_private(dir, name, bytes)
 }
 
 #[cfg(test)]
@@ -189,6 +227,7 @@ mod tests {
         store.write_manifest(&manifest).unwrap();
         // What a kill between write and rename leaves behind.
         std::fs::write(dir.join(".manifest.json.1.0.tmp"), b"{\"half").unwrap();
+        drop(store);
         let store = Store::open(&dir).unwrap();
         assert_eq!(store.load_manifest().unwrap(), manifest);
         assert!(!dir.join(".manifest.json.1.0.tmp").exists());
@@ -200,9 +239,35 @@ mod tests {
     fn a_corrupt_or_foreign_manifest_is_an_error_not_an_empty_store() {
         let dir = temp("corrupt");
         let store = Store::open(&dir).unwrap();
-        std::fs::write(dir.join("manifest.json"), b"{\"format\": 1, \"tenants\": ").unwrap();
+        atomic_write(&dir, "manifest.json", b"{\"format\": 1, \"tenants\": ").unwrap();
         assert!(store.load_manifest().unwrap_err().contains("manifest.json"));
-        std::fs::write(dir.join("manifest.json"), b"{\"format\": 9, \"tenants\": {}}").unwrap();
+        atomic_write(&dir, "manifest.json", b"{\"format\": 9, \"tenants\": {}}").unwrap();
         assert!(store.load_manifest().unwrap_err().contains("format 9"));
+    }
+
+    #[test]
+    fn the_data_dir_is_owner_only_locked_and_never_read_through_a_symlink() {
+        let dir = temp("private");
+        std::fs::create_dir_all(dir.join("blobs")).unwrap();
+        // What an older version left: a world-readable directory and blob.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(dir.join("blobs/00aa.wasm"), b"old").unwrap();
+        std::fs::set_permissions(dir.join("blobs/00aa.wasm"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        let store = Store::open(&dir).unwrap();
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o777;
+        assert_eq!((mode(&dir), mode(&dir.join("blobs"))), (0o700, 0o700));
+        assert_eq!(mode(&dir.join("blobs/00aa.wasm")), 0o600);
+        store.write_manifest(&Manifest { format: FORMAT, ..Manifest::default() }).unwrap();
+        store.write_blob("00ff", b"bytes").unwrap();
+        assert_eq!((mode(&dir.join("manifest.json")), mode(&dir.join("blobs/00ff.wasm"))), (0o600, 0o600));
+        // A second store on the same directory is refused while the first lives.
+        let second = Store::open(&dir).err().expect("locked");
+        assert!(second.to_string().contains("in use by another switchyard serve"), "{second}");
+        // A blob that is a symlink is not followed.
+        std::os::unix::fs::symlink(dir.join("blobs/00ff.wasm"), dir.join("blobs/00bb.wasm")).unwrap();
+        assert!(store.read_blob("00bb").unwrap_err().to_string().contains("symbolic link"));
+        drop(store);
+        assert!(Store::open(&dir).is_ok(), "the lock goes with the store");
     }
 }

@@ -13,6 +13,7 @@ mod replay;
 mod sandbox_cli;
 mod server;
 mod service;
+mod service_hostile;
 mod service_load;
 mod service_quarantine;
 mod service_shares;

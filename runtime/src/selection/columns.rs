@@ -17,6 +17,11 @@ pub struct ColumnBuffers {
     preferred_multiplier: Vec<f64>,
     /// Merge path scratch: the eligible slots and their input rows (`None`: no row).
     rows: Vec<(usize, Option<usize>)>,
+    /// Per worker of the table, its preferred-taint multiplier once computed (NaN: not
+    /// yet): computed once per worker, not once per slot.
+    worker_multiplier: Vec<f64>,
+    /// Scratch for [`SelectionRequest::preferred_multiplier`].
+    taint_matches: Vec<usize>,
 }
 
 impl ColumnBuffers {
@@ -35,9 +40,7 @@ impl ColumnBuffers {
                 self.packed.extend_from_slice(input_column(inputs, column));
             }
             if tainted {
-                let slots = 0..table.slots().len();
-                self.preferred_multiplier
-                    .extend(slots.map(|i| request.preferred_multiplier(table.slot_worker(i).taints())));
+                self.multipliers(table, request, 0..table.slots().len());
             }
             return;
         }
@@ -67,11 +70,30 @@ impl ColumnBuffers {
             }
         }
         if tainted {
-            self.preferred_multiplier.extend(
-                self.rows
-                    .iter()
-                    .map(|&(slot, _)| request.preferred_multiplier(table.slot_worker(slot).taints())),
-            );
+            let rows = std::mem::take(&mut self.rows);
+            self.multipliers(table, request, rows.iter().map(|&(slot, _)| slot));
+            self.rows = rows;
+        }
+    }
+
+    /// Appends the preferred-taint multiplier of each of `slots`, computing each worker's
+    /// once (a worker's ranks share it).
+    fn multipliers(
+        &mut self,
+        table: &WorkerTable,
+        request: &SelectionRequest,
+        slots: impl Iterator<Item = usize>,
+    ) {
+        self.worker_multiplier.clear();
+        self.worker_multiplier.resize(table.workers().len(), f64::NAN);
+        for slot in slots {
+            let worker = table.slot_worker_index(slot);
+            let mut m = self.worker_multiplier[worker];
+            if m.is_nan() {
+                m = request.preferred_multiplier(table.workers()[worker].taints(), &mut self.taint_matches);
+                self.worker_multiplier[worker] = m;
+            }
+            self.preferred_multiplier.push(m);
         }
     }
 
@@ -219,5 +241,59 @@ mod tests {
         let multipliers = dense.view().unwrap().preferred_multiplier().unwrap();
         assert_eq!(multipliers[1], (-(0.5f64).tanh()).exp());
         assert_eq!(multipliers[0], 1.0);
+    }
+
+    /// The multiplier as it was computed before it was linear: a scan of the worker's
+    /// taints for each preferred taint, in the map's order.
+    fn reference(preferred: &BTreeMap<String, f64>, taints: &[String]) -> f64 {
+        let sum: f64 = preferred.iter().filter(|(t, _)| taints.contains(t)).map(|(_, w)| *w).sum();
+        (-sum.tanh()).exp()
+    }
+
+    #[test]
+    fn multipliers_are_bit_identical_to_the_scan_in_map_order() {
+        // Weights of mixed magnitudes and signs, so the summation order shows in the bits;
+        // workers list taints out of order and some twice.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let preferred: BTreeMap<String, f64> = (0..40)
+            .map(|i| (format!("t{i}"), (next() % 2001) as f64 / 7.0 * if i % 3 == 0 { -1e-3 } else { 1.0 }))
+            .collect();
+        let workers: Vec<Worker> = (0..50)
+            .map(|id| {
+                let taints = (0..(next() % 30)).map(|_| format!("t{}", next() % 60)).collect();
+                Worker::new(id, 1 + (next() % 3) as u32, 0, None).with_taints(taints)
+            })
+            .collect();
+        let table = WorkerTable::new(workers).unwrap();
+        let options = RequestOptions { preferred_taints: preferred.clone(), ..Default::default() };
+        let request = SelectionRequest::new(
+            &table,
+            RequestFacts {
+                prompt_tokens: 64,
+                block_size: 16,
+                request_blocks: 4,
+                expected_output_tokens: None,
+                pinned: None,
+                pool: Pool::Aggregated,
+                seed: 1,
+            },
+            options,
+            WorkerInputs::default(),
+        )
+        .unwrap();
+        let mut buffers = ColumnBuffers::default();
+        buffers.materialise(&table, &request, InputGroups::ALL);
+        let multipliers = buffers.view().unwrap().preferred_multiplier().unwrap().to_vec();
+        assert_eq!(multipliers.len(), table.slots().len());
+        for (slot, m) in multipliers.iter().enumerate() {
+            let expected = reference(&preferred, table.slot_worker(slot).taints());
+            assert_eq!(m.to_bits(), expected.to_bits(), "slot {slot}");
+        }
     }
 }

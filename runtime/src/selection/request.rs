@@ -1,7 +1,7 @@
 //! One request to route: its facts, and per-worker inputs as the router's indexes return them.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use switchyard_guest_sdk::{Capacity, Facts, Pool, RequestFacts, WorkerRank};
@@ -115,6 +115,11 @@ pub struct SelectionRequest {
     prefix_hashes: Option<Vec<u64>>,
     policy_class: Option<String>,
     preferred_taints: BTreeMap<String, f64>,
+    /// Each preferred taint's position in `preferred_taints` (the map's order, which is
+    /// the order its weights are summed in), for one lookup per worker taint.
+    preferred_position: HashMap<String, usize>,
+    /// The weights of `preferred_taints`, in the map's order.
+    preferred_weights: Vec<f64>,
     allowed_workers: Option<Vec<u64>>,
     temperature: Option<f64>,
     inputs: WorkerInputs,
@@ -182,11 +187,16 @@ impl SelectionRequest {
             ids.sort_unstable();
             ids.dedup();
         }
+        let preferred_position =
+            options.preferred_taints.keys().enumerate().map(|(i, taint)| (taint.clone(), i)).collect();
+        let preferred_weights = options.preferred_taints.values().copied().collect();
         Ok(Self {
             facts,
             prefix_hashes: options.prefix_hashes,
             policy_class: options.classifier_class.or(options.policy_class),
             preferred_taints: options.preferred_taints,
+            preferred_position,
+            preferred_weights,
             allowed_workers: allowed,
             temperature: options.temperature,
             inputs,
@@ -232,12 +242,21 @@ impl SelectionRequest {
     }
 
     /// Dynamo's preferred-taint multiplier: exp(−tanh(Σ weights of matching taints)).
-    pub(super) fn preferred_multiplier(&self, taints: &[String]) -> f64 {
+    ///
+    /// Linear in the worker's taints: one map lookup per taint, never a scan of the
+    /// worker's list per preferred taint. The matching weights are summed in the
+    /// preferred taints' map order, each once (a taint listed twice counts once), so the
+    /// result is bit-identical to summing over the map and testing membership.
+    /// `scratch` is reused between calls.
+    pub(super) fn preferred_multiplier(&self, taints: &[String], scratch: &mut Vec<usize>) -> f64 {
         if self.preferred_taints.is_empty() {
             return 1.0;
         }
-        let sum: f64 =
-            self.preferred_taints.iter().filter(|(taint, _)| taints.contains(taint)).map(|(_, w)| *w).sum();
+        scratch.clear();
+        scratch.extend(taints.iter().filter_map(|taint| self.preferred_position.get(taint).copied()));
+        scratch.sort_unstable();
+        scratch.dedup();
+        let sum: f64 = scratch.iter().map(|&i| self.preferred_weights[i]).sum();
         (-sum.tanh()).exp()
     }
 }

@@ -94,7 +94,12 @@ impl WorkerTable {
 
     /// The worker owning slot `slot`.
     pub fn slot_worker(&self, slot: usize) -> &Worker {
-        &self.workers[self.slot_worker[slot] as usize]
+        &self.workers[self.slot_worker_index(slot)]
+    }
+
+    /// The index in [`WorkerTable::workers`] of the worker owning slot `slot`.
+    pub fn slot_worker_index(&self, slot: usize) -> usize {
+        self.slot_worker[slot] as usize
     }
 
     pub fn is_empty(&self) -> bool {

@@ -1,0 +1,569 @@
+//! `switchyard serve` against hostile clients (issue 12): request limits checked before
+//! anything is allocated, taint matching linear in the input, authentication before the
+//! body, per-route body limits, the in-flight and connection caps, and the integrity of
+//! the compiled-artifact cache and the data dir. Each test runs the real binary on a
+//! loopback port; every loop is bounded in count and time, and traffic goes only to
+//! 127.0.0.1.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::server::{ADMIN, Body, Client, select_body, temp_dir};
+use crate::support::DEFAULT_POLICY;
+
+/// What a healthy server answers /healthz within, whatever else it is doing: a generous
+/// bound for a noisy 2-core CI machine (the goal is 100 ms; see the printed latencies).
+const HEALTHY: Duration = Duration::from_secs(2);
+
+fn kind(v: &Value) -> &str {
+    v["error"]["kind"].as_str().unwrap_or_else(|| panic!("an error answer: {v}"))
+}
+
+fn message(v: &Value) -> &str {
+    v["error"]["message"].as_str().unwrap_or_else(|| panic!("an error answer: {v}"))
+}
+
+/// A `switchyard serve` whose process id the test reads (for its memory), killed when
+/// dropped.
+struct Serve {
+    child: Child,
+    url: String,
+}
+
+impl Serve {
+    fn start(data_dir: &Path, config: Option<&str>) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir);
+        if let Some(text) = config {
+            let path = data_dir.with_extension("toml");
+            std::fs::write(&path, text).unwrap();
+            command.arg("--config").arg(path);
+        }
+        let mut child = command
+            .env("SWITCHYARD_ADMIN_TOKEN", ADMIN)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting switchyard serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("the server did not start: {line:?}"))
+            .to_string();
+        Self { child, url }
+    }
+
+    fn client(&self) -> Client {
+        Client::at(&self.url)
+    }
+
+    fn addr(&self) -> String {
+        self.url.strip_prefix("http://").unwrap().to_string()
+    }
+
+    /// A kilobyte figure of the server's /proc/<pid>/status (`VmRSS`, `VmHWM`).
+    fn memory_kb(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':')))
+            .and_then(|r| r.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in\n{status}"))
+    }
+
+    /// Asserts the process is still running.
+    fn assert_alive(&mut self) {
+        assert!(self.child.try_wait().unwrap().is_none(), "the server exited");
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `/healthz` answers `ok`, and how long it took.
+fn healthz(c: &Client) -> Duration {
+    let started = Instant::now();
+    let (status, body) = c.call("GET", "/healthz", None, Body::None);
+    let took = started.elapsed();
+    assert_eq!((status, body), (200, Value::String("ok\n".into())));
+    took
+}
+
+fn assert_healthy(c: &Client, when: &str) {
+    let took = healthz(c);
+    println!("/healthz {when}: {took:?}");
+    assert!(took < HEALTHY, "/healthz took {took:?} {when}");
+}
+
+/// Opens a connection and sends a request's head (and the start of its body).
+fn send_head(addr: &str, head: &str, body_start: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).expect("connecting");
+    stream.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body_start).unwrap();
+    stream
+}
+
+fn head(method: &str, path: &str, token: Option<&str>, content_length: usize) -> String {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Length: {content_length}\r\n\r\n")
+}
+
+/// Reads one response (status and body) from `stream`, within `within`.
+fn read_response(stream: &mut TcpStream, within: Duration) -> Result<(u16, String), String> {
+    let deadline = Instant::now() + within;
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "no complete answer within {within:?}: {:?}",
+                String::from_utf8_lossy(&bytes)
+            ));
+        }
+        stream.set_read_timeout(Some(left)).unwrap();
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if bytes.is_empty() => return Err(format!("reading the answer: {e}")),
+            Err(_) => break,
+        }
+        if let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&bytes[..end]).to_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if bytes.len() >= end + 4 + length {
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes).to_string();
+    let status = text
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("not an HTTP answer: {text:?}"))?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Polls `series` in /metrics until it reads `value` (at most 5 s); whether it did.
+fn wait_for_metric(c: &Client, series: &str, value: f64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let (_, text) = c.call("GET", "/metrics", None, Body::None);
+        let now = text.as_str().unwrap_or("").lines().find_map(|l| {
+            l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')).and_then(|n| n.parse::<f64>().ok())
+        });
+        if now == Some(value) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn a_dp_size_bomb_is_refused_naming_the_limit_and_the_server_stays_up() {
+    let dir = temp_dir("hostile-dp-bomb");
+    let mut server = Serve::start(&dir, None);
+    let c = server.client();
+    let token = c.add_tenant("acme");
+    // One rank per slot: 4,294,967,295 slots would be built from these few bytes.
+    let bomb = json!({
+        "tenant": "acme", "prompt_tokens": 16, "block_size": 16,
+        "workers": [{"id": 0, "dp_size": 4_294_967_295u32}],
+    });
+    let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(bomb));
+    assert_eq!((status, kind(&v)), (400, "invalid-input"), "{v}");
+    assert_eq!(message(&v), "worker 0: dp_size 4294967295 exceeds max_dp_size 1024");
+    // Each worker under the limit, the total over it.
+    let workers: Vec<Value> = (0..16).map(|id| json!({"id": id, "dp_size": 1024})).collect();
+    let wide = json!({"tenant": "acme", "prompt_tokens": 16, "block_size": 16, "workers": workers});
+    let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(wide));
+    assert_eq!((status, kind(&v)), (400, "invalid-input"), "{v}");
+    assert!(message(&v).contains("16384 slots") && message(&v).contains("max_slots 10000"), "{v}");
+    // A prompt of u32::MAX tokens at one token a block: the guest's fuel grows with it.
+    let long = json!({"tenant": "acme", "prompt_tokens": u32::MAX, "block_size": 1, "workers": [{"id": 0}]});
+    let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(long));
+    assert_eq!((status, kind(&v)), (400, "invalid-input"), "{v}");
+    assert!(message(&v).contains("max_prompt_blocks 65536"), "{v}");
+
+    server.assert_alive();
+    assert_healthy(&c, "after the refused requests");
+    let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", None)));
+    assert_eq!((status, v["worker_id"].as_u64()), (200, Some(3)), "{v}");
+}
+
+#[test]
+fn preferred_taints_are_matched_in_time_linear_in_the_request() {
+    let dir = temp_dir("hostile-taints");
+    let server = Serve::start(&dir, None);
+    let c = server.client();
+    let token = c.add_tenant("acme");
+    // 10 workers × 1,000 ranks × 1,000 taints each, and 1,000 preferred taints: a
+    // scan of each slot's taints per preferred taint is 10^10 comparisons; matching
+    // once per worker through a map is 10^4 lookups. Within the default limits.
+    let workers: Vec<Value> = (0..10)
+        .map(|w| {
+            let taints: Vec<String> = (0..1000).map(|t| format!("w{w}-t{t}")).collect();
+            json!({"id": w, "dp_size": 1000, "taints": taints})
+        })
+        .collect();
+    let mut preferred: serde_json::Map<String, Value> =
+        (0..997).map(|i| (format!("p{i}"), json!(0.001 * f64::from(i)))).collect();
+    // Worker 3 matches two (Σ 2.1), worker 7 one (0.5): worker 3 costs least.
+    preferred.insert("w3-t5".into(), json!(2.0));
+    preferred.insert("w3-t999".into(), json!(0.1));
+    preferred.insert("w7-t9".into(), json!(0.5));
+    let request = json!({
+        "prompt_tokens": 1024, "block_size": 16, "seed": 9,
+        "workers": workers, "preferred_taints": preferred,
+    });
+    let mut body = request.clone();
+    body["tenant"] = json!("acme");
+    println!("body: {} bytes", body.to_string().len());
+
+    let url = format!("{}/v1/select", server.url);
+    let select = std::thread::spawn(move || {
+        // A client-side bound, so a server that takes minutes fails here instead of hanging.
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into();
+        let started = Instant::now();
+        let mut response = agent
+            .post(&url)
+            .header("Authorization", &format!("Bearer {token}"))
+            .send(body.to_string().as_bytes())
+            .map_err(|e| format!("after {:?}: {e}", started.elapsed()))?;
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().map_err(|e| e.to_string())?;
+        Ok::<_, String>((status, text, started.elapsed()))
+    });
+    let mut slowest_health = Duration::ZERO;
+    while !select.is_finished() {
+        slowest_health = slowest_health.max(healthz(&c));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, text, took) = select.join().unwrap().unwrap_or_else(|e| panic!("the selection: {e}"));
+    println!("select: {took:?}; slowest /healthz meanwhile: {slowest_health:?}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(status, 200, "{v}");
+    assert!(took < Duration::from_secs(10), "the selection took {took:?}");
+    assert!(slowest_health < HEALTHY, "/healthz took {slowest_health:?}");
+    assert_eq!((v["worker_id"].as_u64(), v["candidates"].as_u64()), (Some(3), Some(10_000)), "{}", v["cost"]);
+    // Exactly what the library picks for the same request (the multipliers bit for bit).
+    let (table, request) = switchyard::input::RequestJson::parse(&request.to_string())
+        .and_then(switchyard::input::RequestJson::into_parts)
+        .unwrap();
+    let expected = crate::support::native_default_pick(&table, &request);
+    assert_eq!(
+        (v["worker_id"].as_u64(), v["dp_rank"].as_u64()),
+        (Some(3), Some(u64::from(expected.dp_rank)))
+    );
+    assert_eq!(expected.worker_id, 3);
+}
+
+#[test]
+fn stalled_tokenless_connections_are_refused_without_their_bodies_being_held() {
+    let dir = temp_dir("hostile-stalled");
+    let mut server = Serve::start(&dir, None);
+    let c = server.client();
+    c.add_tenant("acme");
+    for _ in 0..5 {
+        healthz(&c);
+    }
+    let (rss, peak) = (server.memory_kb("VmRSS"), server.memory_kb("VmHWM"));
+    // 40 connections without a token, each declaring an 8 MiB body, sending 4 MiB of it
+    // and then nothing: on every route that takes a body.
+    let routes = [
+        "PUT /v1/tenants/acme/policies/p",
+        "POST /v1/select",
+        "POST /v1/tenants",
+        "PUT /v1/tenants/acme/classes/c",
+    ];
+    let addr = server.addr();
+    let clients: Vec<_> = (0..40)
+        .map(|i| {
+            let (method, path) = routes[i % routes.len()].split_once(' ').unwrap();
+            let head = head(method, path, None, 8 << 20);
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut stream = send_head(&addr, &head, b"");
+                let mut writer = stream.try_clone().unwrap();
+                // The writer sends 4 MiB (as far as the server reads) and then stalls,
+                // keeping the connection open until the test ends.
+                let feeder = std::thread::spawn(move || {
+                    let chunk = vec![b'x'; 64 << 10];
+                    for _ in 0..64 {
+                        if writer.write_all(&chunk).is_err() {
+                            break;
+                        }
+                    }
+                    writer
+                });
+                let answer = read_response(&mut stream, Duration::from_secs(15));
+                (answer, feeder, stream)
+            })
+        })
+        .collect();
+    let mut held = Vec::new();
+    for (i, client) in clients.into_iter().enumerate() {
+        let (answer, feeder, stream) = client.join().unwrap();
+        let (status, body) = answer.unwrap_or_else(|e| panic!("connection {i}: {e}"));
+        assert_eq!(status, 401, "connection {i}: {body}");
+        assert!(body.contains("unauthorized"), "{body}");
+        held.push((feeder, stream));
+    }
+    let (rss_after, peak_after) = (server.memory_kb("VmRSS"), server.memory_kb("VmHWM"));
+    println!("RSS {rss} → {rss_after} kB, peak {peak} → {peak_after} kB");
+    assert!(rss_after.saturating_sub(rss) < 64 << 10, "RSS grew from {rss} to {rss_after} kB");
+    assert!(peak_after.saturating_sub(rss) < 64 << 10, "the peak RSS grew from {rss} to {peak_after} kB");
+    server.assert_alive();
+    assert_healthy(&c, "with 40 stalled connections refused");
+    drop(held);
+}
+
+#[test]
+fn a_select_body_over_its_limit_is_413_naming_the_limit_and_held_nowhere() {
+    let dir = temp_dir("hostile-big-select");
+    let mut server = Serve::start(&dir, None);
+    let c = server.client();
+    let token = c.add_tenant("acme");
+    healthz(&c);
+    let rss = server.memory_kb("VmRSS");
+    // 3 MiB of prefix hashes: over `max_select_body_bytes` (2 MiB), under the uploads' 8 MiB.
+    let mut body = select_body("acme", None);
+    body["prefix_hashes"] = json!(vec![1u8; 3 << 19]);
+    let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(body));
+    assert_eq!((status, kind(&v)), (413, "body-too-large"), "{v}");
+    assert!(message(&v).contains("`max_select_body_bytes`") && message(&v).contains("2097152"), "{v}");
+
+    // 7 MiB of hashes, sent whole: read and dropped as it comes, never kept.
+    let addr = server.addr();
+    let mut big = select_body("acme", None);
+    big["prefix_hashes"] = json!([]);
+    let text = big.to_string();
+    let (start, end) = text.split_once("[]").unwrap();
+    let filler = "1,".repeat(7 << 19);
+    let payload = format!("{start}[{filler}1]{end}");
+    let mut stream = send_head(&addr, &head("POST", "/v1/select", Some(&token), payload.len()), b"");
+    let mut writer = stream.try_clone().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let _ = writer.write_all(payload.as_bytes());
+        writer
+    });
+    let (status, answer) = read_response(&mut stream, Duration::from_secs(15)).unwrap();
+    assert_eq!(status, 413, "{answer}");
+    assert!(answer.contains("max_select_body_bytes"), "{answer}");
+    let _ = feeder.join();
+    // Declared far over the limit: answered at once, without a byte of the body.
+    let mut stream = send_head(&addr, &head("POST", "/v1/select", Some(&token), 64 << 20), b"");
+    let (status, answer) = read_response(&mut stream, Duration::from_secs(5)).unwrap();
+    assert_eq!(status, 413, "{answer}");
+    assert!(answer.contains("max_select_body_bytes"), "{answer}");
+
+    let (rss_after, peak_after) = (server.memory_kb("VmRSS"), server.memory_kb("VmHWM"));
+    println!("RSS {rss} → {rss_after} kB, peak {peak_after} kB");
+    assert!(peak_after.saturating_sub(rss) < 64 << 10, "the peak RSS grew from {rss} to {peak_after} kB");
+    server.assert_alive();
+    assert_healthy(&c, "after the big bodies");
+    // Management bodies have their own, small limit.
+    let (status, v) =
+        c.call("POST", "/v1/tenants", Some(ADMIN), Body::Json(json!({ "name": "x".repeat(70_000) })));
+    assert_eq!((status, kind(&v)), (413, "body-too-large"), "{v}");
+    assert!(message(&v).contains("`max_management_body_bytes`"), "{v}");
+}
+
+#[test]
+fn selections_in_flight_are_capped_with_a_503_overloaded() {
+    let dir = temp_dir("hostile-inflight");
+    let mut server = Serve::start(&dir, None);
+    let c = server.client();
+    let token = c.add_tenant("acme");
+    // 64 selections (the default cap) whose bodies never finish arriving.
+    let addr = server.addr();
+    let stalled: Vec<TcpStream> =
+        (0..64).map(|_| send_head(&addr, &head("POST", "/v1/select", Some(&token), 1000), b"{")).collect();
+    let full = wait_for_metric(&c, "switchyard_selections_in_flight", 64.0);
+    let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", None)));
+    assert_eq!((status, kind(&v)), (503, "overloaded"), "{v}");
+    assert!(full, "64 selections in flight");
+    assert!(message(&v).contains("`max_inflight_selections`"), "{v}");
+    assert_eq!(c.metric("switchyard_overloaded_total{limit=\"max_inflight_selections\"}"), 1.0);
+    assert_healthy(&c, "with every selection slot taken");
+    // The callers give up: their slots come back.
+    drop(stalled);
+    assert!(wait_for_metric(&c, "switchyard_selections_in_flight", 0.0), "the slots are released");
+    let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", None)));
+    assert_eq!((status, v["worker_id"].as_u64()), (200, Some(3)), "{v}");
+    server.assert_alive();
+}
+
+#[test]
+fn connections_are_capped_and_slow_bodies_time_out() {
+    let dir = temp_dir("hostile-connections");
+    let mut server = Serve::start(&dir, Some("[service]\nmax_connections = 4\nbody_read_timeout_ms = 500\n"));
+    let c = server.client();
+    let token = c.add_tenant("acme");
+    drop(c); // its pooled connection would count against the cap
+    let addr = server.addr();
+    // A body that stops arriving: 408 once `body_read_timeout_ms` has passed.
+    let mut slow = send_head(&addr, &head("POST", "/v1/select", Some(&token), 1000), b"{");
+    let (status, answer) = read_response(&mut slow, Duration::from_secs(5)).unwrap();
+    assert_eq!(status, 408, "{answer}");
+    assert!(answer.contains("body-timeout") && answer.contains("`body_read_timeout_ms`"), "{answer}");
+    drop(slow);
+    // Four idle connections take every slot; a fifth is answered 503 and closed.
+    let idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut fifth = send_head(&addr, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"");
+    let (status, answer) = read_response(&mut fifth, Duration::from_secs(5)).unwrap();
+    assert_eq!(status, 503, "{answer}");
+    assert!(answer.contains("overloaded") && answer.contains("`max_connections`"), "{answer}");
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(300));
+    let c = server.client();
+    assert_healthy(&c, "once the idle connections closed");
+    assert!(c.metric("switchyard_overloaded_total{limit=\"max_connections\"}") >= 1.0);
+    server.assert_alive();
+}
+
+/// The file offset of the `.text` section (the machine code) of an ELF64 file.
+fn elf_text_offset(bytes: &[u8]) -> usize {
+    assert_eq!(&bytes[..4], b"\x7fELF", "a compiled artifact is an ELF file");
+    let u16_at = |o: usize| u16::from_le_bytes(bytes[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap()) as usize;
+    let (shoff, shentsize, shnum, shstrndx) = (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let section = |i: usize| shoff + i * shentsize;
+    let names = u64_at(section(shstrndx) + 24);
+    (0..shnum)
+        .find(|&i| {
+            let name = names + u32_at(section(i));
+            bytes[name..].starts_with(b".text\0")
+        })
+        .map(|i| u64_at(section(i) + 24))
+        .expect("a .text section")
+}
+
+fn artifacts(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir.join("compiled"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn a_tampered_compiled_artifact_is_recompiled_and_counted_never_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("hostile-tamper");
+    let mut server = Serve::start(&dir, None);
+    let c = server.client();
+    let token = c.add_tenant("acme");
+    let (status, v) = c.upload(&token, "acme", "p", DEFAULT_POLICY);
+    assert_eq!(status, 201, "{v}");
+    let version = v["version"].as_str().unwrap().to_string();
+    let assign = json!({ "policy": "p", "on_fault": "closed" });
+    assert_eq!(c.call("PUT", "/v1/tenants/acme/classes/c", Some(&token), Body::Json(assign)).0, 200);
+    let select =
+        |c: &Client| c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", Some("c"))));
+    let (status, before) = select(&c);
+    assert_eq!((status, before["build"].as_str()), (200, Some("guest")), "{before}");
+    server.kill();
+
+    // 64 bytes of the artifact's machine code overwritten with int3.
+    let found = artifacts(&dir);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let mut bytes = std::fs::read(&found[0]).unwrap();
+    let text = elf_text_offset(&bytes);
+    bytes[text..text + 64].fill(0xCC);
+    std::fs::write(&found[0], &bytes).unwrap();
+
+    let mut server = Serve::start(&dir, None);
+    let c = server.client();
+    let (status, after) = select(&c);
+    assert_eq!(status, 200, "{after}");
+    for field in ["worker_id", "dp_rank", "cost", "version", "build", "fallback"] {
+        assert_eq!(after[field], before[field], "{field}: {after}");
+    }
+    server.assert_alive();
+    assert_eq!(c.metric("switchyard_artifacts_rejected_total"), 1.0);
+    assert_eq!(c.metric("switchyard_components_from_cache_total"), 0.0, "recompiled, not loaded");
+    server.kill();
+    assert_ne!(std::fs::read(&found[0]).unwrap(), bytes, "the artifact was written again");
+
+    // The rewritten artifact is whole: the next start loads it.
+    let server = Serve::start(&dir, None);
+    let c = server.client();
+    assert_eq!(c.metric("switchyard_artifacts_rejected_total"), 0.0);
+    assert_eq!(c.metric("switchyard_components_from_cache_total"), 1.0);
+    assert_eq!(select(&c).1["cost"], before["cost"]);
+
+    // Owner-only, everything the server wrote.
+    let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode(&dir), mode(&dir.join("blobs")), mode(&dir.join("compiled"))), (0o700, 0o700, 0o700));
+    let blob = dir.join("blobs").join(format!("{version}.wasm"));
+    assert_eq!((mode(&dir.join("manifest.json")), mode(&blob), mode(&found[0])), (0o600, 0o600, 0o600));
+}
+
+#[test]
+fn a_second_server_on_the_same_data_dir_refuses_to_start() {
+    let dir = temp_dir("hostile-lock");
+    let mut first = Serve::start(&dir, None);
+    let token = first.client().add_tenant("acme");
+    let mut second = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .env("SWITCHYARD_ADMIN_TOKEN", ADMIN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(second.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    if line.starts_with("listening on") {
+        let _ = second.kill();
+        let _ = second.wait();
+        panic!("a second server started on the same data dir: {line}");
+    }
+    let out = second.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: serve:") && stderr.contains("in use by another switchyard serve"),
+        "{stderr}"
+    );
+    // The first is untouched; once it is gone, the directory can be served again.
+    let c = first.client();
+    let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", None)));
+    assert_eq!(status, 200, "{v}");
+    first.kill();
+    let again = Serve::start(&dir, None);
+    assert_healthy(&again.client(), "after a restart on the same dir");
+}
