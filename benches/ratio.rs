@@ -137,10 +137,13 @@ fn overhead_table(engine: &PolicyEngine) {
     // The same call under the other CPU bounds: what fuel's checks cost.
     let unbounded_engine = PolicyEngine::new(Limits { budget: Budget::None, ..Limits::default() }).unwrap();
     let epoch_engine = PolicyEngine::new(Limits { budget: Budget::Epoch, ..Limits::default() }).unwrap();
+    let fuel_engine = PolicyEngine::new(Limits { budget: Budget::Fuel, ..Limits::default() }).unwrap();
     let mut guest_unbounded = default.guest(&unbounded_engine, "{}").unwrap();
     let mut guest_epoch = default.guest(&epoch_engine, "{}").unwrap();
+    let mut guest_fuel = default.guest(&fuel_engine, "{}").unwrap();
     let mut g1_unbounded = ScoreOnly::new(1_024, &guest_unbounded);
     let mut g1_epoch = ScoreOnly::new(1_024, &guest_epoch);
+    let mut g1_fuel = ScoreOnly::new(1_024, &guest_fuel);
     let t = interleaved(&mut [
         &mut || empty.run(&mut noop),
         &mut || one_noop.run(&mut noop_1),
@@ -151,6 +154,7 @@ fn overhead_table(engine: &PolicyEngine) {
         &mut || g4.run(&mut guest_4),
         &mut || g1_unbounded.run(&mut guest_unbounded),
         &mut || g1_epoch.run(&mut guest_epoch),
+        &mut || g1_fuel.run(&mut guest_fuel),
     ]);
     let native_slope = (t[4] - t[3]) / 3_072.0;
     let guest_slope = (t[6] - t[5]) / 3_072.0;
@@ -167,8 +171,9 @@ fn overhead_table(engine: &PolicyEngine) {
         guest_slope / native_slope
     );
     println!(
-        "| guest score, 1,024, CPU bound: fuel / epoch / none (none: comparison only) | {} / {} / {} |",
+        "| guest score, 1,024, CPU bound: both (the default) / fuel / epoch / none (none: comparison only) | {} / {} / {} / {} |",
         fmt_ns(t[5]),
+        fmt_ns(t[9]),
         fmt_ns(t[8]),
         fmt_ns(t[7])
     );

@@ -51,7 +51,9 @@ fn guest(budget: Budget, bytes: &[u8], params: &str) -> GuestScorer {
 fn budgets(c: &mut Criterion) {
     let (table, request) = request(256);
     let mut group = c.benchmark_group("budget");
-    for (name, budget) in [("none", Budget::None), ("fuel", Budget::Fuel), ("epoch", Budget::Epoch)] {
+    for (name, budget) in
+        [("none", Budget::None), ("fuel", Budget::Fuel), ("epoch", Budget::Epoch), ("both", Budget::Both)]
+    {
         let mut selector = Selector::new(Box::new(guest(budget, default_policy(), "{}")));
         group.bench_function(name, |b| b.iter(|| black_box(selector.select(&table, &request).unwrap())));
     }

@@ -79,12 +79,13 @@ pub struct Limits {
     /// candidates (CHWBL's first call over a new fleet needs most of it), ~50 ms of wasm
     /// on this project's 2-core machine (BENCHMARKS.md, `--bench hostile`).
     pub max_fuel_per_call: u64,
-    /// Fuel charged for each import call, before the host does any work for it. 1,000 ≈
-    /// the host's fixed cost of a call (~0.45 µs) in wasm operations.
+    /// Fuel charged for each import call, before the host does any work for it. 6,000:
+    /// calibrated so a loop of small imports (`policy-class`, `worker-capacity`) costs no
+    /// more time per unit of fuel than a plain wasm loop (BENCHMARKS.md, `--bench hostile`).
     pub fuel_per_import_call: u64,
     /// Fuel charged per byte an import copies into the guest (a prefix hash is 8 bytes, a
-    /// capacity 12, a candidate's lookup counts as 16 more). 1: the host's clone, lowering
-    /// and the guest's `realloc` together cost about as much per byte as a wasm operation.
+    /// capacity 12; `candidate-capacities` counts 512 per candidate, its lookup included).
+    /// 2: the host's clone, lowering and the guest's `realloc`, calibrated as above.
     pub fuel_per_import_byte: u64,
     /// Wall-clock deadline per call (with the epoch or both budgets), ms. 150 ms: 3× the
     /// time `max_fuel_per_call` takes on an idle core, so fuel decides first (and
@@ -114,8 +115,8 @@ impl Default for Limits {
             max_candidates_per_call: 16_384,
             max_prefix_hashes_per_call: 16_384,
             max_fuel_per_call: 200_000_000,
-            fuel_per_import_call: 1_000,
-            fuel_per_import_byte: 1,
+            fuel_per_import_call: 6_000,
+            fuel_per_import_byte: 2,
             call_deadline_ms: 150,
             epoch_tick_ms: 1,
             compile_timeout_ms: 10_000,

@@ -55,6 +55,13 @@ impl From<LoadError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // Every refusal is logged once, here (messages name the tenant, policy or limit).
+        let status = self.status.as_u16();
+        if self.status.is_server_error() {
+            tracing::warn!(status, kind = %self.kind, message = %self.message, "request failed");
+        } else {
+            tracing::info!(status, kind = %self.kind, message = %self.message, "request refused");
+        }
         let body = json!({ "error": { "kind": self.kind, "message": self.message } });
         (self.status, axum::Json(body)).into_response()
     }
