@@ -20,7 +20,9 @@ pub struct ServiceLimits {
     /// few (one per class at most); every version of each stays compiled in memory.
     pub max_policies_per_tenant: usize,
     /// Compilations at once. 1: compiling is CPU-bound; with more, hostile uploads could
-    /// take every core from the selections.
+    /// take every core from the selections. A compile holds its permit until Cranelift
+    /// returns, even after its upload was answered `compile-timeout`; an upload waits
+    /// for a permit at most `compile_timeout_ms` (`[limits]`), then → 503 `compile-busy`.
     pub compile_concurrency: usize,
     /// Idle guest instances kept per active policy version (a Store is single-threaded, so
     /// each concurrent selection needs its own). 8: more than the worker threads of a

@@ -2,13 +2,14 @@
 //! Every change is committed to the manifest before it is answered (see `state`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use switchyard::{GuestScorer, PolicyComponent, builtin};
+use switchyard::{GuestScorer, LoadErrorKind, PolicyComponent, builtin};
 
 use crate::auth::{Principal, hash_token, new_token, require_admin, require_tenant};
 use crate::error::ApiError;
@@ -19,6 +20,27 @@ use crate::store::{Assignment, PolicyRecord, TenantRecord, VersionRecord};
 
 /// How many previous versions rollback can go back through.
 const MAX_PREVIOUS: usize = 64;
+
+/// One of the `compile_concurrency` compile permits, taken from the semaphore (and
+/// forgotten there) by an upload. Shared by the upload and Cranelift's thread
+/// (`PolicyComponent::load_holding`): returned when both have let go, so a compile that
+/// outlives its upload still holds it until Cranelift really returns.
+struct CompilePermit {
+    service: Arc<Service>,
+    /// The upload was answered `compile-timeout` while Cranelift still ran (counted in
+    /// `switchyard_compiles_abandoned` until it ends).
+    abandoned: AtomicBool,
+}
+
+impl Drop for CompilePermit {
+    fn drop(&mut self) {
+        // The permit first: once the gauge says no abandoned compile runs, its permit is free.
+        self.service.compile_permits.add_permits(1);
+        if self.abandoned.load(Ordering::Acquire) {
+            self.service.metrics.abandoned_compile_ended();
+        }
+    }
+}
 
 /// Names of tenants, routers, policies and classes: `[a-z0-9_-]`, 1–64 characters, so
 /// they are safe in paths, file names and metric labels.
@@ -145,17 +167,54 @@ impl Service {
     }
 
     /// The compiled component for `bytes`: from memory if these bytes were compiled
-    /// before, else compiled on a blocking thread under the compile semaphore, so
-    /// uploads never take the async workers and at most `compile_concurrency` run.
+    /// before, else compiled on a blocking thread under a compile permit, so uploads never
+    /// take the async workers and at most `compile_concurrency` compiles run. The permit
+    /// is held by Cranelift's own thread until it returns: a compile that outlives its
+    /// upload's `compile_timeout_ms` (answered `compile-timeout` at once) still holds it
+    /// (`switchyard_compiles_abandoned`). An upload waits for a permit at most
+    /// `compile_timeout_ms`, then is refused 503 `compile-busy`: waiting lets concurrent
+    /// honest uploads queue (a compile within the limit frees its permit within that
+    /// time), the bound keeps an upload's answer prompt and the waiting bodies few while
+    /// abandoned compiles hold every permit.
     async fn compile(self: &Arc<Self>, blob: &str, bytes: Arc<[u8]>) -> Result<PolicyComponent, ApiError> {
         if let Some(c) = self.writer.lock().await.components.get(blob) {
             return Ok(c.clone());
         }
-        let _permit = self.compile_permits.acquire().await.map_err(|e| ApiError::internal(e.to_string()))?;
+        let wait = Duration::from_millis(self.engine.limits().compile_timeout_ms);
+        match tokio::time::timeout(wait, self.compile_permits.acquire()).await {
+            Ok(Ok(permit)) => permit.forget(),
+            Ok(Err(e)) => return Err(ApiError::internal(format!("the compile permits: {e}"))),
+            Err(_) => {
+                self.metrics.compile_busy();
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "compile-busy",
+                    format!(
+                        "no compile permit freed up within {} ms (`compile_timeout_ms`): all {} \
+                         (`compile_concurrency`) are taken, {} by compiles that outlived their \
+                         upload's timeout; try again later",
+                        wait.as_millis(),
+                        self.limits.compile_concurrency.max(1),
+                        self.metrics.compiles_abandoned()
+                    ),
+                ));
+            }
+        }
+        let permit = Arc::new(CompilePermit { service: Arc::clone(self), abandoned: AtomicBool::new(false) });
+        let held = Arc::clone(&permit);
         let engine = self.engine.clone();
-        let component = tokio::task::spawn_blocking(move || PolicyComponent::load(&engine, &bytes))
-            .await
-            .map_err(|e| ApiError::internal(format!("the compile thread: {e}")))??;
+        let loaded =
+            tokio::task::spawn_blocking(move || PolicyComponent::load_holding(&engine, &bytes, held))
+                .await
+                .map_err(|e| ApiError::internal(format!("the compile thread: {e}")))?;
+        if loaded.as_ref().is_err_and(|e| e.kind == LoadErrorKind::CompileTimeout) {
+            // Counted before our reference goes: whichever of us and Cranelift's thread
+            // lets go last frees the permit and uncounts it.
+            self.metrics.compile_abandoned();
+            permit.abandoned.store(true, Ordering::Release);
+        }
+        drop(permit);
+        let component = loaded?;
         self.metrics.loaded(&component);
         Ok(component)
     }

@@ -125,6 +125,11 @@ pub struct Metrics {
     compile: Histogram<8>,
     /// Components loaded from our artifact cache instead of compiled.
     from_cache: AtomicU64,
+    /// Compiles whose upload was answered `compile-timeout` while Cranelift still runs
+    /// (each holds a compile permit until it ends).
+    compiles_abandoned: AtomicU64,
+    /// Uploads refused with `compile-busy`: no compile permit freed up in time.
+    compile_busy: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -133,6 +138,8 @@ impl Default for Metrics {
             policies: Mutex::default(),
             compile: Histogram::new(&COMPILE_BOUNDS),
             from_cache: AtomicU64::new(0),
+            compiles_abandoned: AtomicU64::new(0),
+            compile_busy: AtomicU64::new(0),
         }
     }
 }
@@ -158,6 +165,26 @@ impl Metrics {
     /// A compile that took `took`.
     fn compiled(&self, took: Duration) {
         self.compile.observe(took);
+    }
+
+    /// A compile outlived its upload (answered `compile-timeout`); see [`Self::abandoned_compile_ended`].
+    pub fn compile_abandoned(&self) {
+        self.compiles_abandoned.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An abandoned compile's Cranelift returned; its permit is free again.
+    pub fn abandoned_compile_ended(&self) {
+        self.compiles_abandoned.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Abandoned compiles still running.
+    pub fn compiles_abandoned(&self) -> u64 {
+        self.compiles_abandoned.load(Ordering::Relaxed)
+    }
+
+    /// An upload was refused `compile-busy`.
+    pub fn compile_busy(&self) {
+        self.compile_busy.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Prometheus text exposition; `quarantined` lists the (tenant, policy) pairs whose
@@ -242,6 +269,16 @@ impl Metrics {
             "# HELP switchyard_components_from_cache_total Components loaded from the compiled-artifact cache instead of compiled.\n# TYPE switchyard_components_from_cache_total counter\nswitchyard_components_from_cache_total {}",
             self.from_cache.load(Ordering::Relaxed)
         );
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_compiles_abandoned Compiles whose upload was answered compile-timeout and that still run (each holds a compile permit).\n# TYPE switchyard_compiles_abandoned gauge\nswitchyard_compiles_abandoned {}",
+            self.compiles_abandoned.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_compile_busy_total Uploads refused with compile-busy: no compile permit freed up within compile_timeout_ms.\n# TYPE switchyard_compile_busy_total counter\nswitchyard_compile_busy_total {}",
+            self.compile_busy.load(Ordering::Relaxed)
+        );
         out
     }
 }
@@ -281,6 +318,19 @@ mod tests {
             "switchyard_compile_seconds_bucket{le=\"0.5\"} 1".to_string(),
             "switchyard_compile_seconds_count 1".to_string(),
         ] {
+            assert!(text.lines().any(|x| x == line), "missing `{line}` in\n{text}");
+        }
+    }
+
+    #[test]
+    fn abandoned_compiles_and_compile_busy_refusals_are_rendered() {
+        let metrics = Metrics::default();
+        metrics.compile_abandoned();
+        metrics.compile_abandoned();
+        metrics.abandoned_compile_ended();
+        metrics.compile_busy();
+        let text = metrics.render(&BTreeSet::new());
+        for line in ["switchyard_compiles_abandoned 1", "switchyard_compile_busy_total 1"] {
             assert!(text.lines().any(|x| x == line), "missing `{line}` in\n{text}");
         }
     }

@@ -15,5 +15,6 @@ mod server;
 mod service;
 mod service_load;
 mod service_quarantine;
+mod service_state;
 mod support;
 mod world;
