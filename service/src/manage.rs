@@ -1,6 +1,7 @@
 //! The management API: tenants, routers, uploads, assignments, rollback, listing.
 //! Every change is committed to the manifest before it is answered (see `state`).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -13,7 +14,7 @@ use switchyard::{GuestScorer, LoadErrorKind, PolicyComponent, builtin};
 
 use crate::auth::{Principal, hash_token, new_token, require_admin, require_tenant};
 use crate::error::ApiError;
-use crate::state::Service;
+use crate::state::{Service, Writer};
 use switchyard::FailMode;
 
 use crate::store::{Assignment, PolicyRecord, TenantRecord, VersionRecord};
@@ -39,6 +40,29 @@ impl Drop for CompilePermit {
         if self.abandoned.load(Ordering::Acquire) {
             self.service.metrics.abandoned_compile_ended();
         }
+    }
+}
+
+/// The versions `policy` (named `name`) must keep: its active one, its rollback history,
+/// and the ones `classes` pin.
+fn kept_versions(
+    name: &str,
+    policy: &PolicyRecord,
+    classes: &BTreeMap<String, Assignment>,
+) -> BTreeSet<String> {
+    let pinned = classes.values().filter(|a| a.policy == name).filter_map(|a| a.version.clone());
+    std::iter::once(policy.active.clone()).chain(policy.previous.iter().cloned()).chain(pinned).collect()
+}
+
+/// Garbage collection of one tenant's manifest record: every version that is neither a
+/// policy's active one, nor in its rollback history, nor pinned by a class goes. (A class
+/// that follows a policy routes to its active version.) The commit then releases the
+/// loaded versions, components and blobs nothing names any more.
+fn collect(record: &mut TenantRecord) {
+    let TenantRecord { policies, classes, .. } = record;
+    for (name, policy) in policies.iter_mut() {
+        let kept = kept_versions(name, policy, classes);
+        policy.versions.retain(|v| kept.contains(&v.version));
     }
 }
 
@@ -148,6 +172,20 @@ impl Service {
         }
         times.push_back(now);
         Ok(())
+    }
+
+    /// Deletes `blob` (and its artifact) if no committed version names it: what an upload
+    /// refused after storing its blob leaves behind. Under the writer lock (see
+    /// `Store::remove_blob`).
+    fn discard_blob(&self, writer: &Writer, blob: &str) {
+        let named = writer
+            .manifest
+            .tenants
+            .values()
+            .any(|r| r.policies.values().any(|p| p.versions.iter().any(|v| v.blob == blob)));
+        if !named {
+            let _ = tokio::task::block_in_place(|| self.store.remove_blob(blob, &self.engine));
+        }
     }
 
     fn check_policy_count(&self, record: &TenantRecord, tenant: &str, name: &str) -> Result<(), ApiError> {
@@ -262,33 +300,49 @@ impl Service {
             .await
             .map_err(|e| ApiError::internal(format!("the configure thread: {e}")))??
         };
+        // Written before taking the lock (a component's fsync must not hold every writer).
         let store_bytes = bytes.clone();
         tokio::task::block_in_place(|| self.store.write_blob(&blob, &store_bytes))
             .map_err(|e| ApiError::internal(format!("storing the component: {e}")))?;
 
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
-        let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;
-        self.check_policy_count(record, tenant, name)?;
-        let policy = record.policies.entry(name.to_string()).or_insert_with(|| PolicyRecord {
-            versions: Vec::new(),
-            active: version.clone(),
-            previous: Vec::new(),
+        let placed = match manifest.tenants.get_mut(tenant) {
+            None => Err(unknown_tenant(tenant)),
+            Some(record) => self.check_policy_count(record, tenant, name).map(|()| {
+                let policy = record.policies.entry(name.to_string()).or_insert_with(|| PolicyRecord {
+                    versions: Vec::new(),
+                    active: version.clone(),
+                    previous: Vec::new(),
+                });
+                if policy.version(&version).is_none() {
+                    policy.versions.push(VersionRecord {
+                        version: version.clone(),
+                        blob: blob.clone(),
+                        params: parameters.clone(),
+                        size: bytes.len(),
+                    });
+                }
+                if policy.active != version {
+                    let old = std::mem::replace(&mut policy.active, version.clone());
+                    policy.previous.push(old);
+                    if policy.previous.len() > MAX_PREVIOUS {
+                        policy.previous.remove(0);
+                    }
+                }
+                collect(record);
+            }),
+        };
+        // A write that collected the last version naming this blob may have deleted it
+        // since: under the lock, make sure it is there before the manifest names it (a
+        // no-op, one `stat`, when it is).
+        let stored = placed.and_then(|()| {
+            tokio::task::block_in_place(|| self.store.write_blob(&blob, &bytes))
+                .map_err(|e| ApiError::internal(format!("storing the component: {e}")))
         });
-        if policy.version(&version).is_none() {
-            policy.versions.push(VersionRecord {
-                version: version.clone(),
-                blob: blob.clone(),
-                params: parameters.clone(),
-                size: bytes.len(),
-            });
-        }
-        if policy.active != version {
-            let old = std::mem::replace(&mut policy.active, version.clone());
-            policy.previous.push(old);
-            if policy.previous.len() > MAX_PREVIOUS {
-                policy.previous.remove(0);
-            }
+        if let Err(e) = stored {
+            self.discard_blob(&writer, &blob);
+            return Err(e);
         }
         writer.components.insert(blob.clone(), component.clone());
         let key = (tenant.to_string(), name.to_string(), version.clone());
@@ -296,7 +350,10 @@ impl Service {
             let loaded = self.new_version(slot.key(), first);
             slot.insert(loaded);
         }
-        self.commit(&mut writer, manifest)?;
+        if let Err(e) = self.commit(&mut writer, manifest) {
+            self.discard_blob(&writer, &blob);
+            return Err(e);
+        }
         Ok(json!({
             "tenant": tenant,
             "policy": name,
@@ -354,6 +411,7 @@ impl Service {
             class.to_string(),
             Assignment { policy: policy.clone(), version: version.clone(), on_fault },
         );
+        collect(record);
         self.commit(&mut writer, manifest)?;
         Ok(json!({
             "tenant": tenant,
@@ -366,7 +424,8 @@ impl Service {
     }
 
     /// `POST /v1/tenants/{tenant}/policies/{name}/rollback`: the version active before the
-    /// current one becomes active again.
+    /// current one becomes active again. The one it replaces leaves the history: unless a
+    /// class pins it, it is collected.
     pub async fn rollback(&self, who: &Principal, tenant: &str, name: &str) -> Result<Value, ApiError> {
         require_tenant(who, tenant)?;
         let mut writer = self.writer.lock().await;
@@ -383,6 +442,7 @@ impl Service {
             ));
         };
         let replaced = std::mem::replace(&mut policy.active, previous.clone());
+        collect(record);
         self.commit(&mut writer, manifest)?;
         Ok(json!({ "tenant": tenant, "policy": name, "version": previous, "replaced": replaced }))
     }
@@ -423,5 +483,40 @@ impl Service {
         Ok(
             json!({ "tenant": tenant, "policies": policies, "classes": classes, "builtins": builtin::names() }),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(v: &str) -> VersionRecord {
+        VersionRecord { version: v.into(), blob: format!("blob-{v}"), params: "{}".into(), size: 1 }
+    }
+
+    fn names(policy: &PolicyRecord) -> Vec<&str> {
+        policy.versions.iter().map(|v| v.version.as_str()).collect()
+    }
+
+    #[test]
+    fn collection_keeps_the_active_the_pinned_and_the_rollback_targets_only() {
+        let policy = PolicyRecord {
+            versions: ["a", "b", "c", "d", "e"].map(version).to_vec(),
+            active: "e".into(),
+            previous: vec!["b".into()],
+        };
+        let mut record =
+            TenantRecord { policies: BTreeMap::from([("p".into(), policy)]), ..Default::default() };
+        let pin = |v: Option<&str>, policy: &str| Assignment {
+            policy: policy.into(),
+            version: v.map(str::to_string),
+            on_fault: FailMode::Open,
+        };
+        record.classes.insert("pinned".into(), pin(Some("c"), "p"));
+        record.classes.insert("follows".into(), pin(None, "p"));
+        // A pin of another policy's version of the same name keeps nothing here.
+        record.classes.insert("other".into(), pin(Some("a"), "q"));
+        collect(&mut record);
+        assert_eq!(names(&record.policies["p"]), ["b", "c", "e"]);
     }
 }

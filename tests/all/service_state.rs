@@ -1,11 +1,15 @@
-//! Bounded per-tenant state in `switchyard serve` (a real server on loopback): a
-//! compile's permit held until Cranelift really returns (503 `compile-busy` meanwhile).
+//! Bounded per-tenant state in `switchyard serve` (a real server on loopback): garbage
+//! collection of versions nothing routes to and that are not rollback targets (manifest,
+//! loaded versions, components, blobs and artifacts), and a compile's permit held until
+//! Cranelift really returns (503 `compile-busy` meanwhile).
 
+use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::server::{ADMIN, Body, Client, Server, temp_dir, variant};
+use crate::server::{ADMIN, Body, Client, Server, select_body, temp_dir, variant};
 use crate::support::DEFAULT_POLICY;
 
 /// A data dir and config under a fresh temp dir; the server runs on loopback.
@@ -39,6 +43,56 @@ fn upload(
     c.call("PUT", &format!("/v1/tenants/{tenant}/policies/{name}{query}"), Some(token), Body::Bytes(bytes))
 }
 
+/// A version uploaded: its id.
+fn uploaded(answer: (u16, Value)) -> String {
+    assert_eq!(answer.0, 201, "{}", answer.1);
+    answer.1["version"].as_str().unwrap().to_string()
+}
+
+fn assign(c: &Client, token: &str, tenant: &str, class: &str, body: Value) -> (u16, Value) {
+    c.call("PUT", &format!("/v1/tenants/{tenant}/classes/{class}"), Some(token), Body::Json(body))
+}
+
+fn rollback(c: &Client, token: &str, tenant: &str, name: &str) -> (u16, Value) {
+    c.call("POST", &format!("/v1/tenants/{tenant}/policies/{name}/rollback"), Some(token), Body::None)
+}
+
+/// The committed manifest's versions of `tenant`'s `policy` (as the server wrote it).
+fn manifest_versions(data: &Path, tenant: &str, policy: &str) -> BTreeSet<String> {
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(data.join("manifest.json")).unwrap()).unwrap();
+    manifest["tenants"][tenant]["policies"][policy]["versions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{tenant}/{policy} in {manifest}"))
+        .iter()
+        .map(|v| v["version"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The policy record (`active`, `previous`) in the committed manifest.
+fn manifest_policy(data: &Path, tenant: &str, policy: &str) -> Value {
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(data.join("manifest.json")).unwrap()).unwrap();
+    manifest["tenants"][tenant]["policies"][policy].clone()
+}
+
+/// sha256s of the blobs in `<data>/blobs/`.
+fn blobs(data: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(data.join("blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|n| n.strip_suffix(".wasm").map(str::to_string))
+        .collect()
+}
+
+/// Compiled artifacts in `<data>/compiled/` of the component whose sha256 is `blob`.
+fn artifacts(data: &Path, blob: &str) -> usize {
+    std::fs::read_dir(data.join("compiled"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with(&format!("{blob}-")))
+        .count()
+}
+
 /// Polls `done` every 50 ms for up to a minute (generous: the machine may be loaded).
 fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(60);
@@ -46,6 +100,86 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < until, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn service_state_versions_nothing_routes_to_are_collected_with_their_blobs_and_a_restart_serves() {
+    let (server, data, cfg) = start("state-gc", "");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    let other = c.add_tenant("other");
+    let bytes: Vec<Vec<u8>> = (1..=3).map(|n| variant(DEFAULT_POLICY, n)).collect();
+    // Without parameters a version is its blob's sha256: the file name in blobs/.
+    let [a, b, c3] = [0, 1, 2].map(|i| {
+        let (status, v) = upload(&c, &token, "acme", "mine", &bytes[i], None);
+        assert_eq!((status, &v["version"]), (201, &v["sha256"]), "{v}");
+        v["version"].as_str().unwrap().to_string()
+    });
+    let set = |vs: &[&String]| vs.iter().map(|v| v.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &b, &c3]));
+    assert_eq!(assign(&c, &token, "acme", "follow", json!({ "policy": "mine" })).0, 200);
+    assert_eq!(assign(&c, &token, "acme", "pin", json!({ "policy": "mine", "version": a })).0, 200);
+
+    // Roll back: b is active, a the rollback target (and pinned); c, replaced, is neither
+    // routed nor a rollback target: gone from the manifest, its blob and artifact too.
+    assert_eq!(rollback(&c, &token, "acme", "mine").0, 200);
+    assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &b]));
+    assert_eq!(blobs(&data), set(&[&a, &b]));
+    assert_eq!(artifacts(&data, &c3), 0, "the collected version's compiled artifact is deleted");
+    assert_eq!(artifacts(&data, &a), 1);
+    assert_eq!(c.metric("switchyard_versions_collected_total{tenant=\"acme\"}"), 1.0);
+    assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 2.0);
+    assert_eq!(c.metric("switchyard_components_loaded"), 2.0, "c's compiled component is evicted");
+
+    // Pin b instead of a: a stays (the rollback target). Roll back: a active, b pinned.
+    assert_eq!(assign(&c, &token, "acme", "pin", json!({ "policy": "mine", "version": b })).0, 200);
+    assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &b]));
+    assert_eq!(rollback(&c, &token, "acme", "mine").0, 200);
+    assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &b]));
+    // Another tenant uploads b's bytes: the blob is shared.
+    assert_eq!(uploaded(upload(&c, &other, "other", "theirs", &bytes[1], None)), b);
+    // Unpin b: acme's b is collected, its blob stays (other's version names it).
+    assert_eq!(assign(&c, &token, "acme", "pin", json!({ "policy": "default" })).0, 200);
+    assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a]));
+    assert_eq!(blobs(&data), set(&[&a, &b]));
+    assert_eq!(c.metric("switchyard_versions_collected_total{tenant=\"acme\"}"), 2.0);
+    // Re-upload c: active again, a the rollback target.
+    assert_eq!(uploaded(upload(&c, &token, "acme", "mine", &bytes[2], None)), c3);
+    assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &c3]));
+    assert_eq!(manifest_policy(&data, "acme", "mine")["previous"], json!([a]));
+    assert_eq!(blobs(&data), set(&[&a, &b, &c3]));
+    assert_eq!(c.metric("switchyard_versions{tenant=\"acme\"}"), 2.0);
+    assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 2.0);
+    assert_eq!(c.metric("switchyard_components_loaded"), 3.0);
+    let select = |c: &Client, class: &str| {
+        c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", Some(class))))
+    };
+    let (status, v) = select(&c, "follow");
+    assert_eq!(
+        (status, v["version"].as_str(), v["build"].as_str()),
+        (200, Some(c3.as_str()), Some("guest")),
+        "{v}"
+    );
+
+    // A restart loads what is left, and every class answers.
+    drop(server);
+    let server = Server::start(&data, Some(&cfg), Some(ADMIN));
+    let c = Client::new(&server);
+    assert_eq!(c.metric("switchyard_versions{tenant=\"acme\"}"), 2.0);
+    assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 2.0);
+    let (status, v) = select(&c, "follow");
+    assert_eq!(
+        (status, v["version"].as_str(), &v["fallback"]),
+        (200, Some(c3.as_str()), &Value::Null),
+        "{v}"
+    );
+    let (status, v) = select(&c, "pin");
+    assert_eq!((status, v["policy"].as_str(), v["build"].as_str()), (200, Some("default"), Some("native")));
+    assert_eq!(rollback(&c, &token, "acme", "mine").0, 200);
+    let (status, v) = select(&c, "follow");
+    assert_eq!((status, v["version"].as_str()), (200, Some(a.as_str())), "{v}");
+    let (status, v) = c.call("POST", "/v1/select", Some(&other), Body::Json(select_body("other", None)));
+    assert_eq!(status, 200, "{v}");
 }
 
 #[test]
