@@ -19,6 +19,18 @@ pub struct ServiceLimits {
     /// Distinct policy names per tenant (→ 409 `too-many-policies`). 32: a tenant needs a
     /// few (one per class at most); every version of each stays compiled in memory.
     pub max_policies_per_tenant: usize,
+    /// Writes one tenant may make in any 60 s window: uploads, assignments and rollbacks
+    /// together (→ 429 `rate-limited`). 120: every write rewrites and fsyncs the manifest
+    /// under the one writer lock; a deploy script assigning a few classes per upload stays
+    /// far below.
+    pub writes_per_minute: usize,
+    /// Versions kept per policy (→ 409 `too-many-versions`): the active one, the ones
+    /// classes pin, and the rollback history, which is trimmed (oldest first) to make
+    /// room for an upload. 16: every kept version stays compiled and loaded in memory.
+    pub max_versions_per_policy: usize,
+    /// Classes per tenant (→ 409 `too-many-classes`). 64: a class is a routing decision
+    /// of the tenant's router (latency, batch, a few tiers), not a per-request key.
+    pub max_classes_per_tenant: usize,
     /// Compilations at once. 1: compiling is CPU-bound; with more, hostile uploads could
     /// take every core from the selections. A compile holds its permit until Cranelift
     /// returns, even after its upload was answered `compile-timeout`; an upload waits
@@ -37,6 +49,9 @@ impl Default for ServiceLimits {
             max_body_bytes: 8 << 20,
             uploads_per_minute: 60,
             max_policies_per_tenant: 32,
+            writes_per_minute: 120,
+            max_versions_per_policy: 16,
+            max_classes_per_tenant: 64,
             compile_concurrency: 1,
             idle_instances_per_version: 8,
         }

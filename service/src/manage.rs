@@ -1,7 +1,7 @@
 //! The management API: tenants, routers, uploads, assignments, rollback, listing.
 //! Every change is committed to the manifest before it is answered (see `state`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -19,8 +19,43 @@ use switchyard::FailMode;
 
 use crate::store::{Assignment, PolicyRecord, TenantRecord, VersionRecord};
 
-/// How many previous versions rollback can go back through.
+/// Entries of a policy's rollback history, at most (it may name a version more than once;
+/// the versions it keeps are bounded by `max_versions_per_policy`).
 const MAX_PREVIOUS: usize = 64;
+
+/// The window of the per-minute rate limits.
+const RATE_WINDOW: Duration = Duration::from_secs(60);
+
+/// Times of the events in the last [`RATE_WINDOW`]: a sliding-window rate limit, the one
+/// implementation behind `uploads_per_minute` and `writes_per_minute`.
+#[derive(Debug, Default)]
+struct Window(VecDeque<Instant>);
+
+impl Window {
+    /// Events still in the window at `now` (older ones are forgotten).
+    fn count(&mut self, now: Instant) -> usize {
+        while self.0.front().is_some_and(|t| now.duration_since(*t) >= RATE_WINDOW) {
+            self.0.pop_front();
+        }
+        self.0.len()
+    }
+}
+
+/// One tenant's rate-limit windows.
+#[derive(Debug, Default)]
+pub struct TenantRates {
+    uploads: Window,
+    writes: Window,
+}
+
+/// What a write is, for the rate limits: every write counts against `writes_per_minute`,
+/// an upload against `uploads_per_minute` too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteKind {
+    Upload,
+    Assign,
+    Rollback,
+}
 
 /// One of the `compile_concurrency` compile permits, taken from the semaphore (and
 /// forgotten there) by an upload. Shared by the upload and Cranelift's thread
@@ -151,26 +186,113 @@ impl Service {
         Ok(json!({ "router": name, "token": token }))
     }
 
-    /// Counts an upload against the tenant's per-minute allowance.
-    fn rate_limit(&self, tenant: &str) -> Result<(), ApiError> {
-        let mut uploads = self.uploads.lock().unwrap_or_else(|p| p.into_inner());
-        let times = uploads.entry(tenant.to_string()).or_default();
+    /// Counts a write against the tenant's per-minute allowances (`writes_per_minute`,
+    /// and `uploads_per_minute` for an upload), or refuses it (429 `rate-limited`, naming
+    /// the limit) without counting it. Call only for an existing tenant.
+    fn admit(&self, tenant: &str, kind: WriteKind) -> Result<(), ApiError> {
+        let mut rates = self.rates.lock().unwrap_or_else(|p| p.into_inner());
+        let rates = rates.entry(tenant.to_string()).or_default();
         let now = Instant::now();
-        while times.front().is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(60)) {
-            times.pop_front();
-        }
-        if times.len() >= self.limits.uploads_per_minute {
-            return Err(ApiError::new(
+        let refuse = |what: &str, n: usize, limit: usize, name: &str| {
+            ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate-limited",
                 format!(
-                    "tenant `{tenant}` made {} uploads in the last minute; the limit is {} (`uploads_per_minute`)",
-                    times.len(),
-                    self.limits.uploads_per_minute
+                    "tenant `{tenant}` made {n} {what} in the last minute; the limit is {limit} (`{name}`)"
+                ),
+            )
+        };
+        let writes = rates.writes.count(now);
+        if writes >= self.limits.writes_per_minute {
+            return Err(refuse("writes", writes, self.limits.writes_per_minute, "writes_per_minute"));
+        }
+        if kind == WriteKind::Upload {
+            let uploads = rates.uploads.count(now);
+            if uploads >= self.limits.uploads_per_minute {
+                return Err(refuse("uploads", uploads, self.limits.uploads_per_minute, "uploads_per_minute"));
+            }
+            rates.uploads.0.push_back(now);
+        }
+        rates.writes.0.push_back(now);
+        Ok(())
+    }
+
+    /// The tenant's record in the current snapshot exists (404 `unknown-tenant` if not).
+    fn check_tenant(&self, tenant: &str) -> Result<(), ApiError> {
+        match self.snapshot().manifest().tenants.contains_key(tenant) {
+            true => Ok(()),
+            false => Err(unknown_tenant(tenant)),
+        }
+    }
+
+    /// Makes `version` the active version of `tenant`'s policy `name` in `record` (adding
+    /// it if new), the one it replaces the newest rollback target; trims the oldest
+    /// rollback targets while the policy keeps more than `max_versions_per_policy`
+    /// versions. 409 `too-many-versions` when its active and pinned versions alone do.
+    fn place_upload(
+        &self,
+        record: &mut TenantRecord,
+        tenant: &str,
+        name: &str,
+        version: VersionRecord,
+    ) -> Result<(), ApiError> {
+        let TenantRecord { policies, classes, .. } = record;
+        let policy = policies.entry(name.to_string()).or_insert_with(|| PolicyRecord {
+            versions: Vec::new(),
+            active: version.version.clone(),
+            previous: Vec::new(),
+        });
+        if policy.active != version.version {
+            let old = std::mem::replace(&mut policy.active, version.version.clone());
+            policy.previous.push(old);
+            if policy.previous.len() > MAX_PREVIOUS {
+                policy.previous.remove(0);
+            }
+        }
+        if policy.version(&version.version).is_none() {
+            policy.versions.push(version);
+        }
+        let max = self.limits.max_versions_per_policy;
+        loop {
+            let kept = kept_versions(name, policy, classes);
+            if kept.len() <= max {
+                return Ok(());
+            }
+            if policy.previous.is_empty() {
+                let pinned = classes
+                    .values()
+                    .filter(|a| a.policy == name)
+                    .filter_map(|a| a.version.as_deref())
+                    .collect::<BTreeSet<_>>()
+                    .len();
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "too-many-versions",
+                    format!(
+                        "policy `{name}` of tenant `{tenant}` would keep {} versions (the new active one \
+                         and {pinned} pinned by classes); the limit is {max} (`max_versions_per_policy`): \
+                         move classes off pinned versions first",
+                        kept.len()
+                    ),
+                ));
+            }
+            policy.previous.remove(0);
+        }
+    }
+
+    /// 409 `too-many-classes` if `class` is new and `record` has the most it may.
+    fn check_class_count(&self, record: &TenantRecord, tenant: &str, class: &str) -> Result<(), ApiError> {
+        let max = self.limits.max_classes_per_tenant;
+        if !record.classes.contains_key(class) && record.classes.len() >= max {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "too-many-classes",
+                format!(
+                    "tenant `{tenant}` has {} classes; the limit is {max} (`max_classes_per_tenant`)",
+                    record.classes.len()
                 ),
             ));
         }
-        times.push_back(now);
         Ok(())
     }
 
@@ -275,23 +397,31 @@ impl Service {
                 format!("`{name}` is a builtin's name; choose another"),
             ));
         }
-        {
-            let snapshot = self.snapshot();
-            let record = snapshot.manifest().tenants.get(tenant).ok_or_else(|| unknown_tenant(tenant))?;
-            self.check_policy_count(record, tenant, name)?;
-        }
         if let Some(p) = &params {
             match serde_json::from_str::<Value>(p) {
                 Ok(Value::Object(_)) => {}
                 _ => return Err(ApiError::bad_request("invalid-params", "`params` must be a JSON object")),
             }
         }
-        self.rate_limit(tenant)?;
         let blob = hex::encode(Sha256::digest(&bytes));
         let version = version_of(&blob, params.as_deref());
+        let parameters = params.clone().unwrap_or_else(|| "{}".into());
+        let record = VersionRecord {
+            version: version.clone(),
+            blob: blob.clone(),
+            params: parameters.clone(),
+            size: bytes.len(),
+        };
+        {
+            // Refused before any work if the upload cannot fit (checked again under the lock).
+            let snapshot = self.snapshot();
+            let current = snapshot.manifest().tenants.get(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+            self.check_policy_count(current, tenant, name)?;
+            self.place_upload(&mut current.clone(), tenant, name, record.clone())?;
+        }
+        self.admit(tenant, WriteKind::Upload)?;
         let bytes: Arc<[u8]> = bytes.into();
         let component = self.compile(&blob, bytes.clone()).await?;
-        let parameters = params.clone().unwrap_or_else(|| "{}".into());
         let (first, component) = {
             let (name, parameters) = (name.to_string(), parameters.clone());
             tokio::task::spawn_blocking(move || {
@@ -309,29 +439,10 @@ impl Service {
         let mut manifest = writer.manifest.clone();
         let placed = match manifest.tenants.get_mut(tenant) {
             None => Err(unknown_tenant(tenant)),
-            Some(record) => self.check_policy_count(record, tenant, name).map(|()| {
-                let policy = record.policies.entry(name.to_string()).or_insert_with(|| PolicyRecord {
-                    versions: Vec::new(),
-                    active: version.clone(),
-                    previous: Vec::new(),
-                });
-                if policy.version(&version).is_none() {
-                    policy.versions.push(VersionRecord {
-                        version: version.clone(),
-                        blob: blob.clone(),
-                        params: parameters.clone(),
-                        size: bytes.len(),
-                    });
-                }
-                if policy.active != version {
-                    let old = std::mem::replace(&mut policy.active, version.clone());
-                    policy.previous.push(old);
-                    if policy.previous.len() > MAX_PREVIOUS {
-                        policy.previous.remove(0);
-                    }
-                }
-                collect(record);
-            }),
+            Some(current) => self
+                .check_policy_count(current, tenant, name)
+                .and_then(|()| self.place_upload(current, tenant, name, record))
+                .map(|()| collect(current)),
         };
         // A write that collected the last version naming this blob may have deleted it
         // since: under the lock, make sure it is there before the manifest names it (a
@@ -375,10 +486,13 @@ impl Service {
     ) -> Result<Value, ApiError> {
         require_tenant(who, tenant)?;
         check_name("class", class)?;
+        self.check_tenant(tenant)?;
+        self.admit(tenant, WriteKind::Assign)?;
         let AssignBody { policy, version, on_fault } = parse(body)?;
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
         let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+        self.check_class_count(record, tenant, class)?;
         let effective = if let Some(p) = record.policies.get(&policy) {
             match &version {
                 Some(v) if p.version(v).is_none() => {
@@ -428,6 +542,8 @@ impl Service {
     /// class pins it, it is collected.
     pub async fn rollback(&self, who: &Principal, tenant: &str, name: &str) -> Result<Value, ApiError> {
         require_tenant(who, tenant)?;
+        self.check_tenant(tenant)?;
+        self.admit(tenant, WriteKind::Rollback)?;
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
         let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;

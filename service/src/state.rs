@@ -221,8 +221,9 @@ pub struct Service {
     snapshot: ArcSwap<Snapshot>,
     pub(crate) compile_permits: Semaphore,
     pub(crate) metrics: Metrics,
-    /// Upload times per tenant in the last minute, for `uploads_per_minute`.
-    pub(crate) uploads: Mutex<HashMap<String, std::collections::VecDeque<std::time::Instant>>>,
+    /// Each tenant's uploads and writes in the last minute (`uploads_per_minute`,
+    /// `writes_per_minute`).
+    pub(crate) rates: Mutex<HashMap<String, crate::manage::TenantRates>>,
 }
 
 impl Service {
@@ -284,7 +285,7 @@ impl Service {
             writer: tokio::sync::Mutex::new(writer),
             snapshot: ArcSwap::from_pointee(snapshot),
             metrics,
-            uploads: Mutex::default(),
+            rates: Mutex::default(),
         });
         Ok(service)
     }

@@ -1,7 +1,8 @@
-//! Bounded per-tenant state in `switchyard serve` (a real server on loopback): garbage
-//! collection of versions nothing routes to and that are not rollback targets (manifest,
-//! loaded versions, components, blobs and artifacts), and a compile's permit held until
-//! Cranelift really returns (503 `compile-busy` meanwhile).
+//! Bounded per-tenant state in `switchyard serve` (a real server on loopback): caps on
+//! versions per policy and classes per tenant (409 naming the limit), a per-tenant write
+//! rate (429), garbage collection of versions nothing routes to and that are not rollback
+//! targets (manifest, loaded versions, components, blobs and artifacts), and a compile's
+//! permit held until Cranelift really returns (503 `compile-busy` meanwhile).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -57,6 +58,11 @@ fn rollback(c: &Client, token: &str, tenant: &str, name: &str) -> (u16, Value) {
     c.call("POST", &format!("/v1/tenants/{tenant}/policies/{name}/rollback"), Some(token), Body::None)
 }
 
+/// URL-encoded `{"prefill_load_scale": n}`: the same bytes, another version.
+fn scale(n: u32) -> String {
+    format!("%7B%22prefill_load_scale%22%3A{n}%7D")
+}
+
 /// The committed manifest's versions of `tenant`'s `policy` (as the server wrote it).
 fn manifest_versions(data: &Path, tenant: &str, policy: &str) -> BTreeSet<String> {
     let manifest: Value =
@@ -100,6 +106,91 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < until, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn service_state_versions_per_policy_are_capped_and_the_rollback_history_makes_room() {
+    let (server, data, _) = start("state-version-cap", "[service]\nmax_versions_per_policy = 3\n");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    // Three versions of one policy (same bytes, other parameters: compiled once), each
+    // pinned by a class: every one must be kept.
+    let mut versions = Vec::new();
+    for n in 1..=3 {
+        let v = uploaded(upload(&c, &token, "acme", "mine", DEFAULT_POLICY, Some(&scale(n))));
+        let pin = json!({ "policy": "mine", "version": v });
+        assert_eq!(assign(&c, &token, "acme", &format!("pin{n}"), pin).0, 200);
+        versions.push(v);
+    }
+    let (status, v) = upload(&c, &token, "acme", "mine", DEFAULT_POLICY, Some(&scale(4)));
+    assert_eq!((status, kind(&v)), (409, "too-many-versions"), "{v}");
+    assert!(message(&v).contains("max_versions_per_policy") && message(&v).contains("3"), "{v}");
+    assert_eq!(manifest_versions(&data, "acme", "mine"), versions.iter().cloned().collect(), "unchanged");
+    assert_eq!(manifest_policy(&data, "acme", "mine")["active"], versions[2].as_str());
+    // A version that is already kept is no new version: re-uploading it is fine.
+    assert_eq!(uploaded(upload(&c, &token, "acme", "mine", DEFAULT_POLICY, Some(&scale(3)))), versions[2]);
+
+    // Unpin the newest: an upload now makes room by dropping the oldest rollback targets
+    // (the history is [v1, v2]; v1 and v2 stay, pinned), and v3, neither pinned, active
+    // nor a rollback target any more, is collected.
+    assert_eq!(assign(&c, &token, "acme", "pin3", json!({ "policy": "default" })).0, 200);
+    let v4 = uploaded(upload(&c, &token, "acme", "mine", DEFAULT_POLICY, Some(&scale(4))));
+    let expected: BTreeSet<String> = [&versions[0], &versions[1], &v4].into_iter().cloned().collect();
+    assert_eq!(manifest_versions(&data, "acme", "mine"), expected);
+    assert_eq!(c.metric("switchyard_versions{tenant=\"acme\"}"), 3.0);
+    assert_eq!(c.metric("switchyard_versions_collected_total{tenant=\"acme\"}"), 1.0);
+    // The pinned classes still answer with their versions.
+    let (status, v) =
+        c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", Some("pin1"))));
+    assert_eq!((status, v["version"].as_str()), (200, Some(versions[0].as_str())), "{v}");
+}
+
+#[test]
+fn service_state_classes_per_tenant_are_capped() {
+    let (server, _, _) = start("state-class-cap", "[service]\nmax_classes_per_tenant = 2\n");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    let default = || json!({ "policy": "default" });
+    assert_eq!(assign(&c, &token, "acme", "latency", default()).0, 200);
+    assert_eq!(assign(&c, &token, "acme", "batch", default()).0, 200);
+    let (status, v) = assign(&c, &token, "acme", "gold", default());
+    assert_eq!((status, kind(&v)), (409, "too-many-classes"), "{v}");
+    assert!(message(&v).contains("max_classes_per_tenant"), "{v}");
+    // Re-assigning an existing class is no new class; another tenant has its own cap.
+    assert_eq!(assign(&c, &token, "acme", "batch", json!({ "policy": "chwbl" })).0, 200);
+    let other = c.add_tenant("other");
+    assert_eq!(assign(&c, &other, "other", "gold", default()).0, 200);
+    let (status, v) = c.call("GET", "/v1/tenants/acme/policies", Some(&token), Body::None);
+    assert_eq!(status, 200);
+    assert_eq!(v["classes"].as_object().unwrap().len(), 2, "{v}");
+}
+
+#[test]
+fn service_state_writes_per_tenant_are_rate_limited() {
+    let (server, _, _) = start("state-write-rate", "[service]\nwrites_per_minute = 4\n");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    // An upload and three assignments: four writes.
+    uploaded(upload(&c, &token, "acme", "mine", DEFAULT_POLICY, None));
+    for class in ["a", "b", "c"] {
+        assert_eq!(assign(&c, &token, "acme", class, json!({ "policy": "mine" })).0, 200);
+    }
+    let (status, v) = assign(&c, &token, "acme", "d", json!({ "policy": "mine" }));
+    assert_eq!((status, kind(&v)), (429, "rate-limited"), "{v}");
+    assert!(message(&v).contains("writes_per_minute"), "{v}");
+    let (status, v) = rollback(&c, &token, "acme", "mine");
+    assert_eq!((status, kind(&v)), (429, "rate-limited"), "a rollback is a write: {v}");
+    let (status, v) = upload(&c, &token, "acme", "mine", DEFAULT_POLICY, Some(&scale(1)));
+    assert_eq!((status, kind(&v)), (429, "rate-limited"), "an upload is a write: {v}");
+    assert!(message(&v).contains("writes_per_minute"), "{v}");
+    // The refused writes changed nothing; another tenant has its own allowance.
+    let (_, v) = c.call("GET", "/v1/tenants/acme/policies", Some(&token), Body::None);
+    assert_eq!(v["classes"].as_object().unwrap().len(), 3, "{v}");
+    let other = c.add_tenant("other");
+    assert_eq!(assign(&c, &other, "other", "a", json!({ "policy": "default" })).0, 200);
+    // Selections are no writes.
+    let (status, _) = c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", Some("a"))));
+    assert_eq!(status, 200);
 }
 
 #[test]
