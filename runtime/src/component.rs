@@ -94,6 +94,20 @@ impl PolicyComponent {
     /// Validates and compiles `bytes`. Blocking (compilation takes milliseconds to
     /// seconds): call it off any async runtime.
     pub fn load(engine: &PolicyEngine, bytes: &[u8]) -> Result<Self, LoadError> {
+        Self::load_holding(engine, bytes, ())
+    }
+
+    /// [`load`](Self::load), with `held` moved into the compiler thread and dropped when
+    /// Cranelift returns, even after `compile_timeout_ms` made this call return
+    /// `compile-timeout` (Cranelift cannot be cancelled). A caller bounding how many
+    /// compiles run at once passes its permit here, so the bound holds against slow
+    /// compiles too. Without a compile (refused early, or found in the artifact cache)
+    /// `held` is dropped before this returns.
+    pub fn load_holding<H: Send + 'static>(
+        engine: &PolicyEngine,
+        bytes: &[u8],
+        held: H,
+    ) -> Result<Self, LoadError> {
         let limits = engine.limits();
         if bytes.len() > limits.max_component_bytes {
             return Err(LoadError::new(
@@ -123,7 +137,7 @@ impl PolicyComponent {
         let component = match cached {
             Some(component) => component,
             None => {
-                let component = compile_with_timeout(engine, bytes)?;
+                let component = compile_with_timeout(engine, bytes, held)?;
                 if let Some(cache) = engine.artifact_cache() {
                     // Caching is an optimisation: a full disk must not refuse the upload.
                     let _ = cache.store(engine.engine(), bytes, &component);
@@ -206,8 +220,12 @@ impl PolicyComponent {
 
 /// Compiles on a separate thread so a pathological input cannot hold the caller past
 /// `compile_timeout_ms`. (Cranelift cannot be cancelled: a timed-out compile finishes in
-/// the background and is dropped.)
-fn compile_with_timeout(engine: &PolicyEngine, bytes: &[u8]) -> Result<Component, LoadError> {
+/// the background and is dropped, and `held` with it.)
+fn compile_with_timeout<H: Send + 'static>(
+    engine: &PolicyEngine,
+    bytes: &[u8],
+    held: H,
+) -> Result<Component, LoadError> {
     let timeout = Duration::from_millis(engine.limits().compile_timeout_ms);
     let (tx, rx) = mpsc::channel();
     let wasmtime_engine = engine.engine().clone();
@@ -215,7 +233,10 @@ fn compile_with_timeout(engine: &PolicyEngine, bytes: &[u8]) -> Result<Component
     std::thread::Builder::new()
         .name("switchyard-compile".into())
         .spawn(move || {
-            let _ = tx.send(Component::new(&wasmtime_engine, &owned));
+            let compiled = Component::new(&wasmtime_engine, &owned);
+            // Cranelift is done: release what the caller asked to hold until now.
+            drop(held);
+            let _ = tx.send(compiled);
         })
         .map_err(|e| {
             LoadError::new(LoadErrorKind::CompileFailed, format!("spawning the compiler thread: {e}"))
@@ -240,5 +261,31 @@ fn compile_with_timeout(engine: &PolicyEngine, bytes: &[u8]) -> Result<Component
             LoadErrorKind::CompileTimeout,
             format!("compilation took longer than {} ms", timeout.as_millis()),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Limits;
+
+    #[test]
+    fn what_load_holding_holds_is_dropped_when_cranelift_returns_even_after_a_timeout() {
+        let engine = PolicyEngine::new(Limits { compile_timeout_ms: 1, ..Limits::default() }).unwrap();
+        let bytes = crate::builtin::find("default").unwrap().component;
+        let (held, released) = mpsc::channel::<()>();
+        let e = PolicyComponent::load_holding(&engine, bytes, held).err().expect("1 ms is too little");
+        assert_eq!(e.kind, LoadErrorKind::CompileTimeout);
+        // The compiler thread keeps `held` until Cranelift returns, then drops it.
+        assert_eq!(
+            released.recv_timeout(Duration::from_secs(120)),
+            Err(mpsc::RecvTimeoutError::Disconnected)
+        );
+
+        // Refused before compiling: dropped before `load_holding` returns.
+        let (held, released) = mpsc::channel::<()>();
+        let e = PolicyComponent::load_holding(&engine, b"not wasm", held).err().unwrap();
+        assert_eq!(e.kind, LoadErrorKind::NotWasm);
+        assert_eq!(released.try_recv(), Err(mpsc::TryRecvError::Disconnected));
     }
 }

@@ -46,8 +46,22 @@ pub struct ServiceLimits {
     /// Distinct policy names per tenant (→ 409 `too-many-policies`). 32: a tenant needs a
     /// few (one per class at most); every version of each stays compiled in memory.
     pub max_policies_per_tenant: usize,
+    /// Writes one tenant may make in any 60 s window: uploads, assignments and rollbacks
+    /// together (→ 429 `rate-limited`). 120: every write rewrites and fsyncs the manifest
+    /// under the one writer lock; a deploy script assigning a few classes per upload stays
+    /// far below.
+    pub writes_per_minute: usize,
+    /// Versions kept per policy (→ 409 `too-many-versions`): the active one, the ones
+    /// classes pin, and the rollback history, which is trimmed (oldest first) to make
+    /// room for an upload. 16: every kept version stays compiled and loaded in memory.
+    pub max_versions_per_policy: usize,
+    /// Classes per tenant (→ 409 `too-many-classes`). 64: a class is a routing decision
+    /// of the tenant's router (latency, batch, a few tiers), not a per-request key.
+    pub max_classes_per_tenant: usize,
     /// Compilations at once. 1: compiling is CPU-bound; with more, hostile uploads could
-    /// take every core from the selections.
+    /// take every core from the selections. A compile holds its permit until Cranelift
+    /// returns, even after its upload was answered `compile-timeout`; an upload waits
+    /// for a permit at most `compile_timeout_ms` (`[limits]`), then → 503 `compile-busy`.
     pub compile_concurrency: usize,
     /// Idle guest instances kept per active policy version (a Store is single-threaded, so
     /// each concurrent selection needs its own). 8: more than the worker threads of a
@@ -86,6 +100,9 @@ pub struct ServiceConfig {
     pub idle_instances_per_version: usize,
     pub max_idle_instances: usize,
     pub max_in_flight_per_tenant: usize,
+    pub writes_per_minute: usize,
+    pub max_versions_per_policy: usize,
+    pub max_classes_per_tenant: usize,
     pub max_workers: usize,
     pub max_dp_size: u32,
     pub max_slots: usize,
@@ -108,6 +125,9 @@ impl Default for ServiceConfig {
             max_inflight_selections: 64,
             uploads_per_minute: 60,
             max_policies_per_tenant: 32,
+            writes_per_minute: 120,
+            max_versions_per_policy: 16,
+            max_classes_per_tenant: 64,
             compile_concurrency: 1,
             idle_instances_per_version: 8,
             max_idle_instances: 64,
@@ -140,6 +160,8 @@ impl TryFrom<ServiceConfig> for ServiceLimits {
             ("max_policies_per_tenant", c.max_policies_per_tenant as u64),
             ("compile_concurrency", c.compile_concurrency as u64),
             ("max_in_flight_per_tenant", c.max_in_flight_per_tenant as u64),
+            ("max_versions_per_policy", c.max_versions_per_policy as u64),
+            ("max_classes_per_tenant", c.max_classes_per_tenant as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("[service] {name} must be at least 1"));
@@ -177,6 +199,9 @@ impl TryFrom<ServiceConfig> for ServiceLimits {
             idle_instances_per_version: c.idle_instances_per_version,
             max_idle_instances: c.max_idle_instances,
             max_in_flight_per_tenant: c.max_in_flight_per_tenant,
+            writes_per_minute: c.writes_per_minute,
+            max_versions_per_policy: c.max_versions_per_policy,
+            max_classes_per_tenant: c.max_classes_per_tenant,
             requests,
         })
     }
@@ -201,6 +226,9 @@ impl ServiceLimits {
             idle_instances_per_version: self.idle_instances_per_version,
             max_idle_instances: self.max_idle_instances,
             max_in_flight_per_tenant: self.max_in_flight_per_tenant,
+            writes_per_minute: self.writes_per_minute,
+            max_versions_per_policy: self.max_versions_per_policy,
+            max_classes_per_tenant: self.max_classes_per_tenant,
             max_workers: r.max_workers,
             max_dp_size: r.max_dp_size,
             max_slots: r.max_slots,

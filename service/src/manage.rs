@@ -1,24 +1,105 @@
 //! The management API: tenants, routers, uploads, assignments, rollback, listing.
 //! Every change is committed to the manifest before it is answered (see `state`).
 
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use switchyard::{GuestScorer, PolicyComponent, builtin};
+use switchyard::{GuestScorer, LoadErrorKind, PolicyComponent, builtin};
 
 use crate::auth::{Principal, hash_token, new_token, require_admin, require_tenant};
 use crate::error::ApiError;
-use crate::state::Service;
+use crate::state::{Service, Writer};
 use switchyard::FailMode;
 
 use crate::store::{Assignment, PolicyRecord, TenantRecord, VersionRecord};
 
-/// How many previous versions rollback can go back through.
+/// Entries of a policy's rollback history, at most (it may name a version more than once;
+/// the versions it keeps are bounded by `max_versions_per_policy`).
 const MAX_PREVIOUS: usize = 64;
+
+/// The window of the per-minute rate limits.
+const RATE_WINDOW: Duration = Duration::from_secs(60);
+
+/// Times of the events in the last [`RATE_WINDOW`]: a sliding-window rate limit, the one
+/// implementation behind `uploads_per_minute` and `writes_per_minute`.
+#[derive(Debug, Default)]
+struct Window(VecDeque<Instant>);
+
+impl Window {
+    /// Events still in the window at `now` (older ones are forgotten).
+    fn count(&mut self, now: Instant) -> usize {
+        while self.0.front().is_some_and(|t| now.duration_since(*t) >= RATE_WINDOW) {
+            self.0.pop_front();
+        }
+        self.0.len()
+    }
+}
+
+/// One tenant's rate-limit windows.
+#[derive(Debug, Default)]
+pub struct TenantRates {
+    uploads: Window,
+    writes: Window,
+}
+
+/// What a write is, for the rate limits: every write counts against `writes_per_minute`,
+/// an upload against `uploads_per_minute` too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteKind {
+    Upload,
+    Assign,
+    Rollback,
+}
+
+/// One of the `compile_concurrency` compile permits, taken from the semaphore (and
+/// forgotten there) by an upload. Shared by the upload and Cranelift's thread
+/// (`PolicyComponent::load_holding`): returned when both have let go, so a compile that
+/// outlives its upload still holds it until Cranelift really returns.
+struct CompilePermit {
+    service: Arc<Service>,
+    /// The upload was answered `compile-timeout` while Cranelift still ran (counted in
+    /// `switchyard_compiles_abandoned` until it ends).
+    abandoned: AtomicBool,
+}
+
+impl Drop for CompilePermit {
+    fn drop(&mut self) {
+        // The permit first: once the gauge says no abandoned compile runs, its permit is free.
+        self.service.compile_permits.add_permits(1);
+        if self.abandoned.load(Ordering::Acquire) {
+            self.service.metrics.abandoned_compile_ended();
+        }
+    }
+}
+
+/// The versions `policy` (named `name`) must keep: its active one, its rollback history,
+/// and the ones `classes` pin.
+fn kept_versions(
+    name: &str,
+    policy: &PolicyRecord,
+    classes: &BTreeMap<String, Assignment>,
+) -> BTreeSet<String> {
+    let pinned = classes.values().filter(|a| a.policy == name).filter_map(|a| a.version.clone());
+    std::iter::once(policy.active.clone()).chain(policy.previous.iter().cloned()).chain(pinned).collect()
+}
+
+/// Garbage collection of one tenant's manifest record: every version that is neither a
+/// policy's active one, nor in its rollback history, nor pinned by a class goes. (A class
+/// that follows a policy routes to its active version.) The commit then releases the
+/// loaded versions, components and blobs nothing names any more.
+fn collect(record: &mut TenantRecord) {
+    let TenantRecord { policies, classes, .. } = record;
+    for (name, policy) in policies.iter_mut() {
+        let kept = kept_versions(name, policy, classes);
+        policy.versions.retain(|v| kept.contains(&v.version));
+    }
+}
 
 /// Names of tenants, routers, policies and classes: `[a-z0-9_-]`, 1–64 characters, so
 /// they are safe in paths, file names and metric labels.
@@ -105,27 +186,128 @@ impl Service {
         Ok(json!({ "router": name, "token": token }))
     }
 
-    /// Counts an upload against the tenant's per-minute allowance.
-    fn rate_limit(&self, tenant: &str) -> Result<(), ApiError> {
-        let mut uploads = self.uploads.lock().unwrap_or_else(|p| p.into_inner());
-        let times = uploads.entry(tenant.to_string()).or_default();
+    /// Counts a write against the tenant's per-minute allowances (`writes_per_minute`,
+    /// and `uploads_per_minute` for an upload), or refuses it (429 `rate-limited`, naming
+    /// the limit) without counting it. Call only for an existing tenant.
+    fn admit(&self, tenant: &str, kind: WriteKind) -> Result<(), ApiError> {
+        let mut rates = self.rates.lock().unwrap_or_else(|p| p.into_inner());
+        let rates = rates.entry(tenant.to_string()).or_default();
         let now = Instant::now();
-        while times.front().is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(60)) {
-            times.pop_front();
-        }
-        if times.len() >= self.limits.uploads_per_minute {
-            return Err(ApiError::new(
+        let refuse = |what: &str, n: usize, limit: usize, name: &str| {
+            ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate-limited",
                 format!(
-                    "tenant `{tenant}` made {} uploads in the last minute; the limit is {} (`uploads_per_minute`)",
-                    times.len(),
-                    self.limits.uploads_per_minute
+                    "tenant `{tenant}` made {n} {what} in the last minute; the limit is {limit} (`{name}`)"
+                ),
+            )
+        };
+        let writes = rates.writes.count(now);
+        if writes >= self.limits.writes_per_minute {
+            return Err(refuse("writes", writes, self.limits.writes_per_minute, "writes_per_minute"));
+        }
+        if kind == WriteKind::Upload {
+            let uploads = rates.uploads.count(now);
+            if uploads >= self.limits.uploads_per_minute {
+                return Err(refuse("uploads", uploads, self.limits.uploads_per_minute, "uploads_per_minute"));
+            }
+            rates.uploads.0.push_back(now);
+        }
+        rates.writes.0.push_back(now);
+        Ok(())
+    }
+
+    /// The tenant's record in the current snapshot exists (404 `unknown-tenant` if not).
+    fn check_tenant(&self, tenant: &str) -> Result<(), ApiError> {
+        match self.snapshot().manifest().tenants.contains_key(tenant) {
+            true => Ok(()),
+            false => Err(unknown_tenant(tenant)),
+        }
+    }
+
+    /// Makes `version` the active version of `tenant`'s policy `name` in `record` (adding
+    /// it if new), the one it replaces the newest rollback target; trims the oldest
+    /// rollback targets while the policy keeps more than `max_versions_per_policy`
+    /// versions. 409 `too-many-versions` when its active and pinned versions alone do.
+    fn place_upload(
+        &self,
+        record: &mut TenantRecord,
+        tenant: &str,
+        name: &str,
+        version: VersionRecord,
+    ) -> Result<(), ApiError> {
+        let TenantRecord { policies, classes, .. } = record;
+        let policy = policies.entry(name.to_string()).or_insert_with(|| PolicyRecord {
+            versions: Vec::new(),
+            active: version.version.clone(),
+            previous: Vec::new(),
+        });
+        if policy.active != version.version {
+            let old = std::mem::replace(&mut policy.active, version.version.clone());
+            policy.previous.push(old);
+            if policy.previous.len() > MAX_PREVIOUS {
+                policy.previous.remove(0);
+            }
+        }
+        if policy.version(&version.version).is_none() {
+            policy.versions.push(version);
+        }
+        let max = self.limits.max_versions_per_policy;
+        loop {
+            let kept = kept_versions(name, policy, classes);
+            if kept.len() <= max {
+                return Ok(());
+            }
+            if policy.previous.is_empty() {
+                let pinned = classes
+                    .values()
+                    .filter(|a| a.policy == name)
+                    .filter_map(|a| a.version.as_deref())
+                    .collect::<BTreeSet<_>>()
+                    .len();
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "too-many-versions",
+                    format!(
+                        "policy `{name}` of tenant `{tenant}` would keep {} versions (the new active one \
+                         and {pinned} pinned by classes); the limit is {max} (`max_versions_per_policy`): \
+                         move classes off pinned versions first",
+                        kept.len()
+                    ),
+                ));
+            }
+            policy.previous.remove(0);
+        }
+    }
+
+    /// 409 `too-many-classes` if `class` is new and `record` has the most it may.
+    fn check_class_count(&self, record: &TenantRecord, tenant: &str, class: &str) -> Result<(), ApiError> {
+        let max = self.limits.max_classes_per_tenant;
+        if !record.classes.contains_key(class) && record.classes.len() >= max {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "too-many-classes",
+                format!(
+                    "tenant `{tenant}` has {} classes; the limit is {max} (`max_classes_per_tenant`)",
+                    record.classes.len()
                 ),
             ));
         }
-        times.push_back(now);
         Ok(())
+    }
+
+    /// Deletes `blob` (and its artifact) if no committed version names it: what an upload
+    /// refused after storing its blob leaves behind. Under the writer lock (see
+    /// `Store::remove_blob`).
+    fn discard_blob(&self, writer: &Writer, blob: &str) {
+        let named = writer
+            .manifest
+            .tenants
+            .values()
+            .any(|r| r.policies.values().any(|p| p.versions.iter().any(|v| v.blob == blob)));
+        if !named {
+            let _ = tokio::task::block_in_place(|| self.store.remove_blob(blob, &self.engine));
+        }
     }
 
     fn check_policy_count(&self, record: &TenantRecord, tenant: &str, name: &str) -> Result<(), ApiError> {
@@ -145,17 +327,54 @@ impl Service {
     }
 
     /// The compiled component for `bytes`: from memory if these bytes were compiled
-    /// before, else compiled on a blocking thread under the compile semaphore, so
-    /// uploads never take the async workers and at most `compile_concurrency` run.
+    /// before, else compiled on a blocking thread under a compile permit, so uploads never
+    /// take the async workers and at most `compile_concurrency` compiles run. The permit
+    /// is held by Cranelift's own thread until it returns: a compile that outlives its
+    /// upload's `compile_timeout_ms` (answered `compile-timeout` at once) still holds it
+    /// (`switchyard_compiles_abandoned`). An upload waits for a permit at most
+    /// `compile_timeout_ms`, then is refused 503 `compile-busy`: waiting lets concurrent
+    /// honest uploads queue (a compile within the limit frees its permit within that
+    /// time), the bound keeps an upload's answer prompt and the waiting bodies few while
+    /// abandoned compiles hold every permit.
     async fn compile(self: &Arc<Self>, blob: &str, bytes: Arc<[u8]>) -> Result<PolicyComponent, ApiError> {
         if let Some(c) = self.writer.lock().await.components.get(blob) {
             return Ok(c.clone());
         }
-        let _permit = self.compile_permits.acquire().await.map_err(|e| ApiError::internal(e.to_string()))?;
+        let wait = Duration::from_millis(self.engine.limits().compile_timeout_ms);
+        match tokio::time::timeout(wait, self.compile_permits.acquire()).await {
+            Ok(Ok(permit)) => permit.forget(),
+            Ok(Err(e)) => return Err(ApiError::internal(format!("the compile permits: {e}"))),
+            Err(_) => {
+                self.metrics.compile_busy();
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "compile-busy",
+                    format!(
+                        "no compile permit freed up within {} ms (`compile_timeout_ms`): all {} \
+                         (`compile_concurrency`) are taken, {} by compiles that outlived their \
+                         upload's timeout; try again later",
+                        wait.as_millis(),
+                        self.limits.compile_concurrency.max(1),
+                        self.metrics.compiles_abandoned()
+                    ),
+                ));
+            }
+        }
+        let permit = Arc::new(CompilePermit { service: Arc::clone(self), abandoned: AtomicBool::new(false) });
+        let held = Arc::clone(&permit);
         let engine = self.engine.clone();
-        let component = tokio::task::spawn_blocking(move || PolicyComponent::load(&engine, &bytes))
-            .await
-            .map_err(|e| ApiError::internal(format!("the compile thread: {e}")))??;
+        let loaded =
+            tokio::task::spawn_blocking(move || PolicyComponent::load_holding(&engine, &bytes, held))
+                .await
+                .map_err(|e| ApiError::internal(format!("the compile thread: {e}")))?;
+        if loaded.as_ref().is_err_and(|e| e.kind == LoadErrorKind::CompileTimeout) {
+            // Counted before our reference goes: whichever of us and Cranelift's thread
+            // lets go last frees the permit and uncounts it.
+            self.metrics.compile_abandoned();
+            permit.abandoned.store(true, Ordering::Release);
+        }
+        drop(permit);
+        let component = loaded?;
         self.metrics.loaded(&component);
         Ok(component)
     }
@@ -178,23 +397,31 @@ impl Service {
                 format!("`{name}` is a builtin's name; choose another"),
             ));
         }
-        {
-            let snapshot = self.snapshot();
-            let record = snapshot.manifest().tenants.get(tenant).ok_or_else(|| unknown_tenant(tenant))?;
-            self.check_policy_count(record, tenant, name)?;
-        }
         if let Some(p) = &params {
             match serde_json::from_str::<Value>(p) {
                 Ok(Value::Object(_)) => {}
                 _ => return Err(ApiError::bad_request("invalid-params", "`params` must be a JSON object")),
             }
         }
-        self.rate_limit(tenant)?;
         let blob = hex::encode(Sha256::digest(&bytes));
         let version = version_of(&blob, params.as_deref());
+        let parameters = params.clone().unwrap_or_else(|| "{}".into());
+        let record = VersionRecord {
+            version: version.clone(),
+            blob: blob.clone(),
+            params: parameters.clone(),
+            size: bytes.len(),
+        };
+        {
+            // Refused before any work if the upload cannot fit (checked again under the lock).
+            let snapshot = self.snapshot();
+            let current = snapshot.manifest().tenants.get(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+            self.check_policy_count(current, tenant, name)?;
+            self.place_upload(&mut current.clone(), tenant, name, record.clone())?;
+        }
+        self.admit(tenant, WriteKind::Upload)?;
         let bytes: Arc<[u8]> = bytes.into();
         let component = self.compile(&blob, bytes.clone()).await?;
-        let parameters = params.clone().unwrap_or_else(|| "{}".into());
         let (first, component) = {
             let (name, parameters) = (name.to_string(), parameters.clone());
             tokio::task::spawn_blocking(move || {
@@ -203,33 +430,30 @@ impl Service {
             .await
             .map_err(|e| ApiError::internal(format!("the configure thread: {e}")))??
         };
+        // Written before taking the lock (a component's fsync must not hold every writer).
         let store_bytes = bytes.clone();
         tokio::task::block_in_place(|| self.store.write_blob(&blob, &store_bytes))
             .map_err(|e| ApiError::internal(format!("storing the component: {e}")))?;
 
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
-        let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;
-        self.check_policy_count(record, tenant, name)?;
-        let policy = record.policies.entry(name.to_string()).or_insert_with(|| PolicyRecord {
-            versions: Vec::new(),
-            active: version.clone(),
-            previous: Vec::new(),
+        let placed = match manifest.tenants.get_mut(tenant) {
+            None => Err(unknown_tenant(tenant)),
+            Some(current) => self
+                .check_policy_count(current, tenant, name)
+                .and_then(|()| self.place_upload(current, tenant, name, record))
+                .map(|()| collect(current)),
+        };
+        // A write that collected the last version naming this blob may have deleted it
+        // since: under the lock, make sure it is there before the manifest names it (a
+        // no-op, one `stat`, when it is).
+        let stored = placed.and_then(|()| {
+            tokio::task::block_in_place(|| self.store.write_blob(&blob, &bytes))
+                .map_err(|e| ApiError::internal(format!("storing the component: {e}")))
         });
-        if policy.version(&version).is_none() {
-            policy.versions.push(VersionRecord {
-                version: version.clone(),
-                blob: blob.clone(),
-                params: parameters.clone(),
-                size: bytes.len(),
-            });
-        }
-        if policy.active != version {
-            let old = std::mem::replace(&mut policy.active, version.clone());
-            policy.previous.push(old);
-            if policy.previous.len() > MAX_PREVIOUS {
-                policy.previous.remove(0);
-            }
+        if let Err(e) = stored {
+            self.discard_blob(&writer, &blob);
+            return Err(e);
         }
         writer.components.insert(blob.clone(), component.clone());
         let key = (tenant.to_string(), name.to_string(), version.clone());
@@ -239,7 +463,10 @@ impl Service {
             let loaded = self.new_version(slot.key(), first);
             slot.insert(loaded);
         }
-        self.commit(&mut writer, manifest)?;
+        if let Err(e) = self.commit(&mut writer, manifest) {
+            self.discard_blob(&writer, &blob);
+            return Err(e);
+        }
         Ok(json!({
             "tenant": tenant,
             "policy": name,
@@ -261,10 +488,13 @@ impl Service {
     ) -> Result<Value, ApiError> {
         require_tenant(who, tenant)?;
         check_name("class", class)?;
+        self.check_tenant(tenant)?;
+        self.admit(tenant, WriteKind::Assign)?;
         let AssignBody { policy, version, on_fault } = parse(body)?;
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
         let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+        self.check_class_count(record, tenant, class)?;
         let effective = if let Some(p) = record.policies.get(&policy) {
             match &version {
                 Some(v) if p.version(v).is_none() => {
@@ -297,6 +527,7 @@ impl Service {
             class.to_string(),
             Assignment { policy: policy.clone(), version: version.clone(), on_fault },
         );
+        collect(record);
         self.commit(&mut writer, manifest)?;
         Ok(json!({
             "tenant": tenant,
@@ -309,9 +540,12 @@ impl Service {
     }
 
     /// `POST /v1/tenants/{tenant}/policies/{name}/rollback`: the version active before the
-    /// current one becomes active again.
+    /// current one becomes active again. The one it replaces leaves the history: unless a
+    /// class pins it, it is collected.
     pub async fn rollback(&self, who: &Principal, tenant: &str, name: &str) -> Result<Value, ApiError> {
         require_tenant(who, tenant)?;
+        self.check_tenant(tenant)?;
+        self.admit(tenant, WriteKind::Rollback)?;
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
         let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;
@@ -326,6 +560,7 @@ impl Service {
             ));
         };
         let replaced = std::mem::replace(&mut policy.active, previous.clone());
+        collect(record);
         self.commit(&mut writer, manifest)?;
         Ok(json!({ "tenant": tenant, "policy": name, "version": previous, "replaced": replaced }))
     }
@@ -367,5 +602,40 @@ impl Service {
         Ok(
             json!({ "tenant": tenant, "policies": policies, "classes": classes, "builtins": builtin::names() }),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(v: &str) -> VersionRecord {
+        VersionRecord { version: v.into(), blob: format!("blob-{v}"), params: "{}".into(), size: 1 }
+    }
+
+    fn names(policy: &PolicyRecord) -> Vec<&str> {
+        policy.versions.iter().map(|v| v.version.as_str()).collect()
+    }
+
+    #[test]
+    fn collection_keeps_the_active_the_pinned_and_the_rollback_targets_only() {
+        let policy = PolicyRecord {
+            versions: ["a", "b", "c", "d", "e"].map(version).to_vec(),
+            active: "e".into(),
+            previous: vec!["b".into()],
+        };
+        let mut record =
+            TenantRecord { policies: BTreeMap::from([("p".into(), policy)]), ..Default::default() };
+        let pin = |v: Option<&str>, policy: &str| Assignment {
+            policy: policy.into(),
+            version: v.map(str::to_string),
+            on_fault: FailMode::Open,
+        };
+        record.classes.insert("pinned".into(), pin(Some("c"), "p"));
+        record.classes.insert("follows".into(), pin(None, "p"));
+        // A pin of another policy's version of the same name keeps nothing here.
+        record.classes.insert("other".into(), pin(Some("a"), "q"));
+        collect(&mut record);
+        assert_eq!(names(&record.policies["p"]), ["b", "c", "e"]);
     }
 }

@@ -128,12 +128,36 @@ impl PolicyMetrics {
     }
 }
 
+/// How many versions one tenant has: in the manifest, and loaded in memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantVersions {
+    pub known: u64,
+    pub loaded: u64,
+}
+
+/// The per-tenant state gauges and garbage-collection counters.
+#[derive(Default)]
+struct StateMetrics {
+    /// tenant → versions known and loaded, as of the last commit.
+    versions: BTreeMap<String, TenantVersions>,
+    /// tenant → versions collected so far.
+    collected: BTreeMap<String, u64>,
+    /// Compiled components held for loaded versions.
+    components: u64,
+}
+
 /// All the service's metrics.
 pub struct Metrics {
     policies: Mutex<BTreeMap<(String, String), Arc<PolicyMetrics>>>,
     compile: Histogram<8>,
     /// Components loaded from our artifact cache instead of compiled.
     from_cache: AtomicU64,
+    state: Mutex<StateMetrics>,
+    /// Compiles whose upload was answered `compile-timeout` while Cranelift still runs
+    /// (each holds a compile permit until it ends).
+    compiles_abandoned: AtomicU64,
+    /// Uploads refused with `compile-busy`: no compile permit freed up in time.
+    compile_busy: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -142,6 +166,9 @@ impl Default for Metrics {
             policies: Mutex::default(),
             compile: Histogram::new(&COMPILE_BOUNDS),
             from_cache: AtomicU64::new(0),
+            state: Mutex::default(),
+            compiles_abandoned: AtomicU64::new(0),
+            compile_busy: AtomicU64::new(0),
         }
     }
 }
@@ -167,6 +194,39 @@ impl Metrics {
     /// A compile that took `took`.
     fn compiled(&self, took: Duration) {
         self.compile.observe(took);
+    }
+
+    /// The state after a commit (or at start): versions per tenant, compiled components.
+    pub fn set_state(&self, versions: BTreeMap<String, TenantVersions>, components: usize) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.versions = versions;
+        state.components = components as u64;
+    }
+
+    /// `n` versions of `tenant` were garbage-collected.
+    pub fn collected(&self, tenant: &str, n: u64) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        *state.collected.entry(tenant.to_string()).or_default() += n;
+    }
+
+    /// A compile outlived its upload (answered `compile-timeout`); see [`Self::abandoned_compile_ended`].
+    pub fn compile_abandoned(&self) {
+        self.compiles_abandoned.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An abandoned compile's Cranelift returned; its permit is free again.
+    pub fn abandoned_compile_ended(&self) {
+        self.compiles_abandoned.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Abandoned compiles still running.
+    pub fn compiles_abandoned(&self) -> u64 {
+        self.compiles_abandoned.load(Ordering::Relaxed)
+    }
+
+    /// An upload was refused `compile-busy`.
+    pub fn compile_busy(&self) {
+        self.compile_busy.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Prometheus text exposition; `quarantined` lists the (tenant, policy) pairs whose
@@ -243,12 +303,12 @@ impl Metrics {
         }
         let _ = writeln!(
             out,
-            "# HELP switchyard_overloaded_total Selections the host had no guest instance for (the tenant's share of the pool, or the pool, in use); not policy faults.\n# TYPE switchyard_overloaded_total counter"
+            "# HELP switchyard_policy_overloaded_total Selections the host had no guest instance for (the engine's pool was full); not policy faults.\n# TYPE switchyard_policy_overloaded_total counter"
         );
         for ((tenant, policy), m) in &map {
             let _ = writeln!(
                 out,
-                "switchyard_overloaded_total{{tenant=\"{tenant}\",policy=\"{policy}\"}} {}",
+                "switchyard_policy_overloaded_total{{tenant=\"{tenant}\",policy=\"{policy}\"}} {}",
                 m.overloaded.load(Ordering::Relaxed)
             );
         }
@@ -266,7 +326,53 @@ impl Metrics {
             "# HELP switchyard_components_from_cache_total Components loaded from the compiled-artifact cache instead of compiled.\n# TYPE switchyard_components_from_cache_total counter\nswitchyard_components_from_cache_total {}",
             self.from_cache.load(Ordering::Relaxed)
         );
+        self.render_state(&mut out);
         out
+    }
+
+    /// The state gauges: versions known, loaded and collected per tenant, compiled
+    /// components, abandoned compiles, compile-busy refusals.
+    fn render_state(&self, out: &mut String) {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut per_tenant = |name: &str, kind: &str, help: &str, values: Vec<(&String, u64)>| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (tenant, n) in values {
+                let _ = writeln!(out, "{name}{{tenant=\"{tenant}\"}} {n}");
+            }
+        };
+        per_tenant(
+            "switchyard_versions",
+            "gauge",
+            "Policy versions in the manifest (active, pinned by a class, or a rollback target), by tenant.",
+            state.versions.iter().map(|(t, v)| (t, v.known)).collect(),
+        );
+        per_tenant(
+            "switchyard_versions_loaded",
+            "gauge",
+            "Policy versions loaded in memory (compiled and configured), by tenant.",
+            state.versions.iter().map(|(t, v)| (t, v.loaded)).collect(),
+        );
+        per_tenant(
+            "switchyard_versions_collected_total",
+            "counter",
+            "Versions garbage-collected: neither routed, active nor a rollback target.",
+            state.collected.iter().map(|(t, n)| (t, *n)).collect(),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_components_loaded Compiled components held in memory (versions with the same bytes share one).\n# TYPE switchyard_components_loaded gauge\nswitchyard_components_loaded {}",
+            state.components
+        );
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_compiles_abandoned Compiles whose upload was answered compile-timeout and that still run (each holds a compile permit).\n# TYPE switchyard_compiles_abandoned gauge\nswitchyard_compiles_abandoned {}",
+            self.compiles_abandoned.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_compile_busy_total Uploads refused with compile-busy: no compile permit freed up within compile_timeout_ms.\n# TYPE switchyard_compile_busy_total counter\nswitchyard_compile_busy_total {}",
+            self.compile_busy.load(Ordering::Relaxed)
+        );
     }
 }
 
@@ -304,6 +410,32 @@ mod tests {
             "switchyard_compile_seconds_bucket{le=\"0.25\"} 0".to_string(),
             "switchyard_compile_seconds_bucket{le=\"0.5\"} 1".to_string(),
             "switchyard_compile_seconds_count 1".to_string(),
+        ] {
+            assert!(text.lines().any(|x| x == line), "missing `{line}` in\n{text}");
+        }
+    }
+
+    #[test]
+    fn state_gauges_and_counters_are_rendered_per_tenant() {
+        let metrics = Metrics::default();
+        let versions = BTreeMap::from([("acme".to_string(), TenantVersions { known: 3, loaded: 2 })]);
+        metrics.set_state(versions, 2);
+        metrics.collected("acme", 2);
+        metrics.collected("acme", 1);
+        metrics.compile_abandoned();
+        metrics.compile_abandoned();
+        metrics.abandoned_compile_ended();
+        metrics.compile_busy();
+        let text = metrics.render(&BTreeSet::new(), 0);
+        for line in [
+            "# TYPE switchyard_versions gauge",
+            "switchyard_versions{tenant=\"acme\"} 3",
+            "switchyard_versions_loaded{tenant=\"acme\"} 2",
+            "# TYPE switchyard_versions_collected_total counter",
+            "switchyard_versions_collected_total{tenant=\"acme\"} 3",
+            "switchyard_components_loaded 2",
+            "switchyard_compiles_abandoned 1",
+            "switchyard_compile_busy_total 1",
         ] {
             assert!(text.lines().any(|x| x == line), "missing `{line}` in\n{text}");
         }

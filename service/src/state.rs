@@ -7,7 +7,7 @@
 //! version, the next one sees the new. Mutations are serialised by one async mutex and
 //! reach the disk (the manifest) before the swap, so an acknowledged change is durable.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,7 +25,7 @@ use tokio::sync::{MutexGuard, Semaphore};
 
 use crate::config::ServiceLimits;
 use crate::error::ApiError;
-use crate::metrics::{Metrics, PolicyMetrics};
+use crate::metrics::{Metrics, PolicyMetrics, TenantVersions};
 use crate::store::{Manifest, Store};
 
 /// (tenant, policy name, version).
@@ -279,8 +279,9 @@ pub struct Service {
     pub(crate) idle_slots: Arc<IdleSlots>,
     /// Each tenant's selections in flight (`max_in_flight_per_tenant`).
     pub(crate) in_flight: Mutex<HashMap<String, Arc<AtomicUsize>>>,
-    /// Upload times per tenant in the last minute, for `uploads_per_minute`.
-    pub(crate) uploads: Mutex<HashMap<String, std::collections::VecDeque<std::time::Instant>>>,
+    /// Each tenant's uploads and writes in the last minute (`uploads_per_minute`,
+    /// `writes_per_minute`).
+    pub(crate) rates: Mutex<HashMap<String, crate::manage::TenantRates>>,
 }
 
 impl Service {
@@ -368,6 +369,7 @@ impl Service {
             }
         }
         let snapshot = build_snapshot(&writer);
+        record_state(&metrics, &writer);
         let service = Arc::new(Self {
             compile_permits: Semaphore::new(limits.compile_concurrency.max(1)),
             limits,
@@ -380,7 +382,7 @@ impl Service {
             metrics,
             idle_slots,
             in_flight: Mutex::default(),
-            uploads: Mutex::default(),
+            rates: Mutex::default(),
         });
         Ok(service)
     }
@@ -401,7 +403,8 @@ impl Service {
     }
 
     /// Makes `manifest` durable, then visible: writes it (temp + fsync + rename), adopts
-    /// it and swaps in a new snapshot. On a write error nothing changes.
+    /// it, releases what it no longer names (see [`Service::release_unnamed`]) and swaps
+    /// in a new snapshot. On a write error nothing changes.
     pub(crate) fn commit(
         &self,
         writer: &mut MutexGuard<'_, Writer>,
@@ -409,7 +412,8 @@ impl Service {
     ) -> Result<(), ApiError> {
         tokio::task::block_in_place(|| self.store.write_manifest(&manifest))
             .map_err(|e| ApiError::internal(format!("writing the manifest: {e}")))?;
-        writer.manifest = manifest;
+        let old = std::mem::replace(&mut writer.manifest, manifest);
+        self.release_unnamed(writer, &old);
         let snapshot = build_snapshot(writer);
         let routed: HashSet<*const LoadedVersion> = snapshot
             .routes
@@ -424,7 +428,46 @@ impl Service {
         for v in writer.loaded.values() {
             v.set_routed(routed.contains(&Arc::as_ptr(v)));
         }
+        record_state(&self.metrics, writer);
         Ok(())
+    }
+
+    /// Garbage collection, once the manifest that dropped versions is durable: loaded
+    /// versions it does not name are dropped (a selection running one finishes on its
+    /// `Arc`), compiled components no loaded version uses are evicted, and the blob (with
+    /// its compiled artifact) of each version `old` named and the new manifest does not
+    /// is deleted unless another version, of any tenant, still names it. A crash before
+    /// the deletions leaves only unnamed files behind, never a manifest naming a missing
+    /// blob. A deletion that fails leaves the file; the commit stands.
+    fn release_unnamed(&self, writer: &mut Writer, old: &Manifest) {
+        let named: HashMap<(&str, &str, &str), &str> = versions_of(&writer.manifest).collect();
+        writer.loaded.retain(|(t, p, v), _| named.contains_key(&(t.as_str(), p.as_str(), v.as_str())));
+        writer.unavailable.retain(|(t, p, v), _| named.contains_key(&(t.as_str(), p.as_str(), v.as_str())));
+        let in_use: HashSet<&str> = writer
+            .loaded
+            .keys()
+            .filter_map(|(t, p, v)| named.get(&(t.as_str(), p.as_str(), v.as_str())).copied())
+            .collect();
+        writer.components.retain(|blob, _| in_use.contains(blob.as_str()));
+        let blobs: HashSet<&str> = named.values().copied().collect();
+        let mut removed_blobs = BTreeSet::new();
+        let mut collected: HashMap<&str, u64> = HashMap::new();
+        for (key, blob) in versions_of(old) {
+            if !named.contains_key(&key) {
+                *collected.entry(key.0).or_default() += 1;
+                if !blobs.contains(blob) {
+                    removed_blobs.insert(blob);
+                }
+            }
+        }
+        for (tenant, n) in collected {
+            self.metrics.collected(tenant, n);
+        }
+        tokio::task::block_in_place(|| {
+            for blob in removed_blobs {
+                let _ = self.store.remove_blob(blob, &self.engine);
+            }
+        });
     }
 
     /// A loaded version for the writer's map; `first` is the scorer the upload's
@@ -463,6 +506,35 @@ fn new_version(
     let selector = loaded.wrap(accepted);
     loaded.checkin(selector);
     loaded
+}
+
+/// Every version `manifest` names: ((tenant, policy, version), blob).
+fn versions_of(manifest: &Manifest) -> impl Iterator<Item = ((&str, &str, &str), &str)> {
+    manifest.tenants.iter().flat_map(|(tenant, record)| {
+        record.policies.iter().flat_map(move |(name, policy)| {
+            policy
+                .versions
+                .iter()
+                .map(move |v| ((tenant.as_str(), name.as_str(), v.version.as_str()), v.blob.as_str()))
+        })
+    })
+}
+
+/// The state gauges: versions known (in the manifest) and loaded, per tenant; components.
+fn record_state(metrics: &Metrics, writer: &Writer) {
+    let mut versions: BTreeMap<String, TenantVersions> = writer
+        .manifest
+        .tenants
+        .iter()
+        .map(|(tenant, record)| {
+            let known = record.policies.values().map(|p| p.versions.len() as u64).sum();
+            (tenant.clone(), TenantVersions { known, loaded: 0 })
+        })
+        .collect();
+    for (tenant, _, _) in writer.loaded.keys() {
+        versions.entry(tenant.clone()).or_default().loaded += 1;
+    }
+    metrics.set_state(versions, writer.components.len());
 }
 
 /// Routes from the manifest: a class names a builtin or one of the tenant's policies

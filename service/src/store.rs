@@ -19,8 +19,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use switchyard::FailMode;
 use switchyard::cache::{is_temp_name, private_dir, read_private, write_private};
+use switchyard::{FailMode, PolicyEngine};
 
 /// The manifest format this build writes and reads.
 const FORMAT: u32 = 1;
@@ -168,7 +168,41 @@ impl Store {
     }
 
     pub fn read_blob(&self, sha256: &str) -> std::io::Result<Vec<u8>> {
-        read_private(&self.dir.join("blobs").join(format!("{sha256}.wasm")), MAX_BLOB_BYTES)
+        read_private(&self.blob_path(sha256), MAX_BLOB_BYTES)
+    }
+
+    fn blob_path(&self, sha256: &str) -> PathBuf {
+        self.dir.join("blobs").join(format!("{sha256}.wasm"))
+    }
+
+    /// Deletes the blob `sha256` and our compiled artifact of it in `engine`'s cache (the
+    /// cache keys artifacts by the component's bytes, so they are read first). Already
+    /// absent files are fine. Only for a blob no committed version names, under the
+    /// writer lock: an upload makes sure its blob exists under that lock before it commits,
+    /// so it never commits a manifest naming a blob deleted here. The artifact goes first:
+    /// a crash in between leaves a blob (harmless), never an artifact nothing finds.
+    pub fn remove_blob(&self, sha256: &str, engine: &PolicyEngine) -> std::io::Result<()> {
+        let path = self.blob_path(sha256);
+        if let Some(cache) = engine.artifact_cache() {
+            match std::fs::read(&path) {
+                Ok(bytes) => {
+                    let artifact = cache.path_for(engine.engine(), &bytes);
+                    remove_if_present(&artifact)?;
+                    remove_if_present(&switchyard::ArtifactCache::digest_path(&artifact))?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        remove_if_present(&path)
+    }
+}
+
+/// Removes `path`; a file that is already gone is not an error.
+fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
     }
 }
 
@@ -233,6 +267,24 @@ mod tests {
         assert!(!dir.join(".manifest.json.1.0.tmp").exists());
         store.write_blob("00ff", b"bytes").unwrap();
         assert_eq!(store.read_blob("00ff").unwrap(), b"bytes");
+    }
+
+    #[test]
+    fn a_removed_blob_takes_its_artifact_with_it_and_removing_twice_is_fine() {
+        let dir = temp("remove");
+        let store = Store::open(&dir).unwrap();
+        let cache = switchyard::ArtifactCache::open(dir.join("compiled")).unwrap();
+        let engine =
+            PolicyEngine::new(switchyard::Limits::default()).unwrap().with_artifact_cache(cache.clone());
+        store.write_blob("00ff", b"bytes").unwrap();
+        store.write_blob("11ee", b"other").unwrap();
+        let artifact = cache.path_for(engine.engine(), b"bytes");
+        std::fs::write(&artifact, b"compiled").unwrap();
+        store.remove_blob("00ff", &engine).unwrap();
+        assert!(!artifact.exists(), "the artifact of the removed blob is gone");
+        assert!(store.read_blob("00ff").is_err());
+        assert_eq!(store.read_blob("11ee").unwrap(), b"other", "other blobs stay");
+        store.remove_blob("00ff", &engine).unwrap();
     }
 
     #[test]

@@ -17,5 +17,6 @@ mod service_hostile;
 mod service_load;
 mod service_quarantine;
 mod service_shares;
+mod service_state;
 mod support;
 mod world;
