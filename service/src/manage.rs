@@ -167,6 +167,7 @@ impl Service {
         let record = TenantRecord { token_sha256: hash_token(&token), ..TenantRecord::default() };
         manifest.tenants.insert(name.clone(), record);
         self.commit(&mut writer, manifest)?;
+        tracing::info!(tenant = %name, "tenant added");
         Ok(json!({ "tenant": name, "token": token }))
     }
 
@@ -467,6 +468,7 @@ impl Service {
             self.discard_blob(&writer, &blob);
             return Err(e);
         }
+        tracing::info!(tenant, policy = name, version = %version, size = bytes.len(), "uploaded");
         Ok(json!({
             "tenant": tenant,
             "policy": name,
@@ -529,6 +531,7 @@ impl Service {
         );
         collect(record);
         self.commit(&mut writer, manifest)?;
+        tracing::info!(tenant, class, policy = %policy, version = ?effective, on_fault = ?on_fault, "assigned");
         Ok(json!({
             "tenant": tenant,
             "class": class,
@@ -562,6 +565,7 @@ impl Service {
         let replaced = std::mem::replace(&mut policy.active, previous.clone());
         collect(record);
         self.commit(&mut writer, manifest)?;
+        tracing::info!(tenant, policy = name, version = %previous, replaced = %replaced, "rolled back");
         Ok(json!({ "tenant": tenant, "policy": name, "version": previous, "replaced": replaced }))
     }
 

@@ -169,3 +169,49 @@ fn a_stored_version_that_no_longer_loads_is_unavailable_and_everything_else_serv
     assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
     assert_eq!(c.metric("switchyard_versions_unavailable"), 0.0);
 }
+
+#[test]
+fn uploads_assignments_rollbacks_breaker_trips_and_refusals_are_logged_with_tenant_policy_and_version() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let dir = temp_dir("service-logs");
+    let log = dir.join("serve.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.join("data"))
+        .env("SWITCHYARD_ADMIN_TOKEN", ADMIN)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let url = line.trim().strip_prefix("listening on ").expect("started").to_string();
+    let c = Client::at(&url);
+    let token = c.add_tenant("acme");
+    let v1 = upload(&c, &token, "acme", "mine", DEFAULT_POLICY, None);
+    let v2 = upload(&c, &token, "acme", "mine", crate::support::hostile::PANIC, None);
+    assign(&c, &token, "acme", "gold", json!({ "policy": "mine" }));
+    for _ in 0..3 {
+        assert_eq!(select(&c, &token, "acme", "gold").0, 200);
+    }
+    let (status, _) = c.call("POST", "/v1/tenants/acme/policies/mine/rollback", Some(&token), Body::None);
+    assert_eq!(status, 200);
+    assert_eq!(c.call("GET", "/v1/tenants/acme/policies", Some("wrong-token"), Body::None).0, 401);
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let has = |needles: &[&str]| text.lines().any(|l| needles.iter().all(|n| l.contains(n)));
+    assert!(has(&["uploaded", "tenant=\"acme\"", "policy=\"mine\"", &format!("version={v1}")]), "{text}");
+    assert!(has(&["uploaded", &format!("version={v2}")]), "{text}");
+    assert!(has(&["assigned", "tenant=\"acme\"", "class=\"gold\""]), "{text}");
+    assert!(has(&["breaker opened", "tenant=acme", "policy=mine", &format!("version={v2}")]), "{text}");
+    assert!(
+        has(&["rolled back", "tenant=\"acme\"", &format!("version={v1}"), &format!("replaced={v2}")]),
+        "{text}"
+    );
+    assert!(has(&["request refused", "status=401", "kind=unauthorized"]), "{text}");
+}
