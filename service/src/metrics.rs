@@ -289,6 +289,15 @@ impl Metrics {
                 let _ = writeln!(o, "switchyard_fuel_used_total{{{l}}} {}", m.fuel.load(Ordering::Relaxed));
             },
         );
+        family(
+            "switchyard_policy_overloaded_total",
+            "counter",
+            "Selections the host had no guest instance for (the engine's pool was full); not policy faults.",
+            &mut |o, l, m| {
+                let n = m.overloaded.load(Ordering::Relaxed);
+                let _ = writeln!(o, "switchyard_policy_overloaded_total{{{l}}} {n}");
+            },
+        );
         let _ = writeln!(
             out,
             "# HELP switchyard_policy_quarantined 1 while a routed version of the policy is quarantined (breaker open or half-open).\n# TYPE switchyard_policy_quarantined gauge"
@@ -299,17 +308,6 @@ impl Metrics {
                 out,
                 "switchyard_policy_quarantined{{tenant=\"{tenant}\",policy=\"{policy}\"}} {}",
                 u8::from(on)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_policy_overloaded_total Selections the host had no guest instance for (the engine's pool was full); not policy faults.\n# TYPE switchyard_policy_overloaded_total counter"
-        );
-        for ((tenant, policy), m) in &map {
-            let _ = writeln!(
-                out,
-                "switchyard_policy_overloaded_total{{tenant=\"{tenant}\",policy=\"{policy}\"}} {}",
-                m.overloaded.load(Ordering::Relaxed)
             );
         }
         let _ = writeln!(
