@@ -37,9 +37,11 @@ fn select(c: &Client, token: &str, tenant: &str, class: &str) -> (u16, Value) {
 
 #[test]
 fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
-    // A pool of 24 instances; before, a tenant with 12 pinned versions × 6 concurrent
-    // selections (and up to 8 idle instances per version) exhausted it, and another
-    // tenant's selections failed `instantiate …`, counted as its policy's faults.
+    // The attack, scaled to a pool of 24: one tenant with many pinned versions and
+    // concurrent selections on each (there, 33 × 8 against 256 slots exhausted the pool and
+    // another tenant's selections failed `instantiate …`, counted as its policy's faults).
+    // Now the attacker holds at most its share in flight (429 beyond), idle instances are
+    // bounded in all, and the slots provably fit (see the test below).
     let dir = temp_dir("service-shares-flood");
     let config = config(
         &dir,
@@ -214,4 +216,26 @@ fn uploads_assignments_rollbacks_breaker_trips_and_refusals_are_logged_with_tena
         "{text}"
     );
     assert!(has(&["request refused", "status=401", "kind=unauthorized"]), "{text}");
+}
+
+#[test]
+fn serve_refuses_limits_whose_instances_in_flight_and_idle_do_not_fit_the_pool() {
+    // Selections in flight, idle instances and uploads' configure checks each hold a slot
+    // of the engine's pool; if they could outnumber it, the pool could run out under load.
+    let dir = temp_dir("service-shares-fit");
+    let config = config(
+        &dir,
+        "[limits]\nmax_instances = 100\n[service]\nmax_inflight_selections = 64\nmax_idle_instances = 64\n",
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.join("data"))
+        .arg("--config")
+        .arg(&config)
+        .env("SWITCHYARD_ADMIN_TOKEN", ADMIN)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("max_inflight_selections (64) + max_idle_instances (64) + compile_concurrency (1) = 129 exceed [limits] max_instances (100)"), "{stderr}");
 }
