@@ -217,6 +217,10 @@ pub struct WorkerRankJson {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RequestJson {
+    /// Whose policy selects: required by `switchyard serve`'s `/v1/select`, ignored by
+    /// `switchyard select` (so one file serves both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// Prompt length, tokens.
     pub prompt_tokens: u32,
     /// KV block size, tokens (≥ 1).

@@ -93,19 +93,15 @@ impl Service {
     /// One selection for `who`, from the raw body.
     pub fn select(&self, who: &Principal, body: &[u8]) -> Result<Value, ApiError> {
         let invalid = |m: String| ApiError::bad_request("invalid-input", m);
-        let mut value: Value =
+        // Straight into the request's own types: no JSON tree (which costs ~16× the body)
+        // is ever built from a client's bytes.
+        let request: RequestJson =
             serde_json::from_slice(body).map_err(|e| invalid(format!("request JSON: {e}")))?;
-        let object =
-            value.as_object_mut().ok_or_else(|| invalid("the request must be a JSON object".into()))?;
-        let tenant = match object.remove("tenant") {
-            Some(Value::String(t)) => t,
-            _ => return Err(invalid("`tenant` (a string) is required".into())),
-        };
+        let tenant =
+            request.tenant.clone().ok_or_else(|| invalid("`tenant` (a string) is required".into()))?;
         require_selector(who, &tenant)?;
         // The tenant's share of the service: its own selections in flight.
         let _in_flight = self.enter(&tenant)?;
-        let request: RequestJson =
-            serde_json::from_value(value).map_err(|e| invalid(format!("request JSON: {e}")))?;
         let class = request.classifier_class.clone().or_else(|| request.policy_class.clone());
         let (table, request) =
             request.into_parts_within(&self.limits.requests).map_err(|e| invalid(e.to_string()))?;
