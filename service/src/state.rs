@@ -368,6 +368,7 @@ impl Service {
                 }
             }
         }
+        sweep_orphan_blobs(&store, &engine, &writer.manifest);
         let snapshot = build_snapshot(&writer);
         record_state(&metrics, &writer);
         let service = Arc::new(Self {
@@ -480,6 +481,24 @@ impl Service {
             idle: &self.idle_slots,
         };
         new_version(&ctx, (&key.0, &key.1, &key.2), first)
+    }
+}
+
+/// Deletes blobs (and their compiled artifacts) that no version of the manifest names:
+/// left by a crash between a manifest write and a collection, or by an upload dropped
+/// between storing its blob and committing. Start-up holds the data dir's lock, so no
+/// upload is in flight.
+fn sweep_orphan_blobs(store: &Store, engine: &PolicyEngine, manifest: &Manifest) {
+    let named: HashSet<&str> = versions_of(manifest).map(|(_, blob)| blob).collect();
+    let blobs = match store.blob_names() {
+        Ok(blobs) => blobs,
+        Err(e) => return tracing::warn!(error = %e, "listing blobs for the start-up sweep"),
+    };
+    for blob in blobs.iter().filter(|b| !named.contains(b.as_str())) {
+        match store.remove_blob(blob, engine) {
+            Ok(()) => tracing::info!(blob = %blob, "orphan blob removed at start-up"),
+            Err(e) => tracing::warn!(blob = %blob, error = %e, "removing an orphan blob"),
+        }
     }
 }
 

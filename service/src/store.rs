@@ -171,6 +171,18 @@ impl Store {
         read_private(&self.blob_path(sha256), MAX_BLOB_BYTES)
     }
 
+    /// The sha256 of every stored blob.
+    pub fn blob_names(&self) -> std::io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(self.dir.join("blobs"))? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if let Some(sha256) = name.strip_suffix(".wasm") {
+                names.push(sha256.to_string());
+            }
+        }
+        Ok(names)
+    }
+
     fn blob_path(&self, sha256: &str) -> PathBuf {
         self.dir.join("blobs").join(format!("{sha256}.wasm"))
     }

@@ -239,3 +239,28 @@ fn serve_refuses_limits_whose_instances_in_flight_and_idle_do_not_fit_the_pool()
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("max_inflight_selections (64) + max_idle_instances (64) + compile_concurrency (1) = 129 exceed [limits] max_instances (100)"), "{stderr}");
 }
+
+#[test]
+fn blobs_no_version_names_are_swept_at_start_up() {
+    let dir = temp_dir("service-shares-sweep");
+    let data = dir.join("data");
+    let token = {
+        let server = Server::start(&data, None, Some(ADMIN));
+        let c = Client::new(&server);
+        let token = c.add_tenant("acme");
+        upload(&c, &token, "acme", "mine", DEFAULT_POLICY, None);
+        assign(&c, &token, "acme", "gold", json!({ "policy": "mine" }));
+        token
+    };
+    // What a crash between storing a blob and committing the manifest leaves behind.
+    let orphan = data.join("blobs").join(format!("{}.wasm", "ab".repeat(32)));
+    std::fs::write(&orphan, variant(DEFAULT_POLICY, 7)).unwrap();
+    let kept: Vec<_> = std::fs::read_dir(data.join("blobs")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(kept.len(), 2);
+    let server = Server::start(&data, None, Some(ADMIN));
+    assert!(!orphan.exists(), "the orphan blob is swept");
+    assert_eq!(std::fs::read_dir(data.join("blobs")).unwrap().count(), 1, "the named blob stays");
+    let c = Client::new(&server);
+    let (status, v) = select(&c, &token, "acme", "gold");
+    assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
+}
