@@ -45,7 +45,7 @@ fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
     let dir = temp_dir("service-shares-flood");
     let config = config(
         &dir,
-        "[limits]\nmax_instances = 24\n[service]\nmax_inflight_selections = 14\nmax_in_flight_per_tenant = 4\nmax_idle_instances = 8\n",
+        "[limits]\nmax_instances = 24\n[service]\nmax_inflight_selections = 16\nmax_in_flight_per_tenant = 4\nmax_idle_instances = 6\n",
     );
     let server = Server::start(&dir.join("data"), Some(&config), Some(ADMIN));
     let c = Client::new(&server);
