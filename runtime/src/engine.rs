@@ -76,8 +76,9 @@ pub struct Limits {
     pub max_prefix_hashes_per_call: u64,
     /// The hard ceiling on one call's fuel, whatever the request and whatever the
     /// instance saved (see [`Limits::fuel_for`]). 200,000,000: the allowance of 10,000
-    /// candidates (CHWBL's first call over a new fleet needs most of it), ~50 ms of wasm
-    /// on this project's 2-core machine (BENCHMARKS.md, `--bench hostile`).
+    /// candidates (CHWBL's first call over a new fleet needs most of it); a plain loop
+    /// spends it in 8–20 ms on this project's 2-core machine (BENCHMARKS.md, `--bench
+    /// hostile`).
     pub max_fuel_per_call: u64,
     /// Fuel charged for each import call, before the host does any work for it. 6,000:
     /// calibrated so a loop of small imports (`policy-class`, `worker-capacity`) costs no
@@ -87,7 +88,7 @@ pub struct Limits {
     /// capacity 12; `candidate-capacities` counts 512 per candidate, its lookup included).
     /// 2: the host's clone, lowering and the guest's `realloc`, calibrated as above.
     pub fuel_per_import_byte: u64,
-    /// Wall-clock deadline per call (with the epoch or both budgets), ms. 150 ms: 3× the
+    /// Wall-clock deadline per call (with the epoch or both budgets), ms. 150 ms: ~8× the
     /// time `max_fuel_per_call` takes on an idle core, so fuel decides first (and
     /// deterministically) but on a badly overloaded host; the deadline stops what fuel
     /// does not count (host stalls, a miscalibrated import charge).
