@@ -217,7 +217,7 @@ fn main() {
     let started = Instant::now();
     println!("## Switchyard ratio table\n");
     println!(
-        "Fixture: Dynamo's bench fixture (prompt 2,048 tokens, block 16, one dp rank). Guest budget: fuel (the default)."
+        "Fixture: Dynamo's bench fixture (prompt 2,048 tokens, block 16, one dp rank). Guest budget: both (the default: fuel, with the epoch deadline as backstop)."
     );
     println!("Medians of {ROUNDS} interleaved rounds of ~{} ms batches.", BATCH.as_millis());
     selection_table(&engine, 0.0);
