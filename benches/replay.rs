@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use switchyard::replay::{PolicyLabel, ReplayConfig, Trace, replay};
 use switchyard::{
     FailMode, GuardConfig, GuardedSelector, GuestScorer, Limits, PolicyComponent, PolicyEngine,
 };
+use switchyard_replay::{PolicyLabel, ReplayConfig, Trace, replay};
 
 fn trace() -> Trace {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/conversation_trace.jsonl");

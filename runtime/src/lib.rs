@@ -17,7 +17,6 @@ pub mod engine;
 pub mod guard;
 pub mod guest;
 pub mod input;
-pub mod replay;
 pub mod selection;
 
 pub use cache::ArtifactCache;

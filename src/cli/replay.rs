@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use clap::Args;
 use serde_json::{Value, json};
-use switchyard::replay::{Mode, PolicyLabel, ReplayConfig, ReplayError, Report, Trace, canonical_json};
 use switchyard::selection::Scorer;
 use switchyard::{FailMode, GuardedSelector, GuestScorer, PolicyComponent, PolicyEngine, builtin};
+use switchyard_replay::{Mode, PolicyLabel, ReplayConfig, ReplayError, Report, Trace, canonical_json};
 
 use super::CliError;
 use super::chart;
@@ -124,7 +124,7 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         let mut bar = Progress::new(format!("{policy} ({build})"), trace.rows().len());
         let started = Instant::now();
         let report =
-            switchyard::replay::replay(&trace, &mut selector, &label, &config, &mut |done| bar.update(done))
+            switchyard_replay::replay(&trace, &mut selector, &label, &config, &mut |done| bar.update(done))
                 .map_err(replay_error)?;
         bar.finish();
         runs.push(Run {

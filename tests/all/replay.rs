@@ -8,10 +8,10 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
-use switchyard::replay::{Mode, PolicyLabel, ReplayConfig, Trace, replay};
 use switchyard::selection::{Call, Fault, Scorer};
 use switchyard::{FailMode, GuardConfig, GuardedSelector, GuestScorer};
 use switchyard_guest_sdk::{Facts, PolicyInfo, Pool, WorkerRank};
+use switchyard_replay::{Mode, PolicyLabel, ReplayConfig, Trace, replay};
 
 use crate::support::{DEFAULT_POLICY, component};
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 use switchyard_guest_sdk::Pool;
 
-use crate::selection::FaultKind;
+use switchyard::selection::FaultKind;
 
 use super::trace::Trace;
 use super::{Mode, PolicyLabel, ReplayConfig};

@@ -16,8 +16,8 @@ use super::cluster::PoolState;
 use super::report::{Faults, Outcomes, Report};
 use super::trace::{Trace, TraceRow};
 use super::{Mode, PolicyLabel, ReplayConfig, ReplayError};
-use crate::guard::GuardedSelector;
-use crate::selection::{RequestOptions, SelectionRequest, hashes_for_pool};
+use switchyard::guard::GuardedSelector;
+use switchyard::selection::{RequestOptions, SelectionRequest, hashes_for_pool};
 
 /// A request in the cluster.
 struct Flight {
@@ -95,7 +95,7 @@ impl<'a> Simulation<'a> {
                 (Pool::Prefill, prefill, config.workers - prefill)
             }
         };
-        let config_error = |e: crate::selection::InputError| ReplayError::Config(e.to_string());
+        let config_error = |e: switchyard::selection::InputError| ReplayError::Config(e.to_string());
         let front =
             PoolState::new(front_pool, 0, front_count, config.total_kv_blocks).map_err(config_error)?;
         let decode = (decode_count > 0)

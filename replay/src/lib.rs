@@ -10,6 +10,9 @@
 //! and native builds agree: the canonical [`Report`] of the two builds of one policy is
 //! byte-identical.
 //!
+//! A crate of its own (`switchyard-replay`): it uses only the host library's public
+//! selection API, and the library a router embeds (`switchyard`) does not carry it.
+//!
 //! - [`trace`]: reading and checking the trace (errors carry line numbers).
 //! - `cache`, `cluster`: the simulated workers and the columns the router derives.
 //! - [`timing`]: the documented timing model.
@@ -28,7 +31,7 @@ pub use report::{Distribution, Faults, PoolLoad, Report, ReportError, canonical_
 pub use timing::TimingModel;
 pub use trace::{Trace, TraceError, TraceRow};
 
-use crate::guard::GuardedSelector;
+use switchyard::guard::GuardedSelector;
 
 /// How the cluster is deployed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use switchyard_guest_sdk::Pool;
 
 use super::cache::{IdMap, PrefixCache};
-use crate::selection::{InputError, Worker, WorkerInputs, WorkerTable};
+use switchyard::selection::{InputError, Worker, WorkerInputs, WorkerTable};
 
 /// One simulated worker.
 #[derive(Debug, Clone)]
