@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
 use switchyard::{
-    FailMode, GuardConfig, GuardedSelector, GuestScorer, Limits, PolicyComponent, PolicyEngine,
-    SelectionRequest, WorkerTable, builtin,
+    FailMode, GuardConfig, GuestScorer, Limits, PolicyComponent, PolicyEngine, SelectionRequest, WorkerTable,
 };
+use switchyard_builtins as builtin;
 use switchyard_guest_sdk::{Pool, RequestFacts};
 
 macro_rules! guest {
@@ -76,7 +76,7 @@ fn run(
 ) -> Outcome {
     let guest = GuestScorer::new("case", component.clone(), params).expect("instantiates");
     let stats = guest.stats();
-    let mut selector = GuardedSelector::with_default_fallback(
+    let mut selector = switchyard_builtins::guarded(
         Box::new(guest),
         FailMode::Open,
         GuardConfig {

@@ -17,7 +17,8 @@ mod common;
 use std::hint::black_box;
 
 use common::{IMPORTS, NOOP, ScoreOnly, switchyard_fixture};
-use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
+use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
+use switchyard_builtins as builtin;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();

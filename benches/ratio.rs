@@ -8,7 +8,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use common::{DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, switchyard_fixture};
-use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
+use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
+use switchyard_builtins as builtin;
 
 const ROUNDS: usize = 31;
 /// Each timed batch runs about this long, so timer overhead is negligible.

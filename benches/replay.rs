@@ -6,9 +6,7 @@
 use std::path::PathBuf;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use switchyard::{
-    FailMode, GuardConfig, GuardedSelector, GuestScorer, Limits, PolicyComponent, PolicyEngine,
-};
+use switchyard::{FailMode, GuardConfig, GuestScorer, Limits, PolicyComponent, PolicyEngine};
 use switchyard_replay::{PolicyLabel, ReplayConfig, Trace, replay};
 
 fn trace() -> Trace {
@@ -22,7 +20,7 @@ fn full_trace(c: &mut Criterion) {
     let trace = trace();
     assert_eq!(trace.rows().len(), 12_031);
     let engine = PolicyEngine::new(Limits::default()).expect("engine");
-    let builtin = switchyard::builtin::find("default").expect("default builtin");
+    let builtin = switchyard_builtins::find("default").expect("default builtin");
     let component = PolicyComponent::load(&engine, builtin.component).expect("the default component loads");
     let label =
         PolicyLabel { name: "default".into(), parameters: serde_json::json!({}), component_sha256: None };
@@ -34,11 +32,8 @@ fn full_trace(c: &mut Criterion) {
             // A fresh guest instance per run, as a `switchyard replay --guest` would have;
             // the component is compiled once (its cost is the loader's, not the replay's).
             let scorer = GuestScorer::new("default", component.clone(), "{}").expect("guest");
-            let mut selector = GuardedSelector::with_default_fallback(
-                Box::new(scorer),
-                FailMode::Open,
-                GuardConfig::default(),
-            );
+            let mut selector =
+                switchyard_builtins::guarded(Box::new(scorer), FailMode::Open, GuardConfig::default());
             replay(&trace, &mut selector, &label, &config, &mut |_| {}).expect("replays")
         })
     });

@@ -17,7 +17,7 @@ use switchyard::{
 
 /// The default policy's component build, as embedded in the runtime.
 fn default_policy() -> &'static [u8] {
-    switchyard::builtin::find("default").expect("the default builtin").component
+    switchyard_builtins::find("default").expect("the default builtin").component
 }
 const PANIC: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/adversarial_panic.component.wasm"));
 

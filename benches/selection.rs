@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::{DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, switchyard_fixture};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use switchyard::{ArtifactCache, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector, builtin};
+use switchyard::{ArtifactCache, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
+use switchyard_builtins as builtin;
 
 fn engine() -> PolicyEngine {
     PolicyEngine::new(Limits::default()).expect("engine")

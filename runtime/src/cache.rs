@@ -293,7 +293,7 @@ mod tests {
     }
 
     fn policy() -> &'static [u8] {
-        crate::builtin::find("default").unwrap().component
+        switchyard_builtins::find("default").unwrap().component
     }
 
     #[test]

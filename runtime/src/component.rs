@@ -272,7 +272,7 @@ mod tests {
     #[test]
     fn what_load_holding_holds_is_dropped_when_cranelift_returns_even_after_a_timeout() {
         let engine = PolicyEngine::new(Limits { compile_timeout_ms: 1, ..Limits::default() }).unwrap();
-        let bytes = crate::builtin::find("default").unwrap().component;
+        let bytes = switchyard_builtins::find("default").unwrap().component;
         let (held, released) = mpsc::channel::<()>();
         let e = PolicyComponent::load_holding(&engine, bytes, held).err().expect("1 ms is too little");
         assert_eq!(e.kind, LoadErrorKind::CompileTimeout);

@@ -359,15 +359,6 @@ impl GuardedSelector {
         }
     }
 
-    /// Guards `policy` with the native default policy (default parameters).
-    pub fn with_default_fallback(policy: Box<dyn Scorer>, mode: FailMode, config: GuardConfig) -> Self {
-        let fallback = crate::builtin::find("default")
-            .expect("the default builtin exists")
-            .native("{}")
-            .expect("the default policy's defaults are valid");
-        Self::new(policy, fallback, mode, config)
-    }
-
     /// Shares `breaker` (e.g. with the other pooled instances of one policy version)
     /// instead of a breaker of its own.
     pub fn with_breaker(mut self, breaker: Arc<SharedBreaker>) -> Self {

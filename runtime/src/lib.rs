@@ -4,13 +4,12 @@
 //! - [`engine`]: all wasmtime configuration and the sandbox's limits.
 //! - [`component`]: validate, compile and pre-instantiate an uploaded component.
 //! - [`cache`]: our own compiled output, keyed by content, engine settings and version.
-//! - [`guard`]: fault containment: fail-open/closed, the quarantine breaker, counters.
+//! - [`guard`]: fault containment: fail-open/closed, the quarantine breaker, counters
+//!   (the fallback comes from outside: `switchyard-builtins` gives the native default).
 //! - [`guest`]: a component instance as a [`selection::Scorer`].
 //! - [`selection`]: columns → scorers → validated costs → picker, free of wasmtime types.
-//! - [`builtin`]: the policies shipped with Switchyard, native and guest builds.
 //! - [`input`]: the JSON request format of `switchyard select`.
 
-pub mod builtin;
 pub mod cache;
 pub mod component;
 pub mod engine;

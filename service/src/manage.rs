@@ -10,7 +10,8 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use switchyard::{GuestScorer, LoadErrorKind, PolicyComponent, builtin};
+use switchyard::{GuestScorer, LoadErrorKind, PolicyComponent};
+use switchyard_builtins as builtin;
 
 use crate::auth::{Principal, hash_token, new_token, require_admin, require_tenant};
 use crate::error::ApiError;

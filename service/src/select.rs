@@ -199,7 +199,7 @@ fn unavailable(
     if on_fault == FailMode::Closed {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, fault.kind.as_str(), fault.message));
     }
-    let default = switchyard::builtin::find("default").expect("the default builtin exists");
+    let default = switchyard_builtins::find("default").expect("the default builtin exists");
     let mut selector = Selector::new(default.native("{}").map_err(|e| ApiError::internal(e.to_string()))?);
     let selection = selector.select(table, request).map_err(select_error)?;
     let candidates = selector.last_candidates().zip(selector.last_costs().iter().copied());

@@ -13,13 +13,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use switchyard::builtin::{self, Builtin};
 use switchyard::guard::GuardConfig;
 use switchyard::selection::{Call, Scorer};
 use switchyard::{
     ArtifactCache, FailMode, Fault, GuardedSelector, GuestScorer, Limits, PolicyComponent, PolicyEngine,
     SharedBreaker,
 };
+use switchyard_builtins::{self as builtin, Builtin};
 use switchyard_guest_sdk::{PolicyInfo, WorkerRank};
 use tokio::sync::{MutexGuard, Semaphore};
 
@@ -125,7 +125,7 @@ impl LoadedVersion {
     fn wrap(&self, scorer: GuestScorer) -> GuardedSelector {
         let short = self.version.get(..12).unwrap_or(&self.version);
         let scorer = Metered { inner: scorer, metrics: self.metrics.clone() };
-        GuardedSelector::with_default_fallback(Box::new(scorer), FailMode::Open, self.guard.clone())
+        switchyard_builtins::guarded(Box::new(scorer), FailMode::Open, self.guard.clone())
             .with_breaker(Arc::clone(&self.breaker))
             .with_label(format!("`{}` version {short}", self.policy))
     }

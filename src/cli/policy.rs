@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 use serde_json::json;
-use switchyard::{GuestScorer, PolicyComponent, builtin};
+use switchyard::{GuestScorer, PolicyComponent};
+use switchyard_builtins as builtin;
 
 use super::client::{Method, ServerArgs, encode_query};
 use super::config::LimitArgs;

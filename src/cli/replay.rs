@@ -9,7 +9,8 @@ use std::time::Instant;
 use clap::Args;
 use serde_json::{Value, json};
 use switchyard::selection::Scorer;
-use switchyard::{FailMode, GuardedSelector, GuestScorer, PolicyComponent, PolicyEngine, builtin};
+use switchyard::{FailMode, GuestScorer, PolicyComponent, PolicyEngine};
+use switchyard_builtins as builtin;
 use switchyard_replay::{Mode, PolicyLabel, ReplayConfig, ReplayError, Report, Trace, canonical_json};
 
 use super::CliError;
@@ -120,7 +121,7 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
             load(policy, args.guest, &args.params, &parameters, &args.limits, &mut engine)?;
         let mode = if args.fail_closed { FailMode::Closed } else { FailMode::Open };
         // As production runs it: faults contained by the runtime's guard.
-        let mut selector = GuardedSelector::with_default_fallback(scorer, mode, args.limits.guard()?);
+        let mut selector = switchyard_builtins::guarded(scorer, mode, args.limits.guard()?);
         let mut bar = Progress::new(format!("{policy} ({build})"), trace.rows().len());
         let started = Instant::now();
         let report =

@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde_json::json;
-use switchyard::builtin;
 use switchyard::input::{RequestJson, SAMPLE_REQUEST};
 use switchyard::selection::Scorer;
-use switchyard::{FailMode, GuardedSelector, GuestScorer, PolicyComponent, SelectError};
+use switchyard::{FailMode, GuestScorer, PolicyComponent, SelectError};
+use switchyard_builtins as builtin;
 
 use super::config::LimitArgs;
 use super::{CliError, print_json};
@@ -109,7 +109,7 @@ pub fn run(args: SelectArgs) -> Result<(), CliError> {
     let built = build_scorer(&args)?;
     let mode = if args.fail_closed { FailMode::Closed } else { FailMode::Open };
     // Faults are contained by the guard: fail-open, the native default policy decides.
-    let mut selector = GuardedSelector::with_default_fallback(built.scorer, mode, guard);
+    let mut selector = switchyard_builtins::guarded(built.scorer, mode, guard);
     let mut last = None;
     for _ in 0..args.repeat.max(1) {
         let decision = selector.select(&table, &request).map_err(select_error)?;

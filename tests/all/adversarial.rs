@@ -7,8 +7,8 @@
 //!   the same engine keeps serving selections afterwards.
 
 use switchyard::{
-    Budget, Decider, FailMode, FaultKind, GuardConfig, GuardedSelector, GuestScorer, Limits, LoadErrorKind,
-    PolicyComponent, PolicyEngine, SelectError,
+    Budget, Decider, FailMode, FaultKind, GuardConfig, GuestScorer, Limits, LoadErrorKind, PolicyComponent,
+    PolicyEngine, SelectError,
 };
 
 use crate::support::{DEFAULT_POLICY, engine, engine_with, hostile, native_default_pick, noise, sample};
@@ -20,8 +20,7 @@ fn assert_contained(engine: &PolicyEngine, bytes: &[u8], params: &str, kind: Fau
     let component = PolicyComponent::load(engine, bytes).expect("loads");
     let guest = GuestScorer::new("hostile", component.clone(), params).expect("instantiates");
     let stats = guest.stats();
-    let mut open =
-        GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Open, GuardConfig::default());
+    let mut open = switchyard_builtins::guarded(Box::new(guest), FailMode::Open, GuardConfig::default());
     let decision = open.select(&table, &request).expect("fail-open answers");
     let fault = decision.fallback.clone().expect("the fallback decided");
     assert_eq!(fault.kind, kind, "{}", fault.message);
@@ -35,8 +34,7 @@ fn assert_contained(engine: &PolicyEngine, bytes: &[u8], params: &str, kind: Fau
     assert_eq!(stats.instantiations(), 2, "a fresh instance after the fault");
 
     let guest = GuestScorer::new("hostile", component, params).expect("instantiates");
-    let mut closed =
-        GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Closed, GuardConfig::default());
+    let mut closed = switchyard_builtins::guarded(Box::new(guest), FailMode::Closed, GuardConfig::default());
     match closed.select(&table, &request) {
         Err(SelectError::Fault { fault, .. }) => assert_eq!(fault.kind, kind, "{}", fault.message),
         other => panic!("fail-closed must return the fault, got {other:?}"),
@@ -49,8 +47,7 @@ fn assert_engine_still_serves(engine: &PolicyEngine) {
     let (table, request) = sample();
     let component = PolicyComponent::load(engine, DEFAULT_POLICY).expect("the default guest loads");
     let guest = GuestScorer::new("default", component, "{}").expect("instantiates");
-    let mut selector =
-        GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Open, GuardConfig::default());
+    let mut selector = switchyard_builtins::guarded(Box::new(guest), FailMode::Open, GuardConfig::default());
     let decision = selector.select(&table, &request).expect("answers");
     assert_eq!(decision.decided_by, Decider::Policy);
     assert_eq!(decision.selection.chosen, native_default_pick(&table, &request));
@@ -81,8 +78,7 @@ fn an_infinite_loop_runs_out_of_fuel_within_its_budget() {
     let guest =
         GuestScorer::new("iloop", PolicyComponent::load(engine(), hostile::ILOOP).unwrap(), "{}").unwrap();
     let stats = guest.stats();
-    let mut selector =
-        GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Open, GuardConfig::default());
+    let mut selector = switchyard_builtins::guarded(Box::new(guest), FailMode::Open, GuardConfig::default());
     let decision = selector.select(&table, &request).unwrap();
     assert_eq!(decision.fallback.map(|f| f.kind), Some(FaultKind::Fuel));
     // Fuel is deterministic: the loop is stopped exactly when its budget is spent, well
@@ -100,7 +96,7 @@ fn an_infinite_loop_runs_out_of_fuel_within_its_budget() {
 
 /// Candidates of the sample (every worker rank is eligible).
 fn request_rows(table: &switchyard::WorkerTable, request: &switchyard::SelectionRequest) -> usize {
-    let scorer = switchyard::builtin::find("default").unwrap().native("{}").unwrap();
+    let scorer = switchyard_builtins::find("default").unwrap().native("{}").unwrap();
     switchyard::Selector::new(scorer).select(table, request).unwrap().candidates
 }
 
@@ -184,8 +180,7 @@ fn a_huge_data_segment_is_too_large_or_over_the_memory_limit() {
     let (table, request) = sample();
     let guest =
         GuestScorer::new("huge", PolicyComponent::load(&roomy, hostile::HUGE_DATA).unwrap(), "{}").unwrap();
-    let mut selector =
-        GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Open, GuardConfig::default());
+    let mut selector = switchyard_builtins::guarded(Box::new(guest), FailMode::Open, GuardConfig::default());
     assert_eq!(selector.select(&table, &request).unwrap().decided_by, Decider::Policy);
 }
 

@@ -82,7 +82,7 @@ fn guarded(bytes: &'static [u8], params: &str) -> (GuardedSelector, std::sync::A
 fn guarded_on(component: PolicyComponent, params: &str) -> (GuardedSelector, std::sync::Arc<GuestStats>) {
     let guest = GuestScorer::new("hostile", component, params).expect("instantiates");
     let stats = guest.stats();
-    (GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Open, GuardConfig::default()), stats)
+    (switchyard_builtins::guarded(Box::new(guest), FailMode::Open, GuardConfig::default()), stats)
 }
 
 /// One selection (and its commit) of `component` on `request`: answered, by the fallback
@@ -293,8 +293,7 @@ fn the_fuel_of_a_call_grows_with_what_the_host_passes_up_to_the_ceiling() {
     let guest =
         GuestScorer::new("iloop", PolicyComponent::load(&tight, hostile::ILOOP).unwrap(), "{}").unwrap();
     let stats = guest.stats();
-    let mut selector =
-        GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Open, GuardConfig::default());
+    let mut selector = switchyard_builtins::guarded(Box::new(guest), FailMode::Open, GuardConfig::default());
     let (table, request) = request(1024, 131_072, 16, 8192);
     let decision = selector.select(&table, &request).unwrap();
     assert_eq!(decision.fallback.map(|f| f.kind), Some(FaultKind::Fuel));

@@ -53,7 +53,7 @@ fn select_native_guest_and_component_file_agree_on_the_fixture() {
     assert_eq!(guest["worker_id"], native["worker_id"]);
     assert_eq!(native["candidates"], 9);
 
-    let wasm = temp_file("default.wasm", switchyard::builtin::find("default").unwrap().component);
+    let wasm = temp_file("default.wasm", switchyard_builtins::find("default").unwrap().component);
     let file = json(&switchyard(&["select", "--policy", &wasm, "--input", &input]));
     assert_eq!(file["costs"], native["costs"]);
     assert_eq!(file["version"], guest["version"], "same component, same sha256");
@@ -108,7 +108,7 @@ fn bad_input_is_an_error_message_never_a_panic() {
 
 #[test]
 fn policy_check_prints_world_imports_exports_and_size() {
-    let wasm = temp_file("check.wasm", switchyard::builtin::find("default").unwrap().component);
+    let wasm = temp_file("check.wasm", switchyard_builtins::find("default").unwrap().component);
     let report = json(&switchyard(&["policy", "check", &wasm]));
     assert_eq!(report["world"], "switchyard:policy/selection-policy@0.2.0");
     assert_eq!(report["exports"], serde_json::json!(["switchyard:policy/policy@0.2.0"]));
@@ -150,7 +150,7 @@ fn every_builtin_selects_by_name_with_params_and_bad_params_name_the_field() {
     ];
     let mut names: Vec<&str> = cases.iter().map(|c| c.0).collect();
     names.sort();
-    let mut builtins = switchyard::builtin::names();
+    let mut builtins = switchyard_builtins::names();
     builtins.sort();
     assert_eq!(names, builtins, "every builtin is covered");
     for (name, good, bad, field) in cases {

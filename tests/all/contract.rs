@@ -177,7 +177,7 @@ fn pinned_request_shows_only_the_pinned_candidate() {
 /// steer a request that matches nothing to the smallest tree.
 #[test]
 fn on_selected_is_called_on_commit_and_never_on_select_guest_and_native() {
-    let builtin = switchyard::builtin::find("sglang-cache-aware").unwrap();
+    let builtin = switchyard_builtins::find("sglang-cache-aware").unwrap();
     let guest = GuestScorer::new("sglang", component(builtin.component), "{}").unwrap();
     let table = WorkerTable::new((0..3).map(|id| Worker::new(id, 1, 1000, None)).collect()).unwrap();
     let with_hashes = |hashes: Vec<u64>, seed: u64| {

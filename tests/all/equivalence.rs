@@ -33,7 +33,7 @@ fn random_parameters(rng: &mut Rng) -> String {
 fn default_policy_guest_and_native_agree_bit_for_bit_on_10000_random_selections() {
     let mut rng = Rng::seeded(0x5717_c4ad);
     let component = component(DEFAULT_POLICY);
-    let builtin = switchyard::builtin::find("default").unwrap();
+    let builtin = switchyard_builtins::find("default").unwrap();
     let (mut compared, mut max_candidates, mut sampled) = (0, 0, 0);
     let mut seen_ties_or_equal = 0;
     for _ in 0..100 {
@@ -82,7 +82,7 @@ fn default_cost_matches_dynamo_formula_on_a_hand_made_case() {
     let request =
         switchyard::SelectionRequest::new(&table, facts, RequestOptions::default(), inputs).unwrap();
     for scorer in [
-        switchyard::builtin::find("default").unwrap().native("{}").unwrap(),
+        switchyard_builtins::find("default").unwrap().native("{}").unwrap(),
         Box::new(GuestScorer::new("default", component(DEFAULT_POLICY), "{}").unwrap()) as Box<dyn Scorer>,
     ] {
         let mut selector = Selector::new(scorer);

@@ -12,7 +12,7 @@ use crate::support::{DEFAULT_POLICY, PROBE, component, hostile, native_default_p
 
 fn guarded(bytes: &'static [u8], params: &str, mode: FailMode, config: GuardConfig) -> GuardedSelector {
     let guest = GuestScorer::new("tenant", component(bytes), params).expect("instantiates");
-    GuardedSelector::with_default_fallback(Box::new(guest), mode, config)
+    switchyard_builtins::guarded(Box::new(guest), mode, config)
 }
 
 #[test]
@@ -110,8 +110,7 @@ fn recovery_after_a_trap_is_a_fresh_instance_whose_cost_is_measured() {
     let (table, request) = sample();
     let guest = GuestScorer::new("panic", component(hostile::PANIC), r#"{"every": 2}"#).unwrap();
     let stats = guest.stats();
-    let mut selector =
-        GuardedSelector::with_default_fallback(Box::new(guest), FailMode::Open, GuardConfig::default());
+    let mut selector = switchyard_builtins::guarded(Box::new(guest), FailMode::Open, GuardConfig::default());
     assert_eq!(selector.select(&table, &request).unwrap().decided_by, Decider::Policy);
     assert_eq!(stats.instantiations(), 1);
     assert_eq!(selector.select(&table, &request).unwrap().decided_by, Decider::Fallback);

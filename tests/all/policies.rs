@@ -3,7 +3,8 @@
 //! of selections with commits.
 
 use switchyard::selection::Scorer;
-use switchyard::{GuestScorer, SelectError, Selection, SelectionRequest, Selector, WorkerTable, builtin};
+use switchyard::{GuestScorer, SelectError, Selection, SelectionRequest, Selector, WorkerTable};
+use switchyard_builtins as builtin;
 
 use switchyard_guest_sdk::{Pool, WorkerRank};
 

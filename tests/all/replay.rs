@@ -63,7 +63,7 @@ const WORKERS: &str = "16";
 fn every_builtin_native_and_guest_reports_are_byte_identical_on_5000_rows() {
     let trace = trace_path().display().to_string();
     let dir = temp_dir();
-    for builtin in switchyard::builtin::BUILTINS {
+    for builtin in switchyard_builtins::BUILTINS {
         // Two fresh processes per build; all four run at once.
         let runs: Vec<(PathBuf, bool, std::process::Child)> = [false, false, true, true]
             .into_iter()
@@ -114,11 +114,11 @@ fn every_builtin_native_and_guest_reports_are_byte_identical_on_5000_rows() {
 
 /// `scorer` as a replay runs it: guarded, fail-open.
 fn guarded(scorer: Box<dyn Scorer>) -> GuardedSelector {
-    GuardedSelector::with_default_fallback(scorer, FailMode::Open, GuardConfig::default())
+    switchyard_builtins::guarded(scorer, FailMode::Open, GuardConfig::default())
 }
 
 fn native_default() -> GuardedSelector {
-    guarded(switchyard::builtin::find("default").unwrap().native("{}").unwrap())
+    guarded(switchyard_builtins::find("default").unwrap().native("{}").unwrap())
 }
 
 fn label() -> PolicyLabel {
@@ -232,7 +232,7 @@ impl Scorer for Recorder {
 fn disaggregated_mode_routes_each_request_twice_with_the_contracts_hashes() {
     let trace = trace(1500);
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let inner = switchyard::builtin::find("default").unwrap().native("{}").unwrap();
+    let inner = switchyard_builtins::find("default").unwrap().native("{}").unwrap();
     let mut selector = guarded(Box::new(Recorder { inner, seen: seen.clone() }));
     let config = ReplayConfig { workers: 7, mode: Mode::Disaggregated, ..ReplayConfig::default() };
     let report = replay(&trace, &mut selector, &label(), &config, &mut |_| {}).unwrap();
@@ -270,7 +270,7 @@ fn disaggregated_mode_routes_each_request_twice_with_the_contracts_hashes() {
     }
     // The same replay in aggregated mode shows the real, shared hashes.
     let seen_agg = Arc::new(Mutex::new(Vec::new()));
-    let inner = switchyard::builtin::find("default").unwrap().native("{}").unwrap();
+    let inner = switchyard_builtins::find("default").unwrap().native("{}").unwrap();
     let mut selector = guarded(Box::new(Recorder { inner, seen: seen_agg.clone() }));
     let config = ReplayConfig { workers: 7, ..ReplayConfig::default() };
     let aggregated = replay(&trace, &mut selector, &label(), &config, &mut |_| {}).unwrap();
@@ -288,7 +288,7 @@ fn disaggregated_mode_routes_each_request_twice_with_the_contracts_hashes() {
 fn compare_prints_a_table_writes_reports_and_an_svg_chart() {
     let dir = temp_dir();
     let wasm = dir.join("default-upload.wasm");
-    std::fs::write(&wasm, switchyard::builtin::find("default").unwrap().component).unwrap();
+    std::fs::write(&wasm, switchyard_builtins::find("default").unwrap().component).unwrap();
     let (svg, report) = (dir.join("ttft.svg"), dir.join("compare.json"));
     let compare = format!("default,{}", wasm.display());
     let trace = trace_path().display().to_string();

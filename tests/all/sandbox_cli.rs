@@ -67,7 +67,7 @@ fn the_deadline_budget_comes_from_the_config_file_and_flags_override_it() {
     let out = json(&switchyard(&["select", "--policy", &iloop, "--config", &config, "--budget", "fuel"]));
     assert_eq!(out["fallback"]["kind"], "fuel");
     // A memory limit from a flag: the default policy fits in 4 MiB; 64 KiB is too small.
-    let default = temp_file("default.wasm", switchyard::builtin::find("default").unwrap().component);
+    let default = temp_file("default.wasm", switchyard_builtins::find("default").unwrap().component);
     let err = fails_with(&["policy", "check", &default, "--max-memory-bytes", "65536"], "too-large", 2);
     assert!(err.contains("exceeds the limit of 0x10000 bytes"), "{err}");
     let bad = temp_file("bad.toml", b"[limits]\nmax_memory = 1\n");
@@ -92,7 +92,7 @@ fn repeated_faults_quarantine_the_policy() {
 
 #[test]
 fn policy_check_names_the_reason_in_one_line() {
-    let mut oversized = switchyard::builtin::find("default").unwrap().component.to_vec();
+    let mut oversized = switchyard_builtins::find("default").unwrap().component.to_vec();
     oversized.resize(5 << 20, 0);
     for (name, bytes, kind) in [
         ("start-spin.wasm", hostile::START_SPIN, "instantiate-failed: fuel: "),

@@ -43,7 +43,7 @@ fn service_endpoints_end_to_end() {
     assert_eq!(c.call("PUT", path, None, Body::Bytes(DEFAULT_POLICY)).0, 401);
     let (status, v) = c.call("PUT", path, Some(&globex_token), Body::Bytes(DEFAULT_POLICY));
     assert_eq!((status, kind(&v)), (403, "forbidden"));
-    let builtin = switchyard::builtin::find("default").unwrap().component;
+    let builtin = switchyard_builtins::find("default").unwrap().component;
     let (status, v) = c.upload(&acme_token, "acme", "mine", builtin);
     assert_eq!(status, 201, "{v}");
     let v1 = v["version"].as_str().unwrap().to_string();

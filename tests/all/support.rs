@@ -232,7 +232,7 @@ pub fn native_default_pick(
     table: &WorkerTable,
     request: &SelectionRequest,
 ) -> switchyard_guest_sdk::WorkerRank {
-    let scorer = switchyard::builtin::find("default").unwrap().native("{}").unwrap();
+    let scorer = switchyard_builtins::find("default").unwrap().native("{}").unwrap();
     switchyard::Selector::new(scorer).select(table, request).expect("the default policy answers").chosen
 }
 

@@ -28,7 +28,7 @@ fn component_imports(bytes: &[u8]) -> Vec<String> {
 #[test]
 fn builtin_and_test_components_import_only_the_policy_world() {
     let mut checked = 0;
-    let builtins = switchyard::builtin::BUILTINS.iter().map(|b| (b.name, b.component));
+    let builtins = switchyard_builtins::BUILTINS.iter().map(|b| (b.name, b.component));
     for (name, bytes) in builtins.chain([("probe", PROBE), ("default (test build)", DEFAULT_POLICY)]) {
         let imports = component_imports(bytes);
         assert!(!imports.is_empty(), "{name}: reads the request interface");
@@ -41,7 +41,7 @@ fn builtin_and_test_components_import_only_the_policy_world() {
         assert!(loaded.exports().iter().any(|e| e == "switchyard:policy/policy@0.2.0"));
         checked += 1;
     }
-    assert_eq!(checked, switchyard::builtin::BUILTINS.len() + 2);
+    assert_eq!(checked, switchyard_builtins::BUILTINS.len() + 2);
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use switchyard_guest_sdk::build::{GuestCrate, build_guests};
 
-/// Builtin policy packages; `src/builtin.rs` names each by its short name.
+/// Builtin policy packages; `src/lib.rs` names each by its short name.
 const BUILTINS: &[&str] = &[
     "switchyard-policy-default",
     "switchyard-policy-chwbl",
@@ -20,7 +20,7 @@ const BUILTINS: &[&str] = &[
 
 fn main() -> anyhow::Result<()> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    let workspace = manifest_dir.parent().expect("runtime/ is inside the workspace").to_path_buf();
+    let workspace = manifest_dir.parent().expect("builtins/ is inside the workspace").to_path_buf();
     for dir in ["wit", "guest-sdk", "policies"] {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }

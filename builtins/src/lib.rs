@@ -1,12 +1,25 @@
 //! The policies shipped with Switchyard. Each is one source built twice: linked here
 //! natively, and embedded as the component `build.rs` produced from the same crate.
+//!
+//! A crate of its own, so the host library a router embeds (`switchyard`) depends on no
+//! policy: it takes its fallback from outside ([`guarded`] gives the usual one, the native
+//! default policy).
 
+use switchyard::selection::{NativeScorer, Scorer};
+use switchyard::{
+    FailMode, GuardConfig, GuardedSelector, GuestScorer, LoadError, PolicyComponent, PolicyEngine,
+};
 use switchyard_guest_sdk::{Policy, PolicyError};
 
-use crate::component::{LoadError, PolicyComponent};
-use crate::engine::PolicyEngine;
-use crate::guest::GuestScorer;
-use crate::selection::{NativeScorer, Scorer};
+/// Guards `policy` with the native default policy (default parameters) as its fallback:
+/// the containment `switchyard select`, `switchyard replay` and the service use.
+pub fn guarded(policy: Box<dyn Scorer>, mode: FailMode, config: GuardConfig) -> GuardedSelector {
+    let fallback = find("default")
+        .expect("the default builtin exists")
+        .native("{}")
+        .expect("the default policy's defaults are valid");
+    GuardedSelector::new(policy, fallback, mode, config)
+}
 
 /// Builds a builtin's native scorer from its name and JSON parameters.
 type NativeConstructor = fn(&'static str, &str) -> Result<Box<dyn Scorer>, PolicyError>;
