@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 
 use crate::engine::PolicyEngine;
-use crate::guest::{HostState, bindings};
+use crate::host::{HostState, bindings};
 use crate::selection::{Fault, FaultKind};
 
 /// The interfaces a policy may import: the world's, and nothing else (no WASI).
@@ -168,7 +168,7 @@ impl PolicyComponent {
             ));
         }
         let mut linker = Linker::<HostState>::new(wasmtime_engine);
-        crate::guest::add_imports(&mut linker)
+        crate::host::add_imports(&mut linker)
             .map_err(|e| LoadError::new(LoadErrorKind::InstantiateFailed, format!("{e:#}")))?;
         let pre =
             linker.instantiate_pre(&component).and_then(bindings::SelectionPolicyPre::new).map_err(|e| {

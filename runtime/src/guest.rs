@@ -7,24 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use switchyard_guest_sdk::{ErrorKind, Facts, InputGroups, PolicyInfo, Pool, WorkerRank};
-use wasmtime::component::{ComponentType, Func, Linker, Lower, TypedFunc};
-use wasmtime::{Store, StoreContextMut, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime::component::{ComponentType, Func, Lower, TypedFunc};
+use wasmtime::{Store, StoreLimitsBuilder, Trap};
 
 use crate::component::{LoadError, LoadErrorKind, PolicyComponent};
 use crate::engine::{Limits, WorkUnits};
 use crate::selection::{Call, Fault, FaultKind, Scorer};
 
-pub(crate) mod bindings {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "selection-policy",
-    });
-}
-
-use bindings::switchyard::policy::types as wit;
-
-/// The interface of the contract's imports, as the component names it.
-const REQUEST_IMPORT: &str = "switchyard:policy/request@0.2.0";
+use crate::host::{HostState, bindings, wit};
 
 /// Largest error message (or other string/list answer beyond the costs) lifted from a
 /// guest, bytes: anything longer is refused before it is copied. Messages are then cut to
@@ -33,91 +23,6 @@ const MAX_LIFTED_MESSAGE_BYTES: usize = 4 << 10;
 
 /// Longest error message kept from a guest, bytes.
 const MESSAGE_BYTES: usize = 1 << 10;
-
-/// What a guest's Store holds: its limits, the import charges, and the call in progress.
-pub struct HostState {
-    limits: StoreLimits,
-    /// The lazily fetched facts of the call in progress; `None` between calls.
-    facts: Option<NonNull<dyn Facts + 'static>>,
-    /// Candidate rows of the call in progress (what `candidate-capacities` answers for).
-    candidates: usize,
-    /// Fuel per import call and per byte an import copies (from [`Limits`]).
-    import_call_fuel: u64,
-    import_byte_fuel: u64,
-}
-
-// SAFETY: `facts` is only set for the duration of a call made on the thread that owns
-// the Store (see `GuestScorer::with_live`), and cleared before that call returns, so the
-// pointer is never dereferenced from another thread.
-unsafe impl Send for HostState {}
-
-impl HostState {
-    fn facts(&self) -> Option<&dyn Facts> {
-        // SAFETY: set by `GuestScorer::with_live` from a reference that outlives the guest
-        // call, and cleared when it returns; imports run only inside that call.
-        self.facts.map(|p| unsafe { p.as_ref() })
-    }
-}
-
-/// Charges an import answer of `bytes` to the calling guest's fuel before the host does
-/// the work: a loop of imports runs out of fuel like a loop of instructions. Without a
-/// fuel budget the call deadline bounds such a loop.
-fn charge(store: &mut StoreContextMut<'_, HostState>, bytes: usize) -> wasmtime::Result<()> {
-    let data = store.data();
-    let cost = data.import_call_fuel.saturating_add(data.import_byte_fuel.saturating_mul(bytes as u64));
-    match store.get_fuel() {
-        Ok(left) if left >= cost => store.set_fuel(left - cost),
-        Ok(_) => {
-            store.set_fuel(0)?;
-            Err(Trap::OutOfFuel.into())
-        }
-        Err(_) => Ok(()),
-    }
-}
-
-/// Bytes an answer of the contract occupies in guest memory (the canonical ABI's sizes).
-const HASH_BYTES: usize = 8;
-const CAPACITY_BYTES: usize = 12;
-/// `option<capacity>` in a list (16 bytes) plus the host's lookup of the worker and the
-/// element-wise lowering, counted as bytes: measured ~54 ns a candidate, what a plain wasm
-/// loop does with ~1,000 fuel (`--bench hostile`), hence 16 + 496 bytes at 2 fuel a byte.
-const CANDIDATE_CAPACITY_BYTES: usize = 16 + 496;
-
-/// Links the contract's imports (`request`), each charged to the guest before it runs.
-pub(crate) fn add_imports(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    let mut request = linker.instance(REQUEST_IMPORT)?;
-    request.func_wrap("prefix-hashes", |mut store: StoreContextMut<'_, HostState>, (): ()| {
-        let len = store.data().facts().and_then(|f| f.prefix_hashes().map(|h| h.len()));
-        charge(&mut store, len.unwrap_or(0) * HASH_BYTES)?;
-        Ok((store.data().facts().and_then(|f| f.prefix_hashes()).map(|h| h.into_owned()),))
-    })?;
-    request.func_wrap("policy-class", |mut store: StoreContextMut<'_, HostState>, (): ()| {
-        let len = store.data().facts().and_then(|f| f.policy_class().map(|c| c.len()));
-        charge(&mut store, len.unwrap_or(0))?;
-        Ok((store.data().facts().and_then(|f| f.policy_class()).map(|c| c.into_owned()),))
-    })?;
-    request.func_wrap(
-        "worker-capacity",
-        |mut store: StoreContextMut<'_, HostState>, (worker_id,): (u64,)| {
-            charge(&mut store, CAPACITY_BYTES)?;
-            Ok((store.data().facts().and_then(|f| f.worker_capacity(worker_id)).map(capacity),))
-        },
-    )?;
-    request.func_wrap("candidate-capacities", |mut store: StoreContextMut<'_, HostState>, (): ()| {
-        let rows = store.data().candidates;
-        charge(&mut store, rows * CANDIDATE_CAPACITY_BYTES)?;
-        let answer: Vec<Option<wit::Capacity>> = match store.data().facts() {
-            Some(f) => f.candidate_capacities().iter().map(|c| c.map(capacity)).collect(),
-            None => Vec::new(),
-        };
-        Ok((answer,))
-    })?;
-    Ok(())
-}
-
-fn capacity(c: switchyard_guest_sdk::Capacity) -> wit::Capacity {
-    wit::Capacity { total_kv_blocks: c.total_kv_blocks, max_num_batched_tokens: c.max_num_batched_tokens }
-}
 
 /// The `candidates` record, lowered straight from the host's column buffers (borrowed,
 /// so the only copy is the one into guest memory; one guest `realloc` per list).

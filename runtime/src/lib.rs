@@ -7,6 +7,7 @@
 //! - [`guard`]: fault containment: fail-open/closed, the quarantine breaker, counters
 //!   (the fallback comes from outside: `switchyard-builtins` gives the native default).
 //! - [`guest`]: a component instance as a [`selection::Scorer`].
+//! - `host`: the contract's bindings, a Store's state, and the metered imports.
 //! - [`selection`]: columns → scorers → validated costs → picker, free of wasmtime types.
 //! - [`input`]: the JSON request format of `switchyard select`.
 
@@ -15,6 +16,7 @@ pub mod component;
 pub mod engine;
 pub mod guard;
 pub mod guest;
+mod host;
 pub mod input;
 pub mod selection;
 
