@@ -17,13 +17,13 @@ use super::CliError;
 use super::chart;
 use super::config::LimitArgs;
 
-/// The conversation trace, where a clone finds it: `shared/` beside the project root.
-const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/conversation_trace.jsonl");
+/// The conversation trace the project ships (`traces/`, see its README).
+const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/conversation_trace.jsonl");
 
 #[derive(Args)]
 pub struct ReplayArgs {
-    /// A Mooncake-format JSONL trace [default: ../shared/traces/conversation_trace.jsonl
-    /// beside the project root].
+    /// A Mooncake-format JSONL trace [default: the shipped
+    /// traces/conversation_trace.jsonl].
     #[arg(long)]
     trace: Option<PathBuf>,
     /// A builtin policy name or a component file (.wasm).
