@@ -116,13 +116,7 @@ impl Service {
             Target::Builtin(_) | Target::Unavailable(_) => self.metrics.policy(&tenant, &route.policy),
         };
         let outcome = match &route.target {
-            Target::Builtin(b) => {
-                let scorer = b.native("{}").map_err(|e| ApiError::internal(e.to_string()))?;
-                let mut selector = Selector::new(scorer);
-                let selection = selector.select(&table, &request).map_err(select_error)?;
-                let candidates = selector.last_candidates().zip(selector.last_costs().iter().copied());
-                Ok(Decision::new(candidates, selection, b.name, "native", None))
-            }
+            Target::Builtin(b) => native(b, &table, &request),
             Target::Guest(v) => run_guest(&tenant, v, route.on_fault, &table, &request),
             Target::Unavailable(reason) => {
                 let fault = Fault::new(
@@ -200,12 +194,22 @@ fn unavailable(
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, fault.kind.as_str(), fault.message));
     }
     let default = switchyard_builtins::find("default").expect("the default builtin exists");
-    let mut selector = Selector::new(default.native("{}").map_err(|e| ApiError::internal(e.to_string()))?);
-    let selection = selector.select(table, request).map_err(select_error)?;
-    let candidates = selector.last_candidates().zip(selector.last_costs().iter().copied());
-    let mut answer = Decision::new(candidates, selection, default.name, "native", None);
+    let mut answer = native(default, table, request)?;
     answer.fallback = Some(fault);
     Ok(answer)
+}
+
+/// A builtin's native build decides (default parameters).
+fn native(
+    builtin: &switchyard_builtins::Builtin,
+    table: &WorkerTable,
+    request: &SelectionRequest,
+) -> Result<Decision, ApiError> {
+    let scorer = builtin.native("{}").map_err(|e| ApiError::internal(e.to_string()))?;
+    let mut selector = Selector::new(scorer);
+    let selection = selector.select(table, request).map_err(select_error)?;
+    let candidates = selector.last_candidates().zip(selector.last_costs().iter().copied());
+    Ok(Decision::new(candidates, selection, builtin.name, "native", None))
 }
 
 /// One guarded selection and its commit.
