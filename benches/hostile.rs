@@ -15,12 +15,7 @@ use switchyard::{
 };
 use switchyard_builtins as builtin;
 use switchyard_guest_sdk::{Pool, RequestFacts};
-
-macro_rules! guest {
-    ($name:literal) => {
-        include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".component.wasm")) as &[u8]
-    };
-}
+use switchyard_test_guests::hostile;
 
 /// Selections timed per (case, request); the median is printed.
 const REPEATS: usize = 7;
@@ -111,8 +106,8 @@ fn main() {
     let engine = PolicyEngine::new(limits.clone()).expect("engine");
     let load = |bytes: &[u8]| PolicyComponent::load(&engine, bytes).expect("compiles");
     let default = load(builtin::find("default").expect("default builtin").component);
-    let iloop = load(guest!("adversarial_iloop"));
-    let import_loop = load(guest!("adversarial_import_loop"));
+    let iloop = load(hostile::ILOOP);
+    let import_loop = load(hostile::IMPORT_LOOP);
     let cases: Vec<(&str, PolicyComponent, &str)> = vec![
         ("plain: default policy", default, "{}"),
         ("spin in score (iloop)", iloop.clone(), "{}"),
@@ -120,11 +115,11 @@ fn main() {
         ("loop on policy-class", import_loop.clone(), r#"{"import": "policy-class"}"#),
         ("loop on worker-capacity", import_loop.clone(), r#"{"import": "worker-capacity"}"#),
         ("loop on candidate-capacities", import_loop.clone(), r#"{"import": "candidate-capacities"}"#),
-        ("spin in on-selected", load(guest!("adversarial_commit_spin")), "{}"),
-        ("leak 8 MiB per on-selected", load(guest!("adversarial_commit_leak")), "{}"),
-        ("40 MB error message", load(guest!("adversarial_huge_error")), "{}"),
-        ("5M-entry cost list", load(guest!("adversarial_huge_result")), "{}"),
-        ("NaN on every 6th call", load(guest!("adversarial_nan_once")), r#"{"at": 6}"#),
+        ("spin in on-selected", load(hostile::COMMIT_SPIN), "{}"),
+        ("leak 8 MiB per on-selected", load(hostile::COMMIT_LEAK), "{}"),
+        ("40 MB error message", load(hostile::HUGE_ERROR), "{}"),
+        ("5M-entry cost list", load(hostile::HUGE_RESULT), "{}"),
+        ("NaN on every 6th call", load(hostile::NAN_ONCE), r#"{"at": 6}"#),
     ];
     let requests: Vec<(&str, (WorkerTable, SelectionRequest))> = vec![
         ("16 workers, 4K tokens", request(16, 4096, 16, 256)),
@@ -162,8 +157,8 @@ fn main() {
     let fuel_only =
         PolicyEngine::new(Limits { budget: switchyard::Budget::Fuel, ..limits.clone() }).expect("engine");
     let fuel_load = |bytes: &[u8]| PolicyComponent::load(&fuel_only, bytes).expect("compiles");
-    let iloop = fuel_load(guest!("adversarial_iloop"));
-    let import_loop = fuel_load(guest!("adversarial_import_loop"));
+    let iloop = fuel_load(hostile::ILOOP);
+    let import_loop = fuel_load(hostile::IMPORT_LOOP);
     let case = request(1024, 131_072, 16, 8192);
     println!(
         "\n### Nanoseconds per unit of fuel, fuel alone, 1,024 workers, 8,192 hashes (median of {REPEATS})\n"

@@ -77,7 +77,7 @@ fn main() {
         }
         "trap" => {
             // Every call panics: the cost of a trap and the fresh instance after it.
-            let panic = include_bytes!(concat!(env!("OUT_DIR"), "/adversarial_panic.component.wasm"));
+            let panic = switchyard_test_guests::hostile::PANIC;
             let component = PolicyComponent::load(&engine, panic).expect("loads");
             let mut scorer = GuestScorer::new("trap", component, r#"{"every": 1}"#).expect("instantiates");
             let mut call = ScoreOnly::new(64, &scorer);

@@ -10,7 +10,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use switchyard::input::RequestJson;
+use switchyard::selection::wire::RequestJson;
 use switchyard::{
     Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, SelectionRequest, Selector, WorkerTable,
 };
@@ -19,7 +19,7 @@ use switchyard::{
 fn default_policy() -> &'static [u8] {
     switchyard_builtins::find("default").expect("the default builtin").component
 }
-const PANIC: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/adversarial_panic.component.wasm"));
+use switchyard_test_guests::hostile::PANIC;
 
 /// A request over `n` workers with varied load and cache columns.
 fn request(n: u64) -> (WorkerTable, SelectionRequest) {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use switchyard_guest_sdk::build::{GuestCrate, build_guests};
+use switchyard_guest_sdk::build::{GuestCrate, build_guests, guest_target_dir};
 
 /// Builtin policy packages; `src/lib.rs` names each by its short name.
 const BUILTINS: &[&str] = &[
@@ -26,8 +26,7 @@ fn main() -> anyhow::Result<()> {
     }
     println!("cargo:rerun-if-changed=build.rs");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
-    // Our own target dir for guests: the outer build holds the lock on its own.
-    let target_dir = workspace.join("target").join("guests");
+    let target_dir = guest_target_dir(&workspace);
     let guests: Vec<GuestCrate> = BUILTINS.iter().map(|p| GuestCrate::new(p)).collect();
     for (guest, component) in build_guests(&workspace, &target_dir, &guests)? {
         std::fs::write(out_dir.join(format!("{}.component.wasm", guest.lib_name)), component)?;

@@ -26,8 +26,7 @@ pub const PORTED: [&str; 2] = ["lmetric", "chwbl"];
 pub const PROMPT_TOKENS: u32 = 2_048;
 pub const BLOCK_SIZE: u32 = 16;
 
-pub const NOOP: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/switchyard_noop.component.wasm"));
-pub const IMPORTS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/switchyard_imports.component.wasm"));
+pub use switchyard_test_guests::{IMPORTS, NOOP};
 
 fn cached_tokens(id: u64) -> u32 {
     (id % 32) as u32 * 64

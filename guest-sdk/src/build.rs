@@ -32,6 +32,20 @@ impl GuestCrate {
     }
 }
 
+/// Where a build script builds guests: `guests/` inside the outer build's target
+/// directory, so `CARGO_TARGET_DIR` (or `build.target-dir`) is honoured, yet apart from
+/// the outer build's own profile directories (a nested cargo waits on their lock).
+///
+/// Found from `OUT_DIR` (`<target>/[<triple>/]<profile>/build/<pkg>/out`): the nearest
+/// ancestor holding the `CACHEDIR.TAG` cargo writes into every target directory; failing
+/// that, `<workspace>/target`.
+pub fn guest_target_dir(workspace: &Path) -> PathBuf {
+    let from_out_dir = std::env::var_os("OUT_DIR").and_then(|out| {
+        PathBuf::from(out).ancestors().find(|dir| dir.join("CACHEDIR.TAG").is_file()).map(Path::to_path_buf)
+    });
+    from_out_dir.unwrap_or_else(|| workspace.join("target")).join("guests")
+}
+
 /// Builds guest crates of the workspace at `workspace` into `target_dir` (kept apart from
 /// the host's target directory, so a build script does not wait on its own lock) with
 /// the `guest` profile and `+simd128`, and returns each as a component.

@@ -263,29 +263,3 @@ fn compile_with_timeout<H: Send + 'static>(
         )),
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::Limits;
-
-    #[test]
-    fn what_load_holding_holds_is_dropped_when_cranelift_returns_even_after_a_timeout() {
-        let engine = PolicyEngine::new(Limits { compile_timeout_ms: 1, ..Limits::default() }).unwrap();
-        let bytes = switchyard_builtins::find("default").unwrap().component;
-        let (held, released) = mpsc::channel::<()>();
-        let e = PolicyComponent::load_holding(&engine, bytes, held).err().expect("1 ms is too little");
-        assert_eq!(e.kind, LoadErrorKind::CompileTimeout);
-        // The compiler thread keeps `held` until Cranelift returns, then drops it.
-        assert_eq!(
-            released.recv_timeout(Duration::from_secs(120)),
-            Err(mpsc::RecvTimeoutError::Disconnected)
-        );
-
-        // Refused before compiling: dropped before `load_holding` returns.
-        let (held, released) = mpsc::channel::<()>();
-        let e = PolicyComponent::load_holding(&engine, b"not wasm", held).err().unwrap();
-        assert_eq!(e.kind, LoadErrorKind::NotWasm);
-        assert_eq!(released.try_recv(), Err(mpsc::TryRecvError::Disconnected));
-    }
-}

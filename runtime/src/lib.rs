@@ -8,8 +8,8 @@
 //!   (the fallback comes from outside: `switchyard-builtins` gives the native default).
 //! - [`guest`]: a component instance as a [`selection::Scorer`].
 //! - `host`: the contract's bindings, a Store's state, and the metered imports.
-//! - [`selection`]: columns → scorers → validated costs → picker, free of wasmtime types.
-//! - [`input`]: the JSON request format of `switchyard select`.
+//! - [`selection`]: the wasmtime-free core this host builds on (the `switchyard-selection`
+//!   crate, re-exported): columns → scorers → validated costs → picker, and the wire types.
 
 pub mod cache;
 pub mod component;
@@ -17,8 +17,8 @@ pub mod engine;
 pub mod guard;
 pub mod guest;
 mod host;
-pub mod input;
-pub mod selection;
+
+pub use switchyard_selection as selection;
 
 pub use cache::ArtifactCache;
 pub use component::{LoadError, LoadErrorKind, PolicyComponent};

@@ -7,7 +7,7 @@
 //! a running service only ever holds limits that make sense (every cap at least 1).
 
 use serde::{Deserialize, Serialize};
-use switchyard::input::{RequestLimits, RequestLimitsConfig};
+use switchyard::selection::wire::{RequestLimits, RequestLimitsConfig};
 
 /// Limits on what clients may ask of the service. Each refusal is a clear error that
 /// names its limit. Read from `[service]` through [`ServiceConfig`].

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use switchyard::input::RequestJson;
+use switchyard::selection::wire::RequestJson;
 use switchyard::{
     Decider, FailMode, Fault, FaultKind, GuardedSelector, SelectError, Selection, SelectionRequest, Selector,
     WorkerTable,

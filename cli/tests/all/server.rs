@@ -175,7 +175,8 @@ pub fn variant(bytes: &[u8], tag: u32) -> Vec<u8> {
 
 /// The sample request as the service takes it: plus tenant and class.
 pub fn select_body(tenant: &str, class: Option<&str>) -> Value {
-    let mut v: Value = serde_json::from_str(switchyard::input::SAMPLE_REQUEST).expect("the sample parses");
+    let mut v: Value =
+        serde_json::from_str(switchyard::selection::wire::SAMPLE_REQUEST).expect("the sample parses");
     v["tenant"] = Value::from(tenant);
     v["policy_class"] = class.map_or(Value::Null, Value::from);
     v

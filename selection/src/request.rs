@@ -1,12 +1,12 @@
 //! One request to route: its facts, and per-worker inputs as the router's indexes return them.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
-use switchyard_guest_sdk::{Capacity, Facts, Pool, RequestFacts, WorkerRank};
+use switchyard_guest_sdk::{Pool, RequestFacts, WorkerRank};
 
-use super::{InputError, WorkerTable};
+use crate::error::InputError;
+use crate::workers::WorkerTable;
 
 /// Per-worker inputs for one request, as columns over the workers that have any (the
 /// rows a radix-tree lookup and the load tracker return). Workers of the table without a
@@ -270,39 +270,5 @@ pub fn hashes_for_pool(pool: Pool, hashes: Vec<u64>, request_salt: u64) -> Optio
         Pool::Decode => {
             Some(hashes.iter().map(|h| h ^ request_salt.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15).collect())
         }
-    }
-}
-
-/// The lazily fetched facts for one call: what both a native policy and a guest's
-/// imports read, so the two see exactly the same data.
-pub struct HostFacts<'a> {
-    request: &'a SelectionRequest,
-    table: &'a WorkerTable,
-    candidate_ids: &'a [u64],
-}
-
-impl<'a> HostFacts<'a> {
-    /// The facts of `request` for a call over `columns`.
-    pub fn new(
-        request: &'a SelectionRequest,
-        table: &'a WorkerTable,
-        columns: &'a super::ColumnBuffers,
-    ) -> Self {
-        Self { request, table, candidate_ids: columns.worker_ids() }
-    }
-}
-
-impl Facts for HostFacts<'_> {
-    fn prefix_hashes(&self) -> Option<Cow<'_, [u64]>> {
-        self.request.prefix_hashes().map(Cow::Borrowed)
-    }
-    fn policy_class(&self) -> Option<Cow<'_, str>> {
-        self.request.policy_class().map(Cow::Borrowed)
-    }
-    fn worker_capacity(&self, worker_id: u64) -> Option<Capacity> {
-        self.table.worker(worker_id).and_then(|w| w.capacity())
-    }
-    fn candidate_capacities(&self) -> Cow<'_, [Option<Capacity>]> {
-        Cow::Owned(self.candidate_ids.iter().map(|&id| self.worker_capacity(id)).collect())
     }
 }

@@ -26,7 +26,7 @@ fn fails_with(args: &[&str], kind: &str) -> String {
 }
 
 fn fixture() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/request.json").display().to_string()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../selection/sample-request.json").display().to_string()
 }
 
 fn temp_file(name: &str, bytes: &[u8]) -> String {

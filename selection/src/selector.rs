@@ -1,141 +1,15 @@
-//! Selection, native and free of wasmtime types:
-//! worker table + request → candidate columns (declared groups only) → host eligibility
-//! → filters → scorers (weighted sum of costs) → validated costs → native picker.
-//!
-//! The same [`Selector`] runs native policies and guests: a [`Scorer`] is either.
+//! The selector: columns → eligibility → filters → weighted scores → validated costs →
+//! the picker.
 
-mod columns;
-mod native;
-mod picker;
-mod request;
-mod workers;
+use switchyard_guest_sdk::{InputGroups, WorkerRank};
 
-pub use columns::ColumnBuffers;
-pub use native::NativeScorer;
-pub use picker::pick;
-pub use request::{HostFacts, RequestOptions, SelectionRequest, WorkerInputs, hashes_for_pool};
-pub use workers::{Worker, WorkerTable};
-
-use serde::Serialize;
-use switchyard_guest_sdk::{InputGroups, PolicyInfo, WorkerRank};
-
-/// Bad input from the caller: a message that says what to fix.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct InputError {
-    message: String,
-}
-
-impl InputError {
-    pub fn new(message: impl Into<String>) -> Self {
-        Self { message: message.into() }
-    }
-}
-
-/// What went wrong inside a scorer. Stable names: scripts match on them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
-#[serde(rename_all = "kebab-case")]
-pub enum FaultKind {
-    /// Ran out of fuel: the CPU budget of the call.
-    Fuel,
-    /// Passed its wall-clock deadline.
-    Deadline,
-    /// Tried to grow memory or a table past its limit.
-    Memory,
-    /// Overflowed the wasm stack.
-    Stack,
-    /// Trapped otherwise (panic, unreachable, out-of-bounds access…).
-    Trap,
-    /// Returned costs of the wrong length, or NaN/±inf.
-    InvalidOutput,
-    /// Returned its own error.
-    PolicyError,
-    /// Not called: quarantined after repeated faults.
-    Quarantined,
-    /// Not the policy's doing: the host had no instance to run it on (the engine's pool is
-    /// in use). Never counted against the policy, never trips its breaker.
-    Overloaded,
-    /// Not the policy's doing: the version did not load (a missing blob, a limit lowered
-    /// below its size); the host answers for it.
-    Unavailable,
-}
-
-impl FaultKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FaultKind::Fuel => "fuel",
-            FaultKind::Deadline => "deadline",
-            FaultKind::Memory => "memory",
-            FaultKind::Stack => "stack",
-            FaultKind::Trap => "trap",
-            FaultKind::InvalidOutput => "invalid-output",
-            FaultKind::PolicyError => "policy-error",
-            FaultKind::Quarantined => "quarantined",
-            FaultKind::Overloaded => "overloaded",
-            FaultKind::Unavailable => "unavailable",
-        }
-    }
-}
-
-impl FaultKind {
-    /// Whether the policy is to blame (everything but a host condition).
-    pub fn is_policy_fault(self) -> bool {
-        !matches!(self, FaultKind::Overloaded | FaultKind::Unavailable)
-    }
-}
-
-impl std::fmt::Display for FaultKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A scorer's fault: its kind and what happened.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
-#[error("{kind}: {message}")]
-pub struct Fault {
-    pub kind: FaultKind,
-    pub message: String,
-}
-
-impl Fault {
-    pub fn new(kind: FaultKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into() }
-    }
-}
-
-/// Why a selection has no answer.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SelectError {
-    #[error("no eligible worker")]
-    NoEligibleWorker,
-    #[error("policy `{scorer}` faulted: {fault}")]
-    Fault { scorer: String, fault: Fault },
-}
-
-/// A policy as the selector sees it: native or guest.
-pub trait Scorer: Send {
-    /// A name for errors and reports.
-    fn name(&self) -> &str;
-    /// What the policy declared.
-    fn info(&self) -> PolicyInfo;
-    /// Writes one cost per row of `columns` into `costs` (resized by the callee).
-    fn score(&mut self, call: &Call<'_>, costs: &mut Vec<f64>) -> Result<(), Fault>;
-    /// Writes one keep flag per row into `keep`; called only if `info().filters`.
-    fn filter(&mut self, call: &Call<'_>, keep: &mut Vec<bool>) -> Result<(), Fault>;
-    /// Tells the policy its pick was accepted; called only if `info().wants_commits`.
-    fn on_selected(&mut self, call: &Call<'_>, chosen: WorkerRank) -> Result<(), Fault>;
-    /// The host rejected this scorer's output (wrong length, not finite): drop whatever
-    /// state produced it. A guest discards its instance; the next call gets a fresh one.
-    fn reset(&mut self) {}
-}
-
-/// Everything one scorer call sees.
-pub struct Call<'a> {
-    pub request: &'a SelectionRequest,
-    pub columns: &'a ColumnBuffers,
-    pub facts: HostFacts<'a>,
-}
+use crate::columns::ColumnBuffers;
+use crate::error::{Fault, FaultKind, SelectError};
+use crate::facts::HostFacts;
+use crate::picker::pick;
+use crate::request::SelectionRequest;
+use crate::scorer::{Call, Scorer};
+use crate::workers::WorkerTable;
 
 /// The outcome of one selection.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use switchyard_guest_sdk::{Capacity, WorkerRank};
 
-use super::InputError;
+use crate::error::InputError;
 
 /// One worker as the router knows it.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,7 +2,8 @@
 
 use switchyard_guest_sdk::{Candidates, Column, ColumnLengthError, Columns, InputGroups, WorkerRank};
 
-use super::{SelectionRequest, WorkerInputs, WorkerTable};
+use crate::request::{SelectionRequest, WorkerInputs};
+use crate::workers::WorkerTable;
 
 /// The candidate columns of one selection, laid out as they cross the guest boundary:
 /// worker ids, the u32 columns of the declared groups packed one after another
@@ -189,7 +190,7 @@ mod tests {
     use switchyard_guest_sdk::{InputGroups, Pool, RequestFacts};
 
     use super::ColumnBuffers;
-    use crate::selection::{RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable};
+    use crate::{RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable};
 
     fn columns(table: &WorkerTable, options: RequestOptions) -> ColumnBuffers {
         let facts = RequestFacts {

@@ -1,13 +1,13 @@
 //! The JSON request format of `switchyard select --input` (and of the service's select):
 //! request facts, the worker table, and per-worker inputs as columns.
-//! `tests/fixtures/request.json` is a complete example; README documents each field.
+//! `selection/sample-request.json` ([`SAMPLE_REQUEST`]) is a complete example; README documents each field.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use switchyard_guest_sdk::{Pool, RequestFacts, WorkerRank};
 
-use crate::selection::{InputError, RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable};
+use crate::{InputError, RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable};
 
 /// The most slots a configuration may allow one request: past this, one request's
 /// columns alone take hundreds of megabytes.
@@ -173,7 +173,7 @@ impl RequestLimits {
 }
 
 /// A sample request: 8 workers, one of them with a warm prefix cache.
-pub const SAMPLE_REQUEST: &str = include_str!("../../tests/fixtures/request.json");
+pub const SAMPLE_REQUEST: &str = include_str!("../../sample-request.json");
 
 /// One worker of the table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -18,7 +18,7 @@ use super::chart;
 use super::config::LimitArgs;
 
 /// The conversation trace the project ships (`traces/`, see its README).
-const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/conversation_trace.jsonl");
+const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../traces/conversation_trace.jsonl");
 
 #[derive(Args)]
 pub struct ReplayArgs {

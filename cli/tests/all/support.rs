@@ -8,9 +8,7 @@ use switchyard::selection::{RequestOptions, Worker, WorkerInputs, hashes_for_poo
 use switchyard::{Limits, PolicyComponent, PolicyEngine, SelectionRequest, WorkerTable};
 use switchyard_guest_sdk::{Pool, RequestFacts};
 
-pub const DEFAULT_POLICY: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/switchyard_policy_default.component.wasm"));
-pub const PROBE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/switchyard_probe.component.wasm"));
+pub use switchyard_test_guests::{DEFAULT_POLICY, PROBE, hostile};
 
 /// One engine for the test process, default limits.
 pub fn engine() -> &'static PolicyEngine {
@@ -188,42 +186,10 @@ pub fn random_case(rng: &mut Rng) -> (WorkerTable, SelectionRequest) {
     (table, request)
 }
 
-macro_rules! out_dir_file {
-    ($file:literal) => {
-        include_bytes!(concat!(env!("OUT_DIR"), "/", $file))
-    };
-}
-
-/// Hostile guests (policies/adversarial), built from source by build.rs.
-pub mod hostile {
-    pub const ILOOP: &[u8] = out_dir_file!("adversarial_iloop.component.wasm");
-    pub const RECURSION: &[u8] = out_dir_file!("adversarial_recursion.component.wasm");
-    pub const MEMORY_BOMB: &[u8] = out_dir_file!("adversarial_memory_bomb.component.wasm");
-    pub const HUGE_DATA: &[u8] = out_dir_file!("adversarial_huge_data.component.wasm");
-    pub const CONFIGURE_SPIN: &[u8] = out_dir_file!("adversarial_configure_spin.component.wasm");
-    pub const PANIC: &[u8] = out_dir_file!("adversarial_panic.component.wasm");
-    pub const WRONG_LENGTH: &[u8] = out_dir_file!("adversarial_wrong_length.component.wasm");
-    pub const BAD_COSTS: &[u8] = out_dir_file!("adversarial_bad_costs.component.wasm");
-    pub const SECRET: &[u8] = out_dir_file!("adversarial_secret.component.wasm");
-    pub const START_SPIN: &[u8] = out_dir_file!("adversarial_start_spin.component.wasm");
-    pub const TABLE_GROWTH: &[u8] = out_dir_file!("adversarial_table_growth.component.wasm");
-    pub const WASI_IMPORT: &[u8] = out_dir_file!("adversarial_wasi_import.component.wasm");
-    pub const OTHER_WORLD: &[u8] = out_dir_file!("adversarial_other_world.component.wasm");
-    pub const IMPORT_LOOP: &[u8] = out_dir_file!("adversarial_import_loop.component.wasm");
-    pub const COMMIT_SPIN: &[u8] = out_dir_file!("adversarial_commit_spin.component.wasm");
-    pub const COMMIT_LEAK: &[u8] = out_dir_file!("adversarial_commit_leak.component.wasm");
-    pub const HUGE_ERROR: &[u8] = out_dir_file!("adversarial_huge_error.component.wasm");
-    pub const HUGE_RESULT: &[u8] = out_dir_file!("adversarial_huge_result.component.wasm");
-    pub const NAN_ONCE: &[u8] = out_dir_file!("adversarial_nan_once.component.wasm");
-    pub const MEMORY_FILL: &[u8] = out_dir_file!("adversarial_memory_fill.component.wasm");
-    /// The iloop guest's core module, not wrapped as a component.
-    pub const CORE_MODULE: &[u8] = out_dir_file!("adversarial_core_module.wasm");
-}
-
-/// The sample request (tests/fixtures/request.json): 9 candidates.
+/// The sample request (selection/sample-request.json): 9 candidates.
 pub fn sample() -> (WorkerTable, SelectionRequest) {
-    switchyard::input::RequestJson::parse(switchyard::input::SAMPLE_REQUEST)
-        .and_then(switchyard::input::RequestJson::into_parts)
+    switchyard::selection::wire::RequestJson::parse(switchyard::selection::wire::SAMPLE_REQUEST)
+        .and_then(switchyard::selection::wire::RequestJson::into_parts)
         .expect("the sample request is valid")
 }
 

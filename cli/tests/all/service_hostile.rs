@@ -274,8 +274,8 @@ fn preferred_taints_are_matched_in_time_linear_in_the_request() {
     assert!(slowest_health < HEALTHY, "/healthz took {slowest_health:?}");
     assert_eq!((v["worker_id"].as_u64(), v["candidates"].as_u64()), (Some(3), Some(10_000)), "{}", v["cost"]);
     // Exactly what the library picks for the same request (the multipliers bit for bit).
-    let (table, request) = switchyard::input::RequestJson::parse(&request.to_string())
-        .and_then(switchyard::input::RequestJson::into_parts)
+    let (table, request) = switchyard::selection::wire::RequestJson::parse(&request.to_string())
+        .and_then(switchyard::selection::wire::RequestJson::into_parts)
         .unwrap();
     let expected = crate::support::native_default_pick(&table, &request);
     assert_eq!(

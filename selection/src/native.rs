@@ -2,7 +2,8 @@
 
 use switchyard_guest_sdk::{Policy, PolicyInfo, Request, WorkerRank};
 
-use super::{Call, Fault, FaultKind, Scorer};
+use crate::error::{Fault, FaultKind};
+use crate::scorer::{Call, Scorer};
 
 /// Runs a [`Policy`] natively: the same source a guest build compiles.
 pub struct NativeScorer<P> {

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde_json::json;
-use switchyard::input::{RequestJson, SAMPLE_REQUEST};
 use switchyard::selection::Scorer;
+use switchyard::selection::wire::{RequestJson, SAMPLE_REQUEST};
 use switchyard::{FailMode, GuestScorer, PolicyComponent, SelectError};
 use switchyard_builtins as builtin;
 

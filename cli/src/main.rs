@@ -1,5 +1,5 @@
-//! Command-line interface. Output is JSON on stdout; errors are one line on stderr
-//! starting with `error: <kind>:`, and a non-zero exit.
+//! The `switchyard` command line. Output is JSON on stdout; errors are one line on
+//! stderr starting with `error: <kind>:`, and a non-zero exit.
 
 mod chart;
 mod client;
@@ -50,7 +50,7 @@ impl CliError {
     }
 }
 
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Select(args) => select::run(*args),

@@ -19,7 +19,7 @@ use crate::support::{DEFAULT_POLICY, component};
 const TRACE_SHA256: &str = "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df";
 
 fn trace_path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/conversation_trace.jsonl");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../traces/conversation_trace.jsonl");
     assert!(
         path.is_file(),
         "the replay tests need the conversation trace at {} (shipped in traces/)",

@@ -1,5 +1,5 @@
 //! Builds the guests the integration tests and benchmarks load (from real source, as
-//! components) into OUT_DIR; they include them with `include_bytes!`.
+//! components) into OUT_DIR; `src/lib.rs` includes them with `include_bytes!`.
 //!
 //! - Rust guests (`GUESTS`): compiled for wasm32-unknown-unknown and wrapped by the guest
 //!   SDK's build step, like any tenant's policy.
@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use switchyard_guest_sdk::build::{GuestCrate, build_guests};
+use switchyard_guest_sdk::build::{GuestCrate, build_guests, guest_target_dir};
 use wit_component::StringEncoding;
 use wit_parser::Resolve;
 
@@ -18,6 +18,8 @@ use wit_parser::Resolve;
 const GUESTS: &[&str] = &[
     "switchyard-policy-default",
     "switchyard-probe",
+    "switchyard-noop",
+    "switchyard-imports",
     "adversarial-iloop",
     "adversarial-recursion",
     "adversarial-memory-bomb",
@@ -45,13 +47,14 @@ const WAT_GUESTS: &[(&str, &str, &[&str])] = &[
 ];
 
 fn main() {
-    let workspace = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
+    let workspace = manifest_dir.parent().expect("test-guests/ is inside the workspace").to_path_buf();
     for dir in ["wit", "guest-sdk", "policies"] {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
     println!("cargo:rerun-if-changed=build.rs");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("set by cargo"));
-    let target_dir = workspace.join("target").join("guests");
+    let target_dir = guest_target_dir(&workspace);
     let guests: Vec<GuestCrate> = GUESTS.iter().map(|p| GuestCrate::new(p)).collect();
     let built = build_guests(&workspace, &target_dir, &guests)
         .unwrap_or_else(|e| panic!("building test guests: {e:#}"));

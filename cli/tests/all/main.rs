@@ -1,8 +1,9 @@
 //! Switchyard's integration tests: one binary, a module per feature.
-//! Guests are real components built from `policies/` by `build.rs`.
+//! Guests are real components built from `policies/` by the `switchyard-test-guests` crate.
 
 mod adversarial;
 mod bounds;
+mod cache;
 mod cli;
 mod contract;
 mod equivalence;

@@ -1,0 +1,119 @@
+//! The compiled-artifact cache and the compile bound, on a real policy: tampered,
+//! symlinked or over-permissive artifacts are never loaded; concurrent stores do not
+//! collide; the compile permit is held until Cranelift returns.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use switchyard::cache::is_temp_name;
+use switchyard::{ArtifactCache, Limits, LoadErrorKind, PolicyComponent, PolicyEngine};
+use wasmtime::component::Component;
+
+use crate::support::DEFAULT_POLICY;
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-cache-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn engine(dir: &Path) -> (PolicyEngine, ArtifactCache) {
+    let cache = ArtifactCache::open(dir).unwrap();
+    (PolicyEngine::new(Limits::default()).unwrap().with_artifact_cache(cache.clone()), cache)
+}
+
+fn policy() -> &'static [u8] {
+    DEFAULT_POLICY
+}
+
+#[test]
+fn a_tampered_artifact_is_rejected_counted_and_recompiled_never_loaded() {
+    let dir = temp("tamper");
+    let (engine, cache) = engine(&dir);
+    assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+    assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+    let path = cache.path_for(engine.engine(), policy());
+    assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle..middle + 64].fill(0xCC);
+    std::fs::write(&path, &bytes).unwrap();
+    let reloaded = PolicyComponent::load(&engine, policy()).unwrap();
+    assert!(!reloaded.from_cache(), "recompiled, not loaded");
+    assert_eq!(cache.rejected(), 1);
+    // Written again, whole: the next load is a hit.
+    assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+    assert_eq!(cache.rejected(), 1);
+    // No recorded digest: not loaded either.
+    std::fs::remove_file(ArtifactCache::digest_path(&path)).unwrap();
+    assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+    assert_eq!(cache.rejected(), 2);
+}
+
+#[test]
+fn symlinks_and_permissive_modes_are_rejected() {
+    let dir = temp("links");
+    let (engine, cache) = engine(&dir);
+    PolicyComponent::load(&engine, policy()).unwrap();
+    let path = cache.path_for(engine.engine(), policy());
+    // The same (intact) bytes, reached through a symlink: refused.
+    let elsewhere = dir.with_extension("elsewhere");
+    std::fs::copy(&path, &elsewhere).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+    assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+    assert_eq!(cache.rejected(), 1);
+    assert!(!std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink(), "replaced");
+    // Readable by others: refused.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+    assert_eq!(cache.rejected(), 2);
+    // A cache directory that is a symlink is refused at open.
+    let link = dir.with_extension("link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&dir, &link).unwrap();
+    assert!(ArtifactCache::open(&link).unwrap_err().to_string().contains("symbolic link"));
+    let _ = std::fs::remove_file(elsewhere);
+}
+
+#[test]
+fn concurrent_stores_of_the_same_bytes_use_their_own_temp_files() {
+    let dir = temp("concurrent");
+    let (engine, cache) = engine(&dir);
+    let component = PolicyComponent::load(&engine, policy()).unwrap();
+    drop(component);
+    let compiled = Component::new(engine.engine(), policy()).unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| cache.store(engine.engine(), policy(), &compiled).unwrap());
+        }
+    });
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| is_temp_name(&e.file_name().to_string_lossy()))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+    assert_eq!(cache.rejected(), 0);
+}
+
+#[test]
+fn what_load_holding_holds_is_dropped_when_cranelift_returns_even_after_a_timeout() {
+    let engine = PolicyEngine::new(Limits { compile_timeout_ms: 1, ..Limits::default() }).unwrap();
+    let bytes = DEFAULT_POLICY;
+    let (held, released) = mpsc::channel::<()>();
+    let e = PolicyComponent::load_holding(&engine, bytes, held).err().expect("1 ms is too little");
+    assert_eq!(e.kind, LoadErrorKind::CompileTimeout);
+    // The compiler thread keeps `held` until Cranelift returns, then drops it.
+    assert_eq!(released.recv_timeout(Duration::from_secs(120)), Err(mpsc::RecvTimeoutError::Disconnected));
+
+    // Refused before compiling: dropped before `load_holding` returns.
+    let (held, released) = mpsc::channel::<()>();
+    let e = PolicyComponent::load_holding(&engine, b"not wasm", held).err().unwrap();
+    assert_eq!(e.kind, LoadErrorKind::NotWasm);
+    assert_eq!(released.try_recv(), Err(mpsc::TryRecvError::Disconnected));
+}

@@ -1,0 +1,33 @@
+//! The one interface the selector calls: a native policy and a guest are both a
+//! [`Scorer`].
+
+use switchyard_guest_sdk::{PolicyInfo, WorkerRank};
+
+use crate::columns::ColumnBuffers;
+use crate::error::Fault;
+use crate::facts::HostFacts;
+use crate::request::SelectionRequest;
+
+/// A policy as the selector sees it: native or guest.
+pub trait Scorer: Send {
+    /// A name for errors and reports.
+    fn name(&self) -> &str;
+    /// What the policy declared.
+    fn info(&self) -> PolicyInfo;
+    /// Writes one cost per row of `columns` into `costs` (resized by the callee).
+    fn score(&mut self, call: &Call<'_>, costs: &mut Vec<f64>) -> Result<(), Fault>;
+    /// Writes one keep flag per row into `keep`; called only if `info().filters`.
+    fn filter(&mut self, call: &Call<'_>, keep: &mut Vec<bool>) -> Result<(), Fault>;
+    /// Tells the policy its pick was accepted; called only if `info().wants_commits`.
+    fn on_selected(&mut self, call: &Call<'_>, chosen: WorkerRank) -> Result<(), Fault>;
+    /// The host rejected this scorer's output (wrong length, not finite): drop whatever
+    /// state produced it. A guest discards its instance; the next call gets a fresh one.
+    fn reset(&mut self) {}
+}
+
+/// Everything one scorer call sees.
+pub struct Call<'a> {
+    pub request: &'a SelectionRequest,
+    pub columns: &'a ColumnBuffers,
+    pub facts: HostFacts<'a>,
+}

@@ -1,7 +1,0 @@
-//! The `switchyard` command line.
-
-mod cli;
-
-fn main() -> std::process::ExitCode {
-    cli::main()
-}

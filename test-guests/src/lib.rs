@@ -1,0 +1,70 @@
+//! The guests the tests and benchmarks load: real components built from source by
+//! `build.rs` (Rust guests from `policies/testing` and `policies/adversarial`, wrapped
+//! like any tenant's policy; WAT guests for shapes Rust cannot produce).
+//!
+//! A dev-dependency of the CLI's test suite and of the benchmarks only, so
+//! `cargo build --bin switchyard` compiles none of them.
+
+#![forbid(unsafe_code)]
+
+macro_rules! out_dir_file {
+    ($file:literal) => {
+        include_bytes!(concat!(env!("OUT_DIR"), "/", $file))
+    };
+}
+
+/// The default policy's guest build (also a builtin; built here too so tests load the
+/// same bytes through the path a tenant's upload takes).
+pub const DEFAULT_POLICY: &[u8] = out_dir_file!("switchyard_policy_default.component.wasm");
+/// Echoes what the host passed it, so tests can check the contract (policies/testing/probe).
+pub const PROBE: &[u8] = out_dir_file!("switchyard_probe.component.wasm");
+/// Declares no inputs and returns zero costs: the sandbox's fixed cost per call.
+pub const NOOP: &[u8] = out_dir_file!("switchyard_noop.component.wasm");
+/// Calls the three host imports: what they cost.
+pub const IMPORTS: &[u8] = out_dir_file!("switchyard_imports.component.wasm");
+
+/// Hostile guests (policies/adversarial): each attacks one bound of the sandbox.
+pub mod hostile {
+    /// Loops forever in `score`.
+    pub const ILOOP: &[u8] = out_dir_file!("adversarial_iloop.component.wasm");
+    /// Recurses without end.
+    pub const RECURSION: &[u8] = out_dir_file!("adversarial_recursion.component.wasm");
+    /// Grows memory past any limit.
+    pub const MEMORY_BOMB: &[u8] = out_dir_file!("adversarial_memory_bomb.component.wasm");
+    /// Carries a data segment larger than any limit.
+    pub const HUGE_DATA: &[u8] = out_dir_file!("adversarial_huge_data.component.wasm");
+    /// Spins in `configure`.
+    pub const CONFIGURE_SPIN: &[u8] = out_dir_file!("adversarial_configure_spin.component.wasm");
+    /// Panics on request (a trap).
+    pub const PANIC: &[u8] = out_dir_file!("adversarial_panic.component.wasm");
+    /// Returns one cost too few.
+    pub const WRONG_LENGTH: &[u8] = out_dir_file!("adversarial_wrong_length.component.wasm");
+    /// Returns NaN and infinite costs.
+    pub const BAD_COSTS: &[u8] = out_dir_file!("adversarial_bad_costs.component.wasm");
+    /// Keeps a secret in its memory and scans that memory for another instance's.
+    pub const SECRET: &[u8] = out_dir_file!("adversarial_secret.component.wasm");
+    /// Spins in its start function (WAT).
+    pub const START_SPIN: &[u8] = out_dir_file!("adversarial_start_spin.component.wasm");
+    /// Grows a table past its limit (WAT).
+    pub const TABLE_GROWTH: &[u8] = out_dir_file!("adversarial_table_growth.component.wasm");
+    /// Imports a WASI interface the policy world does not offer (WAT).
+    pub const WASI_IMPORT: &[u8] = out_dir_file!("adversarial_wasi_import.component.wasm");
+    /// Targets another world (WAT).
+    pub const OTHER_WORLD: &[u8] = out_dir_file!("adversarial_other_world.component.wasm");
+    /// Calls host imports in a loop.
+    pub const IMPORT_LOOP: &[u8] = out_dir_file!("adversarial_import_loop.component.wasm");
+    /// Spins in `on-selected`.
+    pub const COMMIT_SPIN: &[u8] = out_dir_file!("adversarial_commit_spin.component.wasm");
+    /// Grows its state on every commit.
+    pub const COMMIT_LEAK: &[u8] = out_dir_file!("adversarial_commit_leak.component.wasm");
+    /// Returns an enormous error message.
+    pub const HUGE_ERROR: &[u8] = out_dir_file!("adversarial_huge_error.component.wasm");
+    /// Returns an enormous cost list.
+    pub const HUGE_RESULT: &[u8] = out_dir_file!("adversarial_huge_result.component.wasm");
+    /// Returns NaN once, then behaves.
+    pub const NAN_ONCE: &[u8] = out_dir_file!("adversarial_nan_once.component.wasm");
+    /// Fills memory with `memory.fill` (WAT): bulk memory is fuel-charged per byte.
+    pub const MEMORY_FILL: &[u8] = out_dir_file!("adversarial_memory_fill.component.wasm");
+    /// The iloop guest's core module, not wrapped as a component.
+    pub const CORE_MODULE: &[u8] = out_dir_file!("adversarial_core_module.wasm");
+}
