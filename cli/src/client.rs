@@ -4,7 +4,7 @@
 use clap::Args;
 use serde_json::Value;
 
-use super::CliError;
+use crate::output::CliError;
 
 /// Where the server is and who we are.
 #[derive(Args, Debug, Clone)]

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use switchyard::{ArtifactCache, Budget, GuardConfig, Limits, PolicyEngine};
 use switchyard_service::ServiceLimits;
 
-use super::CliError;
+use crate::output::CliError;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct LimitArgs {

@@ -4,6 +4,8 @@
 mod chart;
 mod client;
 mod config;
+#[macro_use]
+mod output;
 mod policy;
 mod replay;
 mod select;
@@ -37,19 +39,6 @@ enum Command {
     Replay(replay::ReplayArgs),
 }
 
-/// A failure to report: a stable kind and a message.
-pub struct CliError {
-    pub kind: String,
-    pub message: String,
-    pub code: u8,
-}
-
-impl CliError {
-    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { kind: kind.into(), message: message.into(), code: 2 }
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -61,16 +50,6 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // One line, always: scripts read the kind from the first line.
-            let message = e.message.lines().map(str::trim).collect::<Vec<_>>().join("; ");
-            eprintln!("error: {}: {message}", e.kind);
-            ExitCode::from(e.code)
-        }
+        Err(e) => e.report(),
     }
-}
-
-/// Prints `value` as pretty JSON.
-pub fn print_json(value: &serde_json::Value) {
-    println!("{}", serde_json::to_string_pretty(value).expect("a Value always serialises"));
 }

@@ -10,7 +10,7 @@ use switchyard_builtins as builtin;
 
 use super::client::{Method, ServerArgs, encode_query};
 use super::config::LimitArgs;
-use super::{CliError, print_json};
+use crate::output::{CliError, print_json};
 
 #[derive(Subcommand)]
 pub enum PolicyCommand {

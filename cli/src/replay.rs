@@ -13,9 +13,9 @@ use switchyard::{FailMode, GuestScorer, PolicyComponent, PolicyEngine};
 use switchyard_builtins as builtin;
 use switchyard_replay::{Mode, PolicyLabel, ReplayConfig, ReplayError, Report, Trace, canonical_json};
 
-use super::CliError;
 use super::chart;
 use super::config::LimitArgs;
+use crate::output::CliError;
 
 /// The conversation trace the project ships (`traces/`, see its README).
 const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../traces/conversation_trace.jsonl");
@@ -152,7 +152,7 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         }
         .map_err(|e| CliError::new("report", e.to_string()))?;
         write(out, text.as_bytes())?;
-        println!("report: {}", out.display());
+        outln!("report: {}", out.display());
     }
     if let Some(out) = &args.svg {
         let series: Vec<(&str, &[f64])> =
@@ -164,7 +164,7 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
             config.mode.as_str()
         );
         write(out, chart::ttft_cdf(&title, &series).as_bytes())?;
-        println!("chart: {}", out.display());
+        outln!("chart: {}", out.display());
     }
     Ok(())
 }
@@ -229,7 +229,7 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
 
 fn print_summary(run: &Run, trace: &str, config: &ReplayConfig) {
     let r = &run.report;
-    println!(
+    outln!(
         "replay of {trace}: {} requests, {} workers, {}, seed {}, speedup {}",
         r.requests(),
         config.workers,
@@ -237,17 +237,20 @@ fn print_summary(run: &Run, trace: &str, config: &ReplayConfig) {
         config.seed,
         config.speedup
     );
-    println!("policy: {}", run.label);
+    outln!("policy: {}", run.label);
     for (what, d) in [("TTFT", r.ttft()), ("end-to-end", r.e2e())] {
-        println!(
+        outln!(
             "  {what:<11} ms  mean {:>9.1}  p50 {:>9.1}  p90 {:>9.1}  p99 {:>9.1}",
-            d.mean, d.p50, d.p90, d.p99
+            d.mean,
+            d.p50,
+            d.p90,
+            d.p99
         );
     }
-    println!("  cache hit ratio  {:.3}", r.cache_hit_ratio());
+    outln!("  cache hit ratio  {:.3}", r.cache_hit_ratio());
     for load in r.pools() {
         let counts = &load.requests_per_worker;
-        println!(
+        outln!(
             "  {:?} pool: requests per worker min {} max {}, imbalance (max/mean) {:.3}",
             load.pool,
             counts.iter().min().unwrap_or(&0),
@@ -255,16 +258,16 @@ fn print_summary(run: &Run, trace: &str, config: &ReplayConfig) {
             load.imbalance()
         );
     }
-    println!("  decisions {} (sha256 {})", r.decisions(), r.decisions_sha256());
+    outln!("  decisions {} (sha256 {})", r.decisions(), r.decisions_sha256());
     let faults = r.faults();
-    println!(
+    outln!(
         "  policy faults: {} answered by the fallback{}, {} commits faulted{}",
         faults.fallback_count(),
         by_kind(&faults.fallbacks),
         faults.commit_count(),
         by_kind(&faults.commits)
     );
-    println!(
+    outln!(
         "  wall clock {:.3} s ({:.0} decisions/s; not part of the report)",
         run.wall_s,
         r.decisions() as f64 / run.wall_s.max(1e-9)
@@ -281,7 +284,7 @@ fn by_kind(counts: &std::collections::BTreeMap<switchyard::FaultKind, u64>) -> S
 }
 
 fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
-    println!(
+    outln!(
         "replay of {trace}: {} requests, {} workers, {}, seed {}, speedup {}",
         runs[0].report.requests(),
         config.workers,
@@ -290,7 +293,7 @@ fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
         config.speedup
     );
     let width = runs.iter().map(|r| r.label.len()).max().unwrap_or(6).max(6);
-    println!(
+    outln!(
         "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>6}  {:>9}  {:>12}  {:>6}  {:>7}",
         "policy",
         "TTFT mean",
@@ -309,7 +312,7 @@ fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
         let r = &run.report;
         let (t, e) = (r.ttft(), r.e2e());
         let imbalance = r.pools().iter().map(|p| p.imbalance()).fold(0.0, f64::max);
-        println!(
+        outln!(
             "{:<width$}  {:>9.1} {:>9.1} {:>9.1} {:>9.1}  {:>9.1} {:>9.1}  {:>6.3}  {:>9.3}  {:>12}  {:>6}  {:>7.2}",
             run.label,
             t.mean,

@@ -10,7 +10,7 @@ use switchyard::{FailMode, GuestScorer, PolicyComponent, SelectError};
 use switchyard_builtins as builtin;
 
 use super::config::LimitArgs;
-use super::{CliError, print_json};
+use crate::output::{CliError, print_json};
 
 #[derive(Args)]
 pub struct SelectArgs {

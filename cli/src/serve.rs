@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::CliError;
 use super::config::LimitArgs;
+use crate::output::CliError;
 
 #[derive(Args)]
 pub struct ServeArgs {

@@ -4,7 +4,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::client::{Method, ServerArgs};
-use super::{CliError, print_json};
+use crate::output::{CliError, print_json};
 
 #[derive(Subcommand)]
 pub enum TenantCommand {

@@ -8,8 +8,8 @@ use switchyard_guest_sdk::Pool;
 
 use switchyard::selection::FaultKind;
 
+use super::config::{Mode, PolicyLabel, ReplayConfig};
 use super::trace::Trace;
-use super::{Mode, PolicyLabel, ReplayConfig};
 
 /// The format's name and version, first thing a reader checks.
 pub const FORMAT: &str = "switchyard-replay/1";

@@ -13,9 +13,9 @@ use sha2::{Digest, Sha256};
 use switchyard_guest_sdk::{Pool, RequestFacts};
 
 use super::cluster::PoolState;
+use super::config::{Mode, PolicyLabel, ReplayConfig, ReplayError};
 use super::report::{Faults, Outcomes, Report};
 use super::trace::{Trace, TraceRow};
-use super::{Mode, PolicyLabel, ReplayConfig, ReplayError};
 use switchyard::guard::GuardedSelector;
 use switchyard::selection::{RequestOptions, SelectionRequest, hashes_for_pool};
 

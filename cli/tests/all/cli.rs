@@ -187,3 +187,23 @@ fn every_builtin_selects_by_name_with_params_and_bad_params_name_the_field() {
     let default = json(&switchyard(&["select", "--policy", "default", "--input", &input]));
     assert_ne!(latency["costs"], default["costs"]);
 }
+
+/// `switchyard policy list | head -1`: the reader closed the pipe, which is not the
+/// command's failure. It ends with status 0 and says nothing (it used to panic in
+/// `println!` with a backtrace hint and exit 101).
+#[test]
+fn a_closed_output_pipe_ends_the_command_quietly() {
+    for args in [&["policy", "list"][..], &["select", "--policy", "default"][..]] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader); // closed before the command writes a byte
+        let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("runs switchyard");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?}, stderr: {stderr}", out.status);
+        assert!(stderr.is_empty(), "{args:?}: nothing on stderr, got: {stderr}");
+    }
+}

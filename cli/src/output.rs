@@ -1,0 +1,55 @@
+//! What the command prints: lines and JSON on stdout, one error line on stderr.
+//!
+//! Every stdout line goes through [`write_line`] (the `outln!` macro): a reader that
+//! closed the pipe (`switchyard policy list | head -1`) has what it wanted, so the
+//! command ends quietly with status 0 instead of panicking in `println!`.
+
+use std::io::{ErrorKind, Write};
+use std::process::ExitCode;
+
+/// `println!` for the command's stdout, through [`write_line`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::output::write_line(format_args!($($arg)*))
+    };
+}
+
+/// A failure to report: a stable kind and a message.
+pub struct CliError {
+    pub kind: String,
+    pub message: String,
+    pub code: u8,
+}
+
+impl CliError {
+    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { kind: kind.into(), message: message.into(), code: 2 }
+    }
+
+    /// Prints the error as one line on stderr (scripts read the kind from the first
+    /// line) and returns the exit code.
+    pub fn report(&self) -> ExitCode {
+        let message = self.message.lines().map(str::trim).collect::<Vec<_>>().join("; ");
+        eprintln!("error: {}: {message}", self.kind);
+        ExitCode::from(self.code)
+    }
+}
+
+/// Writes one line to stdout. A closed pipe ends the process with status 0: the reader
+/// stopped reading, which is not the command's failure; any other write error ends it
+/// with status 1 and a message on stderr.
+pub fn write_line(line: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(line).and_then(|()| out.write_all(b"\n")).and_then(|()| out.flush()) {
+        if e.kind() == ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: io: writing to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Prints `value` as pretty JSON.
+pub fn print_json(value: &serde_json::Value) {
+    outln!("{}", serde_json::to_string_pretty(value).expect("a Value always serialises"));
+}
