@@ -6,7 +6,8 @@
 //!
 //! - [`store`]: the data directory (content-addressed blobs, an atomically written manifest).
 //! - [`state`]: compiled versions, instance pools, and the snapshot swapped on every change.
-//! - [`manage`]: tenants, uploads, assignments, rollback, listing.
+//! - [`manage`]: tenants, uploads, assignments, rollback, listing; `rates`: their
+//!   per-tenant write rate limits.
 //! - [`select`]: one selection, its policy guarded by the runtime's containment
 //!   (`switchyard::GuardedSelector`) behind each version's shared quarantine breaker.
 //! - [`auth`]: tokens; [`metrics`]: Prometheus text; [`http`]: the routes.
@@ -17,6 +18,7 @@ pub mod error;
 pub mod http;
 pub mod manage;
 pub mod metrics;
+mod rates;
 pub mod select;
 pub mod state;
 pub mod store;

@@ -1,10 +1,10 @@
 //! The management API: tenants, routers, uploads, assignments, rollback, listing.
 //! Every change is committed to the manifest before it is answered (see `state`).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde::Deserialize;
@@ -15,6 +15,7 @@ use switchyard_builtins as builtin;
 
 use crate::auth::{Principal, hash_token, new_token, require_admin, require_tenant};
 use crate::error::ApiError;
+use crate::rates::WriteKind;
 use crate::state::{Service, Writer};
 use switchyard::FailMode;
 
@@ -23,40 +24,6 @@ use crate::store::{Assignment, PolicyRecord, TenantRecord, VersionRecord};
 /// Entries of a policy's rollback history, at most (it may name a version more than once;
 /// the versions it keeps are bounded by `max_versions_per_policy`).
 const MAX_PREVIOUS: usize = 64;
-
-/// The window of the per-minute rate limits.
-const RATE_WINDOW: Duration = Duration::from_secs(60);
-
-/// Times of the events in the last [`RATE_WINDOW`]: a sliding-window rate limit, the one
-/// implementation behind `uploads_per_minute` and `writes_per_minute`.
-#[derive(Debug, Default)]
-struct Window(VecDeque<Instant>);
-
-impl Window {
-    /// Events still in the window at `now` (older ones are forgotten).
-    fn count(&mut self, now: Instant) -> usize {
-        while self.0.front().is_some_and(|t| now.duration_since(*t) >= RATE_WINDOW) {
-            self.0.pop_front();
-        }
-        self.0.len()
-    }
-}
-
-/// One tenant's rate-limit windows.
-#[derive(Debug, Default)]
-pub struct TenantRates {
-    uploads: Window,
-    writes: Window,
-}
-
-/// What a write is, for the rate limits: every write counts against `writes_per_minute`,
-/// an upload against `uploads_per_minute` too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WriteKind {
-    Upload,
-    Assign,
-    Rollback,
-}
 
 /// One of the `compile_concurrency` compile permits, taken from the semaphore (and
 /// forgotten there) by an upload. Shared by the upload and Cranelift's thread
@@ -186,37 +153,6 @@ impl Service {
         manifest.routers.insert(name.clone(), hash_token(&token));
         self.commit(&mut writer, manifest)?;
         Ok(json!({ "router": name, "token": token }))
-    }
-
-    /// Counts a write against the tenant's per-minute allowances (`writes_per_minute`,
-    /// and `uploads_per_minute` for an upload), or refuses it (429 `rate-limited`, naming
-    /// the limit) without counting it. Call only for an existing tenant.
-    fn admit(&self, tenant: &str, kind: WriteKind) -> Result<(), ApiError> {
-        let mut rates = self.rates.lock().unwrap_or_else(|p| p.into_inner());
-        let rates = rates.entry(tenant.to_string()).or_default();
-        let now = Instant::now();
-        let refuse = |what: &str, n: usize, limit: usize, name: &str| {
-            ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate-limited",
-                format!(
-                    "tenant `{tenant}` made {n} {what} in the last minute; the limit is {limit} (`{name}`)"
-                ),
-            )
-        };
-        let writes = rates.writes.count(now);
-        if writes >= self.limits.writes_per_minute {
-            return Err(refuse("writes", writes, self.limits.writes_per_minute, "writes_per_minute"));
-        }
-        if kind == WriteKind::Upload {
-            let uploads = rates.uploads.count(now);
-            if uploads >= self.limits.uploads_per_minute {
-                return Err(refuse("uploads", uploads, self.limits.uploads_per_minute, "uploads_per_minute"));
-            }
-            rates.uploads.0.push_back(now);
-        }
-        rates.writes.0.push_back(now);
-        Ok(())
     }
 
     /// The tenant's record in the current snapshot exists (404 `unknown-tenant` if not).
@@ -421,7 +357,7 @@ impl Service {
             self.check_policy_count(current, tenant, name)?;
             self.place_upload(&mut current.clone(), tenant, name, record.clone())?;
         }
-        self.admit(tenant, WriteKind::Upload)?;
+        self.rates.admit(tenant, &self.limits, WriteKind::Upload)?;
         let bytes: Arc<[u8]> = bytes.into();
         let component = self.compile(&blob, bytes.clone()).await?;
         let (first, component) = {
@@ -492,7 +428,7 @@ impl Service {
         require_tenant(who, tenant)?;
         check_name("class", class)?;
         self.check_tenant(tenant)?;
-        self.admit(tenant, WriteKind::Assign)?;
+        self.rates.admit(tenant, &self.limits, WriteKind::Assign)?;
         let AssignBody { policy, version, on_fault } = parse(body)?;
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
@@ -549,7 +485,7 @@ impl Service {
     pub async fn rollback(&self, who: &Principal, tenant: &str, name: &str) -> Result<Value, ApiError> {
         require_tenant(who, tenant)?;
         self.check_tenant(tenant)?;
-        self.admit(tenant, WriteKind::Rollback)?;
+        self.rates.admit(tenant, &self.limits, WriteKind::Rollback)?;
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
         let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;

@@ -26,6 +26,7 @@ use tokio::sync::{MutexGuard, Semaphore};
 use crate::config::ServiceLimits;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, PolicyMetrics, TenantVersions};
+use crate::rates::WriteRates;
 use crate::store::{Manifest, Store};
 
 /// (tenant, policy name, version).
@@ -281,7 +282,7 @@ pub struct Service {
     pub(crate) in_flight: Mutex<HashMap<String, Arc<AtomicUsize>>>,
     /// Each tenant's uploads and writes in the last minute (`uploads_per_minute`,
     /// `writes_per_minute`).
-    pub(crate) rates: Mutex<HashMap<String, crate::manage::TenantRates>>,
+    pub(crate) rates: WriteRates,
 }
 
 impl Service {
@@ -383,7 +384,7 @@ impl Service {
             metrics,
             idle_slots,
             in_flight: Mutex::default(),
-            rates: Mutex::default(),
+            rates: WriteRates::default(),
         });
         Ok(service)
     }
