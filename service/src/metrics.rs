@@ -452,17 +452,9 @@ impl Metrics {
             self.compile_busy.clone(),
         );
     }
-
-    /// The Prometheus text of every metric here (see [`Self::register`]).
-    pub fn render(&self, quarantined: &BTreeSet<(String, String)>, unavailable_versions: usize) -> String {
-        let mut registry = Registry::default();
-        self.register(&mut registry, quarantined, unavailable_versions);
-        encode(&registry)
-    }
 }
 
-/// `registry` as Prometheus text ([`CONTENT_TYPE`]). That text has no end marker, so the
-/// encodings of two registries may be concatenated.
+/// `registry` as Prometheus text ([`CONTENT_TYPE`]).
 pub fn encode(registry: &Registry) -> String {
     let mut out = String::new();
     // Writing to a String cannot fail, and every metric here is one the text format
@@ -473,6 +465,13 @@ pub fn encode(registry: &Registry) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The text a scrape of these metrics alone would read.
+    fn render(metrics: &Metrics, quarantined: &BTreeSet<(String, String)>, unavailable: usize) -> String {
+        let mut registry = Registry::default();
+        metrics.register(&mut registry, quarantined, unavailable);
+        encode(&registry)
+    }
 
     #[test]
     fn prometheus_text_has_cumulative_buckets_every_fault_kind_and_the_quarantine_state() {
@@ -485,7 +484,7 @@ mod tests {
         metrics.compiled(Duration::from_millis(300));
         metrics.policy("acme", "broken").fault(FaultKind::Quarantined);
         let quarantined = BTreeSet::from([("acme".to_string(), "broken".to_string())]);
-        let text = metrics.render(&quarantined, 0);
+        let text = render(&metrics, &quarantined, 0);
         let l = "tenant=\"acme\",policy=\"mine\"";
         for line in [
             format!("switchyard_selections_total{{{l}}} 2"),
@@ -528,7 +527,7 @@ mod tests {
         metrics.compile_abandoned();
         metrics.abandoned_compile_ended();
         metrics.compile_busy();
-        let text = metrics.render(&BTreeSet::new(), 0);
+        let text = render(&metrics, &BTreeSet::new(), 0);
         for line in [
             "# TYPE switchyard_versions gauge",
             "switchyard_versions{tenant=\"acme\"} 3",
@@ -544,7 +543,7 @@ mod tests {
         // A commit replaces the version counts whole: a tenant it no longer names drops out.
         metrics
             .set_state(BTreeMap::from([("globex".to_string(), TenantVersions { known: 1, loaded: 1 })]), 1);
-        let text = metrics.render(&BTreeSet::new(), 0);
+        let text = render(&metrics, &BTreeSet::new(), 0);
         assert!(text.lines().any(|x| x == "switchyard_versions{tenant=\"globex\"} 1"), "{text}");
         assert!(!text.contains("switchyard_versions{tenant=\"acme\"}"), "{text}");
     }
