@@ -138,9 +138,10 @@ impl EncodeMetric for AtomicHistogram {
     }
 }
 
-/// The counters of one tenant's policy (all its versions together): handles into
-/// [`PolicyFamilies`], taken once when the entry is created, so that counting a
-/// selection is atomic adds and never a family lookup (which takes the family's lock).
+/// The counters of one tenant's policy (all its versions together): handles into the
+/// per-policy families a scrape encodes, taken once when the entry is created, so that
+/// counting a selection is atomic adds and never a family lookup (which takes the
+/// family's lock).
 pub struct PolicyMetrics {
     selections: Counter,
     fallbacks: Counter,
