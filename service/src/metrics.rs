@@ -490,7 +490,7 @@ mod tests {
         for line in [
             format!("switchyard_selections_total{{{l}}} 2"),
             format!("switchyard_fallbacks_total{{{l}}} 1"),
-            // Bounds below 1e-4 are written as Go writes them (and Prometheus 3 stores them).
+            // prometheus-client writes bounds below 1e-4 as Go's client does (was "0.00005").
             format!("switchyard_selection_seconds_bucket{{{l},le=\"5e-05\"}} 1"),
             format!("switchyard_selection_seconds_bucket{{{l},le=\"0.005\"}} 2"),
             format!("switchyard_selection_seconds_bucket{{{l},le=\"+Inf\"}} 2"),
