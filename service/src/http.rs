@@ -15,7 +15,6 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -27,6 +26,11 @@ use axum::routing::{get, post, put};
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -35,6 +39,7 @@ use tokio::sync::Semaphore;
 use crate::auth::{Principal, identify, require_admin, require_tenant};
 use crate::config::ServiceLimits;
 use crate::error::ApiError;
+use crate::metrics;
 use crate::state::Service;
 
 /// The most a connection buffers while reading a request's headers (hyper's read
@@ -46,25 +51,39 @@ pub const MAX_HEADER_BUFFER: usize = 64 << 10;
 /// sending it sees the answer rather than a reset connection. Never buffered.
 const REFUSAL_DRAIN: Duration = Duration::from_secs(1);
 
+/// The label of a refusal counter: the cap that was reached, by its setting's name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CapLabels {
+    limit: &'static str,
+}
+
 /// Server-wide caps and what they refused.
 pub struct Gate {
     connections: Arc<Semaphore>,
     max_connections: usize,
     selections: Arc<Semaphore>,
     max_selections: usize,
-    refused_connections: AtomicU64,
-    refused_selections: AtomicU64,
+    /// Refusals by cap: what a scrape encodes. Counted through the two handles below,
+    /// taken once, so a refusal never looks into the family.
+    refused: Family<CapLabels, Counter>,
+    refused_connections: Counter,
+    refused_selections: Counter,
 }
 
 impl Gate {
+    /// The caps `limits` sets, none of them in use yet.
     pub fn new(limits: &ServiceLimits) -> Self {
+        let refused = Family::<CapLabels, Counter>::default();
+        let refused_connections = refused.get_or_create_owned(&CapLabels { limit: "max_connections" });
+        let refused_selections = refused.get_or_create_owned(&CapLabels { limit: "max_inflight_selections" });
         Self {
             connections: Arc::new(Semaphore::new(limits.max_connections)),
             max_connections: limits.max_connections,
             selections: Arc::new(Semaphore::new(limits.max_inflight_selections)),
             max_selections: limits.max_inflight_selections,
-            refused_connections: AtomicU64::new(0),
-            refused_selections: AtomicU64::new(0),
+            refused,
+            refused_connections,
+            refused_selections,
         }
     }
 
@@ -76,6 +95,25 @@ impl Gate {
     /// Connections open now.
     pub fn connections_open(&self) -> usize {
         self.max_connections - self.connections.available_permits()
+    }
+
+    /// Registers the refusals and what is in use now, for one scrape.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        registry.register(
+            "switchyard_overloaded",
+            "Requests refused because a server-wide cap was reached, by the cap",
+            self.refused.clone(),
+        );
+        registry.register(
+            "switchyard_selections_in_flight",
+            "Selections between authentication and answer",
+            ConstGauge::new(self.selections_in_flight()),
+        );
+        registry.register(
+            "switchyard_connections_open",
+            "Open client connections",
+            ConstGauge::new(self.connections_open()),
+        );
     }
 }
 
@@ -141,7 +179,7 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let Ok(permit) = gate.connections.clone().try_acquire_owned() else {
-            gate.refused_connections.fetch_add(1, Ordering::Relaxed);
+            gate.refused_connections.inc();
             tokio::spawn(refuse_connection(stream, gate.max_connections));
             continue;
         };
@@ -325,30 +363,19 @@ fn json_answer(status: StatusCode, value: Value) -> Response {
     (status, axum::Json(value)).into_response()
 }
 
+/// `/metrics`: the service's metrics, then the gate's and the artifact cache's, as one
+/// Prometheus text.
 async fn metrics(State(http): Svc) -> Response {
-    let mut text = http.service.render_metrics();
-    let gate = &http.gate;
+    let mut registry = Registry::default();
+    http.service.register_metrics(&mut registry);
+    http.gate.register_metrics(&mut registry);
     let rejected = http.service.engine.artifact_cache().map_or(0, |cache| cache.rejected());
-    text.push_str(&format!(
-        "# HELP switchyard_overloaded_total Requests refused because a server-wide cap was reached, by the cap.\n\
-         # TYPE switchyard_overloaded_total counter\n\
-         switchyard_overloaded_total{{limit=\"max_connections\"}} {}\n\
-         switchyard_overloaded_total{{limit=\"max_inflight_selections\"}} {}\n\
-         # HELP switchyard_selections_in_flight Selections between authentication and answer.\n\
-         # TYPE switchyard_selections_in_flight gauge\n\
-         switchyard_selections_in_flight {}\n\
-         # HELP switchyard_connections_open Open client connections.\n\
-         # TYPE switchyard_connections_open gauge\n\
-         switchyard_connections_open {}\n\
-         # HELP switchyard_artifacts_rejected_total Cached compiled artifacts refused (digest, owner, mode or symlink check) and recompiled instead.\n\
-         # TYPE switchyard_artifacts_rejected_total counter\n\
-         switchyard_artifacts_rejected_total {rejected}\n",
-        gate.refused_connections.load(Ordering::Relaxed),
-        gate.refused_selections.load(Ordering::Relaxed),
-        gate.selections_in_flight(),
-        gate.connections_open(),
-    ));
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+    registry.register(
+        "switchyard_artifacts_rejected",
+        "Cached compiled artifacts refused (digest, owner, mode or symlink check) and recompiled instead",
+        ConstCounter::new(rejected),
+    );
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::encode(&registry)).into_response()
 }
 
 async fn add_tenant(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
@@ -407,7 +434,7 @@ async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
     // all is in the headers, and is settled first.
     let (who, body) = http.authorize(&headers, body, Limit::Select, |_| Ok(())).await?;
     let Ok(permit) = http.gate.selections.clone().try_acquire_owned() else {
-        http.gate.refused_selections.fetch_add(1, Ordering::Relaxed);
+        http.gate.refused_selections.inc();
         let refusal = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "overloaded",

@@ -1,13 +1,35 @@
-//! Counters and histograms, rendered as Prometheus text. Lock-free on the selection path
-//! (atomics); a mutex only to find or create a (tenant, policy) entry.
+//! The service's metrics: `prometheus-client` counters, gauges and families, rendered in
+//! the Prometheus text format.
+//!
+//! Lock-free on the selection path: every (tenant, policy) entry holds its own metric
+//! handles (atomics shared with the families a scrape encodes); a mutex only to find or
+//! create an entry, and the families' locks only when an entry is created and at a scrape.
+//!
+//! A scrape builds a fresh [`Registry`] (see [`Metrics::register`]): the handles here are
+//! shared, so registering them is cheap, and the values only a scrape knows (each
+//! policy's quarantine state, the unavailable versions, the last commit's version counts)
+//! go into it as they are then, with nothing a reader writes to shared state.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet, prometheus_text};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Registry;
 use switchyard::FaultKind;
+
+/// The `Content-Type` of [`encode`]'s output: the Prometheus text format, version 0.0.4.
+///
+/// Not OpenMetrics, which prometheus-client also writes: the 0.0.4 text is what `/metrics`
+/// has always served, with the same names on every line (OpenMetrics names a counter's
+/// `# TYPE` without `_total` and ends the text with `# EOF`), so dashboards, scripts
+/// that grep it and the tests read it as before; Prometheus scrapes either.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// Every fault kind, in the order counters are kept.
 pub const FAULT_KINDS: [FaultKind; 8] = [
@@ -26,166 +48,260 @@ const LATENCY_BOUNDS: [f64; 10] = [1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
 /// Upper bounds of the compile time buckets, seconds (10 ms … 10 s).
 const COMPILE_BOUNDS: [f64; 8] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0];
 
-/// A histogram with fixed buckets; sums kept in nanoseconds.
-struct Histogram<const N: usize> {
-    bounds: &'static [f64; N],
-    buckets: [AtomicU64; N],
+/// A gauge of a count: never negative, and read back as the `u64` the callers count in.
+type CountGauge = Gauge<u64, AtomicU64>;
+
+/// The labels of a per-policy series, in the order they are written.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    tenant: String,
+    policy: String,
+}
+
+/// The labels of a fault counter: the policy's, then the fault's kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FaultLabels {
+    tenant: String,
+    policy: String,
+    kind: &'static str,
+}
+
+/// The label of a per-tenant series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: String,
+}
+
+/// A histogram with fixed buckets that is lock-free to observe: prometheus-client's own
+/// `Histogram` takes a mutex on every `observe`, and the selection latency is observed
+/// once per selection. Clones share the counts, as prometheus-client's metrics do, so a
+/// family's entry and the handle a policy entry holds are one histogram.
+#[derive(Clone, Debug)]
+struct AtomicHistogram(Arc<HistogramCounts>);
+
+#[derive(Debug)]
+struct HistogramCounts {
+    bounds: &'static [f64],
+    /// Observations per bucket, not cumulative: `buckets[i]` counts those in
+    /// `(bounds[i - 1], bounds[i]]`; those above the last bound are only in `count`.
+    buckets: Box<[AtomicU64]>,
     count: AtomicU64,
+    /// Nanoseconds, exposed as seconds: an integer add is exact and one atomic
+    /// instruction, where an `f64` sum would need a compare-and-swap loop.
     sum_ns: AtomicU64,
 }
 
-impl<const N: usize> Histogram<N> {
-    fn new(bounds: &'static [f64; N]) -> Self {
-        Self {
+impl AtomicHistogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Self(Arc::new(HistogramCounts {
             bounds,
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
             count: AtomicU64::new(0),
             sum_ns: AtomicU64::new(0),
-        }
+        }))
+    }
+
+    /// A selection latency histogram; a plain `fn` so that it can be a family's constructor.
+    fn latency() -> Self {
+        Self::new(&LATENCY_BOUNDS)
     }
 
     fn observe(&self, d: Duration) {
+        let h = &self.0;
         let s = d.as_secs_f64();
-        if let Some(i) = self.bounds.iter().position(|b| s <= *b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        if let Some(i) = h.bounds.iter().position(|b| s <= *b) {
+            h.buckets[i].fetch_add(1, Ordering::Relaxed);
         }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_ns.fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
-    }
-
-    /// Writes `_bucket` (cumulative), `_sum` and `_count` lines.
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let braced = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
-        let mut cumulative = 0;
-        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
-            cumulative += bucket.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}");
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
-        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(out, "{name}_sum{braced} {sum}");
-        let _ = writeln!(out, "{name}_count{braced} {count}");
+        h.count.fetch_add(1, Ordering::Relaxed);
+        h.sum_ns.fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 }
 
-/// The counters of one tenant's policy (all its versions together).
+impl TypedMetric for AtomicHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for AtomicHistogram {
+    /// prometheus-client writes the cumulative `_bucket` lines (and `+Inf`), `_sum` and
+    /// `_count` from the per-bucket counts.
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let h = &self.0;
+        let buckets: Vec<(f64, u64)> =
+            h.bounds.iter().zip(&h.buckets).map(|(b, n)| (*b, n.load(Ordering::Relaxed))).collect();
+        let count = h.count.load(Ordering::Relaxed);
+        let sum = h.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+/// The counters of one tenant's policy (all its versions together): handles into the
+/// per-policy families a scrape encodes, taken once when the entry is created, so that
+/// counting a selection is atomic adds and never a family lookup (which takes the
+/// family's lock).
 pub struct PolicyMetrics {
-    selections: AtomicU64,
-    fallbacks: AtomicU64,
-    latency: Histogram<10>,
-    faults: [AtomicU64; 8],
-    fuel: AtomicU64,
+    selections: Counter,
+    fallbacks: Counter,
+    latency: AtomicHistogram,
+    /// One per kind, in the order of [`FAULT_KINDS`].
+    faults: [Counter; FAULT_KINDS.len()],
+    fuel: Counter,
     /// Selections the host had no instance for (`overloaded`): not the policy's faults.
-    overloaded: AtomicU64,
+    overloaded: Counter,
 }
 
 impl PolicyMetrics {
-    fn new() -> Self {
-        Self {
-            selections: AtomicU64::new(0),
-            fallbacks: AtomicU64::new(0),
-            latency: Histogram::new(&LATENCY_BOUNDS),
-            faults: std::array::from_fn(|_| AtomicU64::new(0)),
-            fuel: AtomicU64::new(0),
-            overloaded: AtomicU64::new(0),
-        }
-    }
-
     /// One answered selection (by the policy or its fallback) and how long it took.
     pub fn selected(&self, latency: Duration, fell_back: bool) {
-        self.selections.fetch_add(1, Ordering::Relaxed);
+        self.selections.inc();
         if fell_back {
-            self.fallbacks.fetch_add(1, Ordering::Relaxed);
+            self.fallbacks.inc();
         }
         self.latency.observe(latency);
     }
 
+    /// A fault of the policy's guest. `kind` is one of [`FAULT_KINDS`]; the host's own
+    /// (`overloaded`, `unavailable`) are not the policy's and are counted elsewhere.
     pub fn fault(&self, kind: FaultKind) {
         let i = FAULT_KINDS.iter().position(|k| *k == kind).expect("every kind is listed");
-        self.faults[i].fetch_add(1, Ordering::Relaxed);
+        self.faults[i].inc();
     }
 
     /// A selection the host had no instance for (the tenant's share or the engine's pool
     /// in use): counted apart from the policy's faults.
     pub fn overloaded(&self) {
-        self.overloaded.fetch_add(1, Ordering::Relaxed);
+        self.overloaded.inc();
     }
 
     /// Fuel a guest call consumed.
     pub fn fuel(&self, fuel: u64) {
-        self.fuel.fetch_add(fuel, Ordering::Relaxed);
+        self.fuel.inc_by(fuel);
     }
 
     /// Faults so far, by kind (every kind, zeros included).
     pub fn faults(&self) -> BTreeMap<&'static str, u64> {
-        FAULT_KINDS.iter().zip(&self.faults).map(|(k, n)| (k.as_str(), n.load(Ordering::Relaxed))).collect()
+        FAULT_KINDS.iter().zip(&self.faults).map(|(k, n)| (k.as_str(), n.get())).collect()
     }
 
+    /// Selections answered so far (the policy's own and its fallback's).
     pub fn selections(&self) -> u64 {
-        self.selections.load(Ordering::Relaxed)
+        self.selections.get()
+    }
+}
+
+/// The per-(tenant, policy) families: what a scrape encodes, one series per entry.
+/// Only [`Metrics::policy`] looks into them, when it creates an entry.
+struct PolicyFamilies {
+    selections: Family<PolicyLabels, Counter>,
+    fallbacks: Family<PolicyLabels, Counter>,
+    latency: Family<PolicyLabels, AtomicHistogram, fn() -> AtomicHistogram>,
+    faults: Family<FaultLabels, Counter>,
+    fuel: Family<PolicyLabels, Counter>,
+    overloaded: Family<PolicyLabels, Counter>,
+}
+
+impl Default for PolicyFamilies {
+    fn default() -> Self {
+        Self {
+            selections: Family::default(),
+            fallbacks: Family::default(),
+            latency: Family::new_with_constructor(AtomicHistogram::latency),
+            faults: Family::default(),
+            fuel: Family::default(),
+            overloaded: Family::default(),
+        }
+    }
+}
+
+impl PolicyFamilies {
+    /// The series of `policy` of `tenant` (every fault kind's included, so each reads 0
+    /// until it happens), and the handles to count into them.
+    fn handles(&self, tenant: &str, policy: &str) -> PolicyMetrics {
+        let labels = PolicyLabels { tenant: tenant.to_string(), policy: policy.to_string() };
+        PolicyMetrics {
+            selections: self.selections.get_or_create_owned(&labels),
+            fallbacks: self.fallbacks.get_or_create_owned(&labels),
+            latency: self.latency.get_or_create_owned(&labels),
+            faults: FAULT_KINDS.map(|kind| {
+                self.faults.get_or_create_owned(&FaultLabels {
+                    tenant: tenant.to_string(),
+                    policy: policy.to_string(),
+                    kind: kind.as_str(),
+                })
+            }),
+            fuel: self.fuel.get_or_create_owned(&labels),
+            overloaded: self.overloaded.get_or_create_owned(&labels),
+        }
     }
 }
 
 /// How many versions one tenant has: in the manifest, and loaded in memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TenantVersions {
+    /// Versions the manifest names (active, pinned by a class, or a rollback target).
     pub known: u64,
+    /// Versions compiled and configured in memory.
     pub loaded: u64,
-}
-
-/// The per-tenant state gauges and garbage-collection counters.
-#[derive(Default)]
-struct StateMetrics {
-    /// tenant → versions known and loaded, as of the last commit.
-    versions: BTreeMap<String, TenantVersions>,
-    /// tenant → versions collected so far.
-    collected: BTreeMap<String, u64>,
-    /// Compiled components held for loaded versions.
-    components: u64,
 }
 
 /// All the service's metrics.
 pub struct Metrics {
+    /// (tenant, policy) → its handles. The map, not the families, is what the selection
+    /// path asks (through [`Metrics::policy`]) and what a scrape lists policies from.
     policies: Mutex<BTreeMap<(String, String), Arc<PolicyMetrics>>>,
-    compile: Histogram<8>,
+    families: PolicyFamilies,
+    compile: AtomicHistogram,
     /// Components loaded from our artifact cache instead of compiled.
-    from_cache: AtomicU64,
-    state: Mutex<StateMetrics>,
+    from_cache: Counter,
+    /// tenant → versions known and loaded, as of the last commit. One map swapped whole,
+    /// not a pair of gauge families, so that a scrape sees one commit's counts and a
+    /// tenant the manifest no longer names drops out (a family would be cleared and
+    /// refilled, and a scrape in between would see it half done).
+    versions: Mutex<BTreeMap<String, TenantVersions>>,
+    /// tenant → versions garbage-collected so far.
+    collected: Family<TenantLabels, Counter>,
+    /// Compiled components held for loaded versions, as of the last commit.
+    components: CountGauge,
     /// Compiles whose upload was answered `compile-timeout` while Cranelift still runs
     /// (each holds a compile permit until it ends).
-    compiles_abandoned: AtomicU64,
+    compiles_abandoned: CountGauge,
     /// Uploads refused with `compile-busy`: no compile permit freed up in time.
-    compile_busy: AtomicU64,
+    compile_busy: Counter,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         Self {
             policies: Mutex::default(),
-            compile: Histogram::new(&COMPILE_BOUNDS),
-            from_cache: AtomicU64::new(0),
-            state: Mutex::default(),
-            compiles_abandoned: AtomicU64::new(0),
-            compile_busy: AtomicU64::new(0),
+            families: PolicyFamilies::default(),
+            compile: AtomicHistogram::new(&COMPILE_BOUNDS),
+            from_cache: Counter::default(),
+            versions: Mutex::default(),
+            collected: Family::default(),
+            components: CountGauge::default(),
+            compiles_abandoned: CountGauge::default(),
+            compile_busy: Counter::default(),
         }
     }
 }
 
 impl Metrics {
-    /// The counters of `policy` of `tenant`, created on first use.
+    /// The counters of `policy` of `tenant`, created on first use. Hold on to the answer:
+    /// asking takes a mutex (and, the first time, the families' locks).
     pub fn policy(&self, tenant: &str, policy: &str) -> Arc<PolicyMetrics> {
         let mut map = self.policies.lock().unwrap_or_else(|p| p.into_inner());
         map.entry((tenant.to_string(), policy.to_string()))
-            .or_insert_with(|| Arc::new(PolicyMetrics::new()))
+            .or_insert_with(|| Arc::new(self.families.handles(tenant, policy)))
             .clone()
     }
 
     /// A component became loadable: loaded from the artifact cache, or compiled.
     pub fn loaded(&self, component: &switchyard::PolicyComponent) {
         if component.from_cache() {
-            self.from_cache.fetch_add(1, Ordering::Relaxed);
+            self.from_cache.inc();
         } else {
             self.compiled(component.compile_time());
         }
@@ -198,185 +314,165 @@ impl Metrics {
 
     /// The state after a commit (or at start): versions per tenant, compiled components.
     pub fn set_state(&self, versions: BTreeMap<String, TenantVersions>, components: usize) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.versions = versions;
-        state.components = components as u64;
+        *self.versions.lock().unwrap_or_else(|p| p.into_inner()) = versions;
+        self.components.set(components as u64);
     }
 
     /// `n` versions of `tenant` were garbage-collected.
     pub fn collected(&self, tenant: &str, n: u64) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        *state.collected.entry(tenant.to_string()).or_default() += n;
+        self.collected.get_or_create(&TenantLabels { tenant: tenant.to_string() }).inc_by(n);
     }
 
     /// A compile outlived its upload (answered `compile-timeout`); see [`Self::abandoned_compile_ended`].
     pub fn compile_abandoned(&self) {
-        self.compiles_abandoned.fetch_add(1, Ordering::Relaxed);
+        self.compiles_abandoned.inc();
     }
 
     /// An abandoned compile's Cranelift returned; its permit is free again.
     pub fn abandoned_compile_ended(&self) {
-        self.compiles_abandoned.fetch_sub(1, Ordering::Relaxed);
+        self.compiles_abandoned.dec();
     }
 
     /// Abandoned compiles still running.
     pub fn compiles_abandoned(&self) -> u64 {
-        self.compiles_abandoned.load(Ordering::Relaxed)
+        self.compiles_abandoned.get()
     }
 
     /// An upload was refused `compile-busy`.
     pub fn compile_busy(&self) {
-        self.compile_busy.fetch_add(1, Ordering::Relaxed);
+        self.compile_busy.inc();
     }
 
-    /// Prometheus text exposition; `quarantined` lists the (tenant, policy) pairs whose
-    /// breaker is open now (the breakers live with the versions, not here). Tenant and
-    /// policy names are `[a-z0-9_-]`, so labels need no escaping.
-    pub fn render(&self, quarantined: &BTreeSet<(String, String)>, unavailable_versions: usize) -> String {
-        let map = self.policies.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut out = String::new();
-        let mut family =
-            |name: &str, kind: &str, help: &str, f: &mut dyn FnMut(&mut String, &str, &PolicyMetrics)| {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-                for ((tenant, policy), m) in &map {
-                    f(&mut out, &format!("tenant=\"{tenant}\",policy=\"{policy}\""), m);
-                }
-            };
-        family(
-            "switchyard_selections_total",
-            "counter",
-            "Selections answered, by tenant and assigned policy.",
-            &mut |o, l, m| {
-                let _ = writeln!(
-                    o,
-                    "switchyard_selections_total{{{l}}} {}",
-                    m.selections.load(Ordering::Relaxed)
-                );
-            },
+    /// Registers every metric in `registry`, for one scrape; `quarantined` lists the
+    /// (tenant, policy) pairs whose breaker is open now (the breakers live with the
+    /// versions, not here), `unavailable_versions` counts the stored versions that did
+    /// not load. Registered in the order `/metrics` has always listed them.
+    ///
+    /// The names are the exposed ones less what the encoder adds: `_total` to a counter,
+    /// and the help text's final period.
+    pub fn register(
+        &self,
+        registry: &mut Registry,
+        quarantined: &BTreeSet<(String, String)>,
+        unavailable_versions: usize,
+    ) {
+        let f = &self.families;
+        registry.register(
+            "switchyard_selections",
+            "Selections answered, by tenant and assigned policy",
+            f.selections.clone(),
         );
-        family(
-            "switchyard_fallbacks_total",
-            "counter",
-            "Selections the native default decided after a fault or quarantine (fail-open).",
-            &mut |o, l, m| {
-                let _ =
-                    writeln!(o, "switchyard_fallbacks_total{{{l}}} {}", m.fallbacks.load(Ordering::Relaxed));
-            },
+        registry.register(
+            "switchyard_fallbacks",
+            "Selections the native default decided after a fault or quarantine (fail-open)",
+            f.fallbacks.clone(),
         );
-        family(
+        registry.register(
             "switchyard_selection_seconds",
-            "histogram",
-            "Selection latency inside the service.",
-            &mut |o, l, m| {
-                m.latency.render(o, "switchyard_selection_seconds", l);
-            },
+            "Selection latency inside the service",
+            f.latency.clone(),
         );
-        family(
-            "switchyard_policy_faults_total",
-            "counter",
-            "Guest faults by kind; kind=\"quarantined\": selections that skipped a quarantined guest.",
-            &mut |o, l, m| {
-                for (kind, n) in m.faults() {
-                    let _ = writeln!(o, "switchyard_policy_faults_total{{{l},kind=\"{kind}\"}} {n}");
-                }
-            },
+        registry.register(
+            "switchyard_policy_faults",
+            "Guest faults by kind; kind=\"quarantined\": selections that skipped a quarantined guest",
+            f.faults.clone(),
         );
-        family(
-            "switchyard_fuel_used_total",
-            "counter",
-            "Fuel consumed by guest calls (0 without a fuel budget).",
-            &mut |o, l, m| {
-                let _ = writeln!(o, "switchyard_fuel_used_total{{{l}}} {}", m.fuel.load(Ordering::Relaxed));
-            },
+        registry.register(
+            "switchyard_fuel_used",
+            "Fuel consumed by guest calls (0 without a fuel budget)",
+            f.fuel.clone(),
         );
-        family(
-            "switchyard_policy_overloaded_total",
-            "counter",
-            "Selections the host had no guest instance for (the engine's pool was full); not policy faults.",
-            &mut |o, l, m| {
-                let n = m.overloaded.load(Ordering::Relaxed);
-                let _ = writeln!(o, "switchyard_policy_overloaded_total{{{l}}} {n}");
-            },
+        registry.register(
+            "switchyard_policy_overloaded",
+            "Selections the host had no guest instance for (the engine's pool was full); not policy faults",
+            f.overloaded.clone(),
         );
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_policy_quarantined 1 while a routed version of the policy is quarantined (breaker open or half-open).\n# TYPE switchyard_policy_quarantined gauge"
-        );
-        for (tenant, policy) in map.keys() {
+        let quarantine = Family::<PolicyLabels, Gauge>::default();
+        let policies = self.policies.lock().unwrap_or_else(|p| p.into_inner());
+        for (tenant, policy) in policies.keys() {
             let on = quarantined.contains(&(tenant.clone(), policy.clone()));
-            let _ = writeln!(
-                out,
-                "switchyard_policy_quarantined{{tenant=\"{tenant}\",policy=\"{policy}\"}} {}",
-                u8::from(on)
-            );
+            let labels = PolicyLabels { tenant: tenant.clone(), policy: policy.clone() };
+            quarantine.get_or_create(&labels).set(i64::from(on));
         }
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_versions_unavailable Stored versions that did not load at start-up (listed with their reason).\n# TYPE switchyard_versions_unavailable gauge\nswitchyard_versions_unavailable {unavailable_versions}"
+        drop(policies);
+        registry.register(
+            "switchyard_policy_quarantined",
+            "1 while a routed version of the policy is quarantined (breaker open or half-open)",
+            quarantine,
         );
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_compile_seconds Compile time of uploaded components.\n# TYPE switchyard_compile_seconds histogram"
+        registry.register(
+            "switchyard_versions_unavailable",
+            "Stored versions that did not load at start-up (listed with their reason)",
+            ConstGauge::new(unavailable_versions),
         );
-        self.compile.render(&mut out, "switchyard_compile_seconds", "");
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_components_from_cache_total Components loaded from the compiled-artifact cache instead of compiled.\n# TYPE switchyard_components_from_cache_total counter\nswitchyard_components_from_cache_total {}",
-            self.from_cache.load(Ordering::Relaxed)
+        registry.register(
+            "switchyard_compile_seconds",
+            "Compile time of uploaded components",
+            self.compile.clone(),
         );
-        self.render_state(&mut out);
-        out
-    }
-
-    /// The state gauges: versions known, loaded and collected per tenant, compiled
-    /// components, abandoned compiles, compile-busy refusals.
-    fn render_state(&self, out: &mut String) {
-        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let mut per_tenant = |name: &str, kind: &str, help: &str, values: Vec<(&String, u64)>| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (tenant, n) in values {
-                let _ = writeln!(out, "{name}{{tenant=\"{tenant}\"}} {n}");
-            }
-        };
-        per_tenant(
+        registry.register(
+            "switchyard_components_from_cache",
+            "Components loaded from the compiled-artifact cache instead of compiled",
+            self.from_cache.clone(),
+        );
+        let known = Family::<TenantLabels, CountGauge>::default();
+        let loaded = Family::<TenantLabels, CountGauge>::default();
+        for (tenant, v) in self.versions.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let labels = TenantLabels { tenant: tenant.clone() };
+            known.get_or_create(&labels).set(v.known);
+            loaded.get_or_create(&labels).set(v.loaded);
+        }
+        registry.register(
             "switchyard_versions",
-            "gauge",
-            "Policy versions in the manifest (active, pinned by a class, or a rollback target), by tenant.",
-            state.versions.iter().map(|(t, v)| (t, v.known)).collect(),
+            "Policy versions in the manifest (active, pinned by a class, or a rollback target), by tenant",
+            known,
         );
-        per_tenant(
+        registry.register(
             "switchyard_versions_loaded",
-            "gauge",
-            "Policy versions loaded in memory (compiled and configured), by tenant.",
-            state.versions.iter().map(|(t, v)| (t, v.loaded)).collect(),
+            "Policy versions loaded in memory (compiled and configured), by tenant",
+            loaded,
         );
-        per_tenant(
-            "switchyard_versions_collected_total",
-            "counter",
-            "Versions garbage-collected: neither routed, active nor a rollback target.",
-            state.collected.iter().map(|(t, n)| (t, *n)).collect(),
+        registry.register(
+            "switchyard_versions_collected",
+            "Versions garbage-collected: neither routed, active nor a rollback target",
+            self.collected.clone(),
         );
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_components_loaded Compiled components held in memory (versions with the same bytes share one).\n# TYPE switchyard_components_loaded gauge\nswitchyard_components_loaded {}",
-            state.components
+        registry.register(
+            "switchyard_components_loaded",
+            "Compiled components held in memory (versions with the same bytes share one)",
+            self.components.clone(),
         );
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_compiles_abandoned Compiles whose upload was answered compile-timeout and that still run (each holds a compile permit).\n# TYPE switchyard_compiles_abandoned gauge\nswitchyard_compiles_abandoned {}",
-            self.compiles_abandoned.load(Ordering::Relaxed)
+        registry.register(
+            "switchyard_compiles_abandoned",
+            "Compiles whose upload was answered compile-timeout and that still run (each holds a compile permit)",
+            self.compiles_abandoned.clone(),
         );
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_compile_busy_total Uploads refused with compile-busy: no compile permit freed up within compile_timeout_ms.\n# TYPE switchyard_compile_busy_total counter\nswitchyard_compile_busy_total {}",
-            self.compile_busy.load(Ordering::Relaxed)
+        registry.register(
+            "switchyard_compile_busy",
+            "Uploads refused with compile-busy: no compile permit freed up within compile_timeout_ms",
+            self.compile_busy.clone(),
         );
     }
 }
 
+/// `registry` as Prometheus text ([`CONTENT_TYPE`]).
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail, and every metric here is one the text format
+    // encodes (classic histograms only).
+    prometheus_text::encode(&mut out, registry).expect("a registry of classic metrics encodes into a String");
+    out
+}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The text a scrape of these metrics alone would read.
+    fn render(metrics: &Metrics, quarantined: &BTreeSet<(String, String)>, unavailable: usize) -> String {
+        let mut registry = Registry::default();
+        metrics.register(&mut registry, quarantined, unavailable);
+        encode(&registry)
+    }
 
     #[test]
     fn prometheus_text_has_cumulative_buckets_every_fault_kind_and_the_quarantine_state() {
@@ -389,15 +485,17 @@ mod tests {
         metrics.compiled(Duration::from_millis(300));
         metrics.policy("acme", "broken").fault(FaultKind::Quarantined);
         let quarantined = BTreeSet::from([("acme".to_string(), "broken".to_string())]);
-        let text = metrics.render(&quarantined, 0);
+        let text = render(&metrics, &quarantined, 0);
         let l = "tenant=\"acme\",policy=\"mine\"";
         for line in [
             format!("switchyard_selections_total{{{l}}} 2"),
             format!("switchyard_fallbacks_total{{{l}}} 1"),
-            format!("switchyard_selection_seconds_bucket{{{l},le=\"0.00005\"}} 1"),
+            // prometheus-client writes bounds below 1e-4 as Go's client does (was "0.00005").
+            format!("switchyard_selection_seconds_bucket{{{l},le=\"5e-05\"}} 1"),
             format!("switchyard_selection_seconds_bucket{{{l},le=\"0.005\"}} 2"),
             format!("switchyard_selection_seconds_bucket{{{l},le=\"+Inf\"}} 2"),
             format!("switchyard_selection_seconds_count{{{l}}} 2"),
+            format!("switchyard_selection_seconds_sum{{{l}}} 0.00203"),
             format!("switchyard_policy_faults_total{{{l},kind=\"fuel\"}} 1"),
             format!("switchyard_policy_faults_total{{{l},kind=\"quarantined\"}} 0"),
             format!("switchyard_fuel_used_total{{{l}}} 1234"),
@@ -408,6 +506,12 @@ mod tests {
             "switchyard_compile_seconds_bucket{le=\"0.25\"} 0".to_string(),
             "switchyard_compile_seconds_bucket{le=\"0.5\"} 1".to_string(),
             "switchyard_compile_seconds_count 1".to_string(),
+            // The 0.0.4 text: a counter's HELP and TYPE name it with `_total`, and the
+            // help's period is the registry's, not doubled.
+            "# HELP switchyard_selections_total Selections answered, by tenant and assigned policy."
+                .to_string(),
+            "# TYPE switchyard_selections_total counter".to_string(),
+            "switchyard_versions_unavailable 0".to_string(),
         ] {
             assert!(text.lines().any(|x| x == line), "missing `{line}` in\n{text}");
         }
@@ -424,7 +528,7 @@ mod tests {
         metrics.compile_abandoned();
         metrics.abandoned_compile_ended();
         metrics.compile_busy();
-        let text = metrics.render(&BTreeSet::new(), 0);
+        let text = render(&metrics, &BTreeSet::new(), 0);
         for line in [
             "# TYPE switchyard_versions gauge",
             "switchyard_versions{tenant=\"acme\"} 3",
@@ -437,5 +541,11 @@ mod tests {
         ] {
             assert!(text.lines().any(|x| x == line), "missing `{line}` in\n{text}");
         }
+        // A commit replaces the version counts whole: a tenant it no longer names drops out.
+        metrics
+            .set_state(BTreeMap::from([("globex".to_string(), TenantVersions { known: 1, loaded: 1 })]), 1);
+        let text = render(&metrics, &BTreeSet::new(), 0);
+        assert!(text.lines().any(|x| x == "switchyard_versions{tenant=\"globex\"} 1"), "{text}");
+        assert!(!text.contains("switchyard_versions{tenant=\"acme\"}"), "{text}");
     }
 }

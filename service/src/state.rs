@@ -398,10 +398,11 @@ impl Service {
         &self.metrics
     }
 
-    /// `/metrics`: the counters, with each policy's quarantine state as it is now.
-    pub fn render_metrics(&self) -> String {
+    /// Registers the service's metrics for one scrape of `/metrics`, with each policy's
+    /// quarantine state as it is now.
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         let snapshot = self.snapshot();
-        self.metrics.render(&snapshot.quarantined(), snapshot.unavailable_count())
+        self.metrics.register(registry, &snapshot.quarantined(), snapshot.unavailable_count());
     }
 
     /// Makes `manifest` durable, then visible: writes it (temp + fsync + rename), adopts
