@@ -3,6 +3,7 @@
 
 use clap::Args;
 use serde_json::Value;
+use switchyard::selection::wire::{ErrorBody, ErrorKind};
 
 use crate::output::CliError;
 
@@ -44,20 +45,23 @@ impl ServerArgs {
             Method::Post => with_auth!(agent.post(&url)).send(body.unwrap_or_default()),
             Method::Put => with_auth!(agent.put(&url)).send(body.unwrap_or_default()),
         };
-        let mut response = sent.map_err(|e| CliError::new("connect", format!("{url}: {e}")))?;
+        let mut response = sent.map_err(|e| CliError::new(ErrorKind::Connect, format!("{url}: {e}")))?;
         let status = response.status();
         let text = response
             .body_mut()
             .read_to_string()
-            .map_err(|e| CliError::new("connect", format!("reading the answer from {url}: {e}")))?;
+            .map_err(|e| CliError::new(ErrorKind::Connect, format!("reading the answer from {url}: {e}")))?;
         let value: Value = serde_json::from_str(&text)
-            .map_err(|_| CliError::new("server", format!("{status}: {}", text.trim())))?;
+            .map_err(|_| CliError::new(ErrorKind::Server, format!("{status}: {}", text.trim())))?;
         if status.is_success() {
             return Ok(value);
         }
-        let kind = value["error"]["kind"].as_str().unwrap_or("server").to_string();
-        let message = value["error"]["message"].as_str().unwrap_or(&text).to_string();
-        Err(CliError::new(kind, format!("{message} (HTTP {})", status.as_u16())))
+        // The service's error shape; a kind this CLI does not know (a newer server's) is
+        // reported as `server`, with the server's own words.
+        let Ok(ErrorBody { error }) = serde_json::from_value::<ErrorBody>(value) else {
+            return Err(CliError::new(ErrorKind::Server, format!("{status}: {}", text.trim())));
+        };
+        Err(CliError::new(error.kind, format!("{} (HTTP {})", error.message, status.as_u16())))
     }
 }
 

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use serde::Deserialize;
+use switchyard::selection::wire::ErrorKind;
 use switchyard::{ArtifactCache, Budget, GuardConfig, Limits, PolicyEngine};
 use switchyard_service::ServiceLimits;
 
@@ -102,9 +103,9 @@ impl LimitArgs {
             return Ok(ConfigFile::default());
         };
         let text = std::fs::read_to_string(path)
-            .map_err(|e| CliError::new("config", format!("{}: {e}", path.display())))?;
+            .map_err(|e| CliError::new(ErrorKind::Config, format!("{}: {e}", path.display())))?;
         toml::from_str::<ConfigFile>(&text)
-            .map_err(|e| CliError::new("config", format!("{}: {}", path.display(), e.message())))
+            .map_err(|e| CliError::new(ErrorKind::Config, format!("{}: {}", path.display(), e.message())))
     }
 
     /// The circuit breaker's settings.
@@ -155,12 +156,12 @@ impl LimitArgs {
     }
 
     pub fn engine(&self) -> Result<PolicyEngine, CliError> {
-        let engine =
-            PolicyEngine::new(self.limits()?).map_err(|e| CliError::new("engine", format!("{e:#}")))?;
+        let engine = PolicyEngine::new(self.limits()?)
+            .map_err(|e| CliError::new(ErrorKind::Engine, format!("{e:#}")))?;
         match self.cache_dir()? {
             Some(dir) => {
                 let cache = ArtifactCache::open(&dir).map_err(|e| {
-                    CliError::new("config", format!("cache directory {}: {e}", dir.display()))
+                    CliError::new(ErrorKind::Config, format!("cache directory {}: {e}", dir.display()))
                 })?;
                 Ok(engine.with_artifact_cache(cache))
             }

@@ -4,8 +4,9 @@
 //! closed the pipe (`switchyard policy list | head -1`) has what it wanted, so the
 //! command ends quietly with status 0 instead of panicking in `println!`.
 
-use std::io::{ErrorKind, Write};
+use std::io::Write;
 use std::process::ExitCode;
+use switchyard::selection::wire::ErrorKind;
 
 /// `println!` for the command's stdout, through [`write_line`].
 macro_rules! outln {
@@ -14,15 +15,16 @@ macro_rules! outln {
     };
 }
 
-/// A failure to report: a stable kind and a message.
+/// A failure to report: a stable kind, a message, and the exit code (2 unless said).
 pub struct CliError {
-    pub kind: String,
+    pub kind: ErrorKind,
     pub message: String,
     pub code: u8,
 }
 
 impl CliError {
-    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
+    /// `kind` with `message`, exit code 2.
+    pub fn new(kind: impl Into<ErrorKind>, message: impl Into<String>) -> Self {
         Self { kind: kind.into(), message: message.into(), code: 2 }
     }
 
@@ -41,7 +43,7 @@ impl CliError {
 pub fn write_line(line: std::fmt::Arguments<'_>) {
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_fmt(line).and_then(|()| out.write_all(b"\n")).and_then(|()| out.flush()) {
-        if e.kind() == ErrorKind::BrokenPipe {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
         eprintln!("error: io: writing to stdout: {e}");

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 use serde_json::json;
-use switchyard::{GuestScorer, PolicyComponent};
+use switchyard::selection::wire::ErrorKind;
+use switchyard::selection::wire::api::AssignBody;
+use switchyard::{FailMode, GuestScorer, PolicyComponent};
 use switchyard_builtins as builtin;
 
 use super::client::{Method, ServerArgs, encode_query};
@@ -105,7 +107,7 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
                 None => file
                     .file_stem()
                     .map(|s| s.to_string_lossy().into_owned())
-                    .ok_or_else(|| CliError::new("invalid-input", "name the policy with --name"))?,
+                    .ok_or_else(|| CliError::new(ErrorKind::InvalidInput, "name the policy with --name"))?,
             };
             let mut path = format!("/v1/tenants/{tenant}/policies/{name}");
             if let Some(p) = params {
@@ -115,7 +117,10 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
             Ok(())
         }
         PolicyCommand::Assign { tenant, class, policy, version, on_fault, server } => {
-            let body = json!({ "policy": policy, "version": version, "on_fault": on_fault }).to_string();
+            // clap allows only the two names, which are FailMode's.
+            let on_fault = if on_fault == "closed" { FailMode::Closed } else { FailMode::Open };
+            let body = serde_json::to_string(&AssignBody { policy, version, on_fault })
+                .expect("a body always serialises");
             let path = format!("/v1/tenants/{tenant}/classes/{class}");
             print_json(&server.call(Method::Put, &path, Some(body.as_bytes()))?);
             Ok(())
@@ -138,10 +143,10 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
         PolicyCommand::Check { file, params, limits } => {
             let bytes = read(&file)?;
             let engine = limits.engine()?;
-            let component = PolicyComponent::load(&engine, &bytes)
-                .map_err(|e| CliError::new(e.kind.as_str(), e.message))?;
+            let component =
+                PolicyComponent::load(&engine, &bytes).map_err(|e| CliError::new(e.kind, e.message))?;
             let scorer = GuestScorer::new("check", component.clone(), &params)
-                .map_err(|e| CliError::new(e.kind.as_str(), e.message))?;
+                .map_err(|e| CliError::new(e.kind, e.message))?;
             let info = switchyard::selection::Scorer::info(&scorer);
             print_json(&json!({
                 "ok": true,
@@ -164,13 +169,13 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
         PolicyCommand::Wrap { core, output } => {
             let bytes = read(&core)?;
             let component = switchyard_guest_sdk::build::componentize(&bytes)
-                .map_err(|e| CliError::new("componentize", format!("{e:#}")))?;
+                .map_err(|e| CliError::new(ErrorKind::Componentize, format!("{e:#}")))?;
             write(&output, &component)
         }
         PolicyCommand::Export { name, output } => {
             let builtin = builtin::find(&name).ok_or_else(|| {
                 CliError::new(
-                    "unknown-policy",
+                    ErrorKind::UnknownPolicy,
                     format!("`{name}` is not a builtin ({})", builtin::names().join(", ")),
                 )
             })?;
@@ -180,12 +185,12 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
 }
 
 fn read(path: &PathBuf) -> Result<Vec<u8>, CliError> {
-    std::fs::read(path).map_err(|e| CliError::new("io", format!("reading {}: {e}", path.display())))
+    std::fs::read(path).map_err(|e| CliError::new(ErrorKind::Io, format!("reading {}: {e}", path.display())))
 }
 
 fn write(path: &PathBuf, bytes: &[u8]) -> Result<(), CliError> {
     std::fs::write(path, bytes)
-        .map_err(|e| CliError::new("io", format!("writing {}: {e}", path.display())))?;
+        .map_err(|e| CliError::new(ErrorKind::Io, format!("writing {}: {e}", path.display())))?;
     print_json(&json!({ "written": path, "bytes": bytes.len() }));
     Ok(())
 }

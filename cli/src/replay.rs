@@ -9,6 +9,7 @@ use std::time::Instant;
 use clap::Args;
 use serde_json::{Value, json};
 use switchyard::selection::Scorer;
+use switchyard::selection::wire::ErrorKind;
 use switchyard::{FailMode, GuestScorer, PolicyComponent, PolicyEngine};
 use switchyard_builtins as builtin;
 use switchyard_replay::{Mode, PolicyLabel, ReplayConfig, ReplayError, Report, Trace, canonical_json};
@@ -91,19 +92,19 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
             let path = PathBuf::from(DEFAULT_TRACE);
             if !path.is_file() {
                 return Err(CliError::new(
-                    "io",
+                    ErrorKind::Io,
                     format!("no --trace given and the default trace {} is absent", path.display()),
                 ));
             }
             path
         }
     };
-    let bytes =
-        std::fs::read(&path).map_err(|e| CliError::new("io", format!("reading {}: {e}", path.display())))?;
+    let bytes = std::fs::read(&path)
+        .map_err(|e| CliError::new(ErrorKind::Io, format!("reading {}: {e}", path.display())))?;
     let trace = Trace::parse(&bytes, args.block_size, args.limit)
-        .map_err(|e| CliError::new("invalid-trace", format!("{}: {e}", path.display())))?;
+        .map_err(|e| CliError::new(ErrorKind::InvalidTrace, format!("{}: {e}", path.display())))?;
     let parameters: Value = serde_json::from_str(&args.params)
-        .map_err(|e| CliError::new("configure-failed", format!("--params is not JSON: {e}")))?;
+        .map_err(|e| CliError::new(ErrorKind::ConfigureFailed, format!("--params is not JSON: {e}")))?;
     let config = ReplayConfig {
         workers: args.workers,
         mode: args.mode,
@@ -112,7 +113,7 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         total_kv_blocks: args.kv_blocks,
         ..ReplayConfig::default()
     };
-    config.validate().map_err(|e| CliError::new("invalid-config", e.to_string()))?;
+    config.validate().map_err(|e| CliError::new(ErrorKind::InvalidConfig, e.to_string()))?;
     let policies = if args.compare.is_empty() { vec![args.policy.clone()] } else { args.compare.clone() };
     let mut engine = None;
     let mut runs = Vec::new();
@@ -150,7 +151,7 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
                 .collect::<Result<Vec<_>, _>>()
                 .and_then(|reports| canonical_json(&json!({ "reports": reports })))
         }
-        .map_err(|e| CliError::new("report", e.to_string()))?;
+        .map_err(|e| CliError::new(ErrorKind::Report, e.to_string()))?;
         write(out, text.as_bytes())?;
         outln!("report: {}", out.display());
     }
@@ -178,7 +179,7 @@ fn load(
     limits: &LimitArgs,
     engine: &mut Option<PolicyEngine>,
 ) -> Result<(Box<dyn Scorer>, PolicyLabel, &'static str), CliError> {
-    let load_error = |e: switchyard::LoadError| CliError::new(e.kind.as_str(), e.message);
+    let load_error = |e: switchyard::LoadError| CliError::new(e.kind, e.message);
     let mut engine = |limits: &LimitArgs| -> Result<PolicyEngine, CliError> {
         if engine.is_none() {
             *engine = Some(limits.engine()?);
@@ -188,7 +189,7 @@ fn load(
     let path = Path::new(policy);
     if policy.ends_with(".wasm") || path.is_file() {
         let bytes = std::fs::read(path)
-            .map_err(|e| CliError::new("io", format!("reading {}: {e}", path.display())))?;
+            .map_err(|e| CliError::new(ErrorKind::Io, format!("reading {}: {e}", path.display())))?;
         let component = PolicyComponent::load(&engine(limits)?, &bytes).map_err(load_error)?;
         let sha = component.digest().to_string();
         let name = path.file_stem().map_or("policy".into(), |s| s.to_string_lossy().into_owned());
@@ -198,7 +199,7 @@ fn load(
     }
     let builtin = builtin::find(policy).ok_or_else(|| {
         CliError::new(
-            "unknown-policy",
+            ErrorKind::UnknownPolicy,
             format!("`{policy}` is neither a builtin ({}) nor a .wasm file", builtin::names().join(", ")),
         )
     })?;
@@ -211,20 +212,22 @@ fn load(
         let scorer = builtin.guest(&engine(limits)?, params).map_err(load_error)?;
         Ok((Box::new(scorer), label, "guest"))
     } else {
-        let scorer = builtin.native(params).map_err(|e| CliError::new("configure-failed", e.to_string()))?;
+        let scorer =
+            builtin.native(params).map_err(|e| CliError::new(ErrorKind::ConfigureFailed, e.to_string()))?;
         Ok((scorer, label, "native"))
     }
 }
 
 fn replay_error(e: ReplayError) -> CliError {
     match e {
-        ReplayError::Config(m) => CliError::new("invalid-config", m),
-        e @ ReplayError::Selection { .. } => CliError::new("selection-failed", e.to_string()),
+        ReplayError::Config(m) => CliError::new(ErrorKind::InvalidConfig, m),
+        e @ ReplayError::Selection { .. } => CliError::new(ErrorKind::SelectionFailed, e.to_string()),
     }
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    std::fs::write(path, bytes).map_err(|e| CliError::new("io", format!("writing {}: {e}", path.display())))
+    std::fs::write(path, bytes)
+        .map_err(|e| CliError::new(ErrorKind::Io, format!("writing {}: {e}", path.display())))
 }
 
 fn print_summary(run: &Run, trace: &str, config: &ReplayConfig) {

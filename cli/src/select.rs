@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use serde_json::json;
 use switchyard::selection::Scorer;
-use switchyard::selection::wire::{RequestJson, SAMPLE_REQUEST};
+use switchyard::selection::wire::ErrorKind;
+use switchyard::selection::wire::{DecidedBy, RequestJson, SAMPLE_REQUEST, SelectionAnswer};
 use switchyard::{FailMode, GuestScorer, PolicyComponent, SelectError};
 use switchyard_builtins as builtin;
 
@@ -50,7 +51,7 @@ fn build_scorer(args: &SelectArgs) -> Result<Built, CliError> {
     let is_file = args.policy.ends_with(".wasm") || as_path.is_file();
     if is_file {
         let bytes = std::fs::read(as_path)
-            .map_err(|e| CliError::new("io", format!("reading {}: {e}", as_path.display())))?;
+            .map_err(|e| CliError::new(ErrorKind::Io, format!("reading {}: {e}", as_path.display())))?;
         let engine = args.limits.engine()?;
         let component = PolicyComponent::load(&engine, &bytes).map_err(load_error)?;
         let version = component.digest().to_string();
@@ -60,7 +61,7 @@ fn build_scorer(args: &SelectArgs) -> Result<Built, CliError> {
     }
     let Some(builtin) = builtin::find(&args.policy) else {
         return Err(CliError::new(
-            "unknown-policy",
+            ErrorKind::UnknownPolicy,
             format!(
                 "`{}` is neither a builtin ({}) nor a .wasm file",
                 args.policy,
@@ -74,8 +75,9 @@ fn build_scorer(args: &SelectArgs) -> Result<Built, CliError> {
         let version = scorer.component().digest().to_string();
         Ok(Built { scorer: Box::new(scorer), build: "guest", version: Some(version) })
     } else {
-        let scorer =
-            builtin.native(&args.params).map_err(|e| CliError::new("configure-failed", e.to_string()))?;
+        let scorer = builtin
+            .native(&args.params)
+            .map_err(|e| CliError::new(ErrorKind::ConfigureFailed, e.to_string()))?;
         Ok(Built { scorer, build: "native", version: None })
     }
 }
@@ -84,27 +86,27 @@ fn build_scorer(args: &SelectArgs) -> Result<Built, CliError> {
 fn select_error(e: SelectError) -> CliError {
     match e {
         SelectError::NoEligibleWorker => {
-            CliError::new("no-eligible-worker", "no worker is eligible for this request")
+            CliError::new(ErrorKind::NoEligibleWorker, "no worker is eligible for this request")
         }
         SelectError::Fault { fault, .. } => {
-            CliError { kind: fault.kind.as_str().into(), message: fault.message, code: 3 }
+            CliError { kind: fault.kind.into(), message: fault.message, code: 3 }
         }
     }
 }
 
 fn load_error(e: switchyard::LoadError) -> CliError {
-    CliError::new(e.kind.as_str(), e.message)
+    CliError::new(e.kind, e.message)
 }
 
 pub fn run(args: SelectArgs) -> Result<(), CliError> {
     let text = match &args.input {
         Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| CliError::new("io", format!("reading {}: {e}", path.display())))?,
+            .map_err(|e| CliError::new(ErrorKind::Io, format!("reading {}: {e}", path.display())))?,
         None => SAMPLE_REQUEST.to_string(),
     };
     let (table, request) = RequestJson::parse(&text)
         .and_then(RequestJson::into_parts)
-        .map_err(|e| CliError::new("invalid-input", e.to_string()))?;
+        .map_err(|e| CliError::new(ErrorKind::InvalidInput, e.to_string()))?;
     let guard = args.limits.guard()?;
     let built = build_scorer(&args)?;
     let mode = if args.fail_closed { FailMode::Closed } else { FailMode::Open };
@@ -119,33 +121,13 @@ pub fn run(args: SelectArgs) -> Result<(), CliError> {
         last = Some((decision, commit_fault));
     }
     let (decision, commit_fault) = last.expect("at least one selection ran");
-    let (decided_by, build, version, fallback) = match &decision.fallback {
-        None => (selector.name().to_string(), built.build, built.version, serde_json::Value::Null),
-        Some(fault) => (
-            selector.fallback_name().to_string(),
-            "native",
-            None,
-            json!({ "kind": fault.kind.as_str(), "message": fault.message }),
-        ),
+    let by = match decision.fallback {
+        None => DecidedBy { policy: selector.name().to_string(), build: built.build, version: built.version },
+        Some(_) => DecidedBy { policy: selector.fallback_name().to_string(), build: "native", version: None },
     };
-    let costs: Vec<_> = selector
-        .last_candidates()
-        .zip(selector.last_costs())
-        .map(|(w, c)| json!({ "worker_id": w.worker_id, "dp_rank": w.dp_rank, "cost": c }))
-        .collect();
-    let selection = decision.selection;
-    let mut out = json!({
-        "worker_id": selection.chosen.worker_id,
-        "dp_rank": selection.chosen.dp_rank,
-        "cost": selection.cost,
-        "policy": decided_by,
-        "build": build,
-        "version": version,
-        "fallback": fallback,
-        "commit_fault": commit_fault.map(|f| json!({ "kind": f.kind.as_str(), "message": f.message })),
-        "candidates": selection.candidates,
-        "costs": costs,
-    });
+    let costs = selector.last_candidates().zip(selector.last_costs().iter().copied());
+    let answer = SelectionAnswer::new(decision.selection, by, costs, decision.fallback, commit_fault);
+    let mut out = serde_json::to_value(answer).expect("an answer always serialises");
     if args.repeat > 1 {
         out["counters"] = json!(selector.counters());
         out["breaker"] = json!(selector.breaker());

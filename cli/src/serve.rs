@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
+use switchyard::selection::wire::ErrorKind;
 
 use super::config::LimitArgs;
 use crate::output::CliError;
@@ -36,5 +37,5 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         engine_limits: args.limits.limits()?,
         cache_dir: args.limits.cache_dir()?,
     };
-    switchyard_service::run(options).map_err(|e| CliError::new("serve", format!("{e:#}")))
+    switchyard_service::run(options).map_err(|e| CliError::new(ErrorKind::Serve, format!("{e:#}")))
 }

@@ -1,7 +1,7 @@
 //! `switchyard tenant add NAME`: create a tenant on a running server (admin token).
 
 use clap::Subcommand;
-use serde_json::json;
+use switchyard::selection::wire::api::NameBody;
 
 use super::client::{Method, ServerArgs};
 use crate::output::{CliError, print_json};
@@ -20,7 +20,7 @@ pub enum TenantCommand {
 pub fn run(command: TenantCommand) -> Result<(), CliError> {
     match command {
         TenantCommand::Add { name, server } => {
-            let body = json!({ "name": name }).to_string();
+            let body = serde_json::to_string(&NameBody { name }).expect("a body always serialises");
             print_json(&server.call(Method::Post, "/v1/tenants", Some(body.as_bytes()))?);
             Ok(())
         }

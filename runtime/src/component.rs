@@ -11,6 +11,7 @@ use wasmtime::component::{Component, Linker};
 
 use crate::engine::PolicyEngine;
 use crate::host::{HostState, bindings};
+use crate::selection::wire::ErrorKind;
 use crate::selection::{Fault, FaultKind};
 
 /// The interfaces a policy may import: the world's, and nothing else (no WASI).
@@ -36,17 +37,24 @@ pub enum LoadErrorKind {
 }
 
 impl LoadErrorKind {
+    /// The stable name: the [`ErrorKind`]'s it is reported as.
     pub fn as_str(self) -> &'static str {
-        match self {
-            LoadErrorKind::NotWasm => "not-wasm",
-            LoadErrorKind::CoreModule => "core-module",
-            LoadErrorKind::WrongWorld => "wrong-world",
-            LoadErrorKind::ForbiddenImport => "forbidden-import",
-            LoadErrorKind::TooLarge => "too-large",
-            LoadErrorKind::CompileFailed => "compile-failed",
-            LoadErrorKind::CompileTimeout => "compile-timeout",
-            LoadErrorKind::ConfigureFailed => "configure-failed",
-            LoadErrorKind::InstantiateFailed => "instantiate-failed",
+        ErrorKind::from(self).as_str()
+    }
+}
+
+impl From<LoadErrorKind> for ErrorKind {
+    fn from(kind: LoadErrorKind) -> Self {
+        match kind {
+            LoadErrorKind::NotWasm => ErrorKind::NotWasm,
+            LoadErrorKind::CoreModule => ErrorKind::CoreModule,
+            LoadErrorKind::WrongWorld => ErrorKind::WrongWorld,
+            LoadErrorKind::ForbiddenImport => ErrorKind::ForbiddenImport,
+            LoadErrorKind::TooLarge => ErrorKind::TooLarge,
+            LoadErrorKind::CompileFailed => ErrorKind::CompileFailed,
+            LoadErrorKind::CompileTimeout => ErrorKind::CompileTimeout,
+            LoadErrorKind::ConfigureFailed => ErrorKind::ConfigureFailed,
+            LoadErrorKind::InstantiateFailed => ErrorKind::InstantiateFailed,
         }
     }
 }

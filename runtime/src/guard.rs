@@ -32,21 +32,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 use switchyard_guest_sdk::WorkerRank;
 
+pub use crate::selection::{BreakerState, FailMode};
 use crate::selection::{
     Fault, FaultKind, Scorer, SelectError, Selection, SelectionRequest, Selector, WorkerTable,
 };
-
-/// What a fault does to the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FailMode {
-    /// The fallback policy decides; the decision says why. The default: a tenant's bug
-    /// must not take its traffic down.
-    #[default]
-    Open,
-    /// The selection fails with the fault's kind.
-    Closed,
-}
 
 /// The circuit breaker's settings. Overridable from `[guard]` in the config file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,25 +55,6 @@ pub struct GuardConfig {
 impl Default for GuardConfig {
     fn default() -> Self {
         Self { quarantine_after: 3, backoff_initial: 16, backoff_max: 4096 }
-    }
-}
-
-/// The breaker's state, for operators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "state")]
-pub enum BreakerState {
-    /// The policy is called.
-    Closed { consecutive_faults: u32 },
-    /// Quarantined: the next `remaining` selections skip the policy; then one probe.
-    Open { remaining: u64, trips: u32 },
-    /// The next selection is a probe.
-    HalfOpen { trips: u32 },
-}
-
-impl BreakerState {
-    /// Open or half-open: the policy is not called until a probe succeeds.
-    pub fn is_quarantined(&self) -> bool {
-        !matches!(self, BreakerState::Closed { .. })
     }
 }
 

@@ -1,7 +1,9 @@
 //! What can go wrong: bad input from the caller ([`InputError`]), a scorer's fault
 //! ([`Fault`], [`FaultKind`]) and why a selection has no answer ([`SelectError`]).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use crate::wire::ErrorKind;
 
 /// Bad input from the caller: a message that says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -17,7 +19,7 @@ impl InputError {
 }
 
 /// What went wrong inside a scorer. Stable names: scripts match on them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
     /// Ran out of fuel: the CPU budget of the call.
@@ -45,18 +47,39 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [FaultKind; 10] = [
+        FaultKind::Fuel,
+        FaultKind::Deadline,
+        FaultKind::Memory,
+        FaultKind::Stack,
+        FaultKind::Trap,
+        FaultKind::InvalidOutput,
+        FaultKind::PolicyError,
+        FaultKind::Quarantined,
+        FaultKind::Overloaded,
+        FaultKind::Unavailable,
+    ];
+
+    /// The stable name: the [`ErrorKind`]'s it is answered as.
     pub fn as_str(self) -> &'static str {
-        match self {
-            FaultKind::Fuel => "fuel",
-            FaultKind::Deadline => "deadline",
-            FaultKind::Memory => "memory",
-            FaultKind::Stack => "stack",
-            FaultKind::Trap => "trap",
-            FaultKind::InvalidOutput => "invalid-output",
-            FaultKind::PolicyError => "policy-error",
-            FaultKind::Quarantined => "quarantined",
-            FaultKind::Overloaded => "overloaded",
-            FaultKind::Unavailable => "unavailable",
+        ErrorKind::from(self).as_str()
+    }
+}
+
+impl From<FaultKind> for ErrorKind {
+    fn from(kind: FaultKind) -> Self {
+        match kind {
+            FaultKind::Fuel => ErrorKind::Fuel,
+            FaultKind::Deadline => ErrorKind::Deadline,
+            FaultKind::Memory => ErrorKind::Memory,
+            FaultKind::Stack => ErrorKind::Stack,
+            FaultKind::Trap => ErrorKind::Trap,
+            FaultKind::InvalidOutput => ErrorKind::InvalidOutput,
+            FaultKind::PolicyError => ErrorKind::PolicyError,
+            FaultKind::Quarantined => ErrorKind::Quarantined,
+            FaultKind::Overloaded => ErrorKind::Overloaded,
+            FaultKind::Unavailable => ErrorKind::Unavailable,
         }
     }
 }
@@ -75,7 +98,7 @@ impl std::fmt::Display for FaultKind {
 }
 
 /// A scorer's fault: its kind and what happened.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct Fault {
     pub kind: FaultKind,
@@ -95,4 +118,17 @@ pub enum SelectError {
     NoEligibleWorker,
     #[error("policy `{scorer}` faulted: {fault}")]
     Fault { scorer: String, fault: Fault },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_kind_is_named_and_serialised_as_its_error_kind() {
+        for kind in FaultKind::ALL {
+            assert_eq!(serde_json::to_string(&kind).unwrap(), format!("\"{}\"", kind.as_str()));
+            assert_eq!(kind.as_str().parse::<ErrorKind>(), Ok(ErrorKind::from(kind)));
+        }
+    }
 }

@@ -11,6 +11,7 @@
 //! kinds.
 
 mod columns;
+mod containment;
 mod error;
 mod facts;
 mod native;
@@ -22,6 +23,7 @@ pub mod wire;
 mod workers;
 
 pub use columns::ColumnBuffers;
+pub use containment::{BreakerState, FailMode};
 pub use error::{Fault, FaultKind, InputError, SelectError};
 pub use facts::HostFacts;
 pub use native::NativeScorer;

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use axum::http::{HeaderMap, StatusCode, header};
 use sha2::{Digest, Sha256};
+use switchyard::selection::wire::ErrorKind;
 
 use crate::error::ApiError;
 use crate::store::Manifest;
@@ -64,7 +65,7 @@ fn same(a: &str, b: &str) -> bool {
 /// with an unknown one. Every known hash is compared, so the time does not say which
 /// principal (if any) nearly matched.
 pub fn identify(headers: &HeaderMap, admin_sha256: &str, manifest: &Manifest) -> Result<Principal, ApiError> {
-    let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", m);
+    let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, ErrorKind::Unauthorized, m);
     let value = headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| unauthorized("send `Authorization: Bearer <token>`"))?;
@@ -97,7 +98,7 @@ pub fn identify(headers: &HeaderMap, admin_sha256: &str, manifest: &Manifest) ->
 pub fn require_admin(who: &Principal) -> Result<(), ApiError> {
     match who {
         Principal::Admin => Ok(()),
-        _ => Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this needs the admin token")),
+        _ => Err(ApiError::new(StatusCode::FORBIDDEN, ErrorKind::Forbidden, "this needs the admin token")),
     }
 }
 
@@ -108,7 +109,7 @@ pub fn require_tenant(who: &Principal, tenant: &str) -> Result<(), ApiError> {
         Principal::Tenant(name) if name == tenant => Ok(()),
         _ => Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            "forbidden",
+            ErrorKind::Forbidden,
             format!("this token may not act for tenant `{tenant}`"),
         )),
     }

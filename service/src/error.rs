@@ -3,44 +3,49 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 use switchyard::LoadError;
+use switchyard::selection::wire::{ErrorBody, ErrorKind};
 
 /// A refusal or failure, as the client sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     status: StatusCode,
-    kind: String,
+    kind: ErrorKind,
     message: String,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, kind: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { status, kind: kind.into(), message: message.into() }
+    /// `status` with `kind`.
+    pub fn new(status: StatusCode, kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self { status, kind, message: message.into() }
     }
 
     /// 400 with `kind`.
-    pub fn bad_request(kind: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn bad_request(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, kind, message)
     }
 
     /// 500: our fault, not the client's (storage, a panicked worker thread).
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorKind::Internal, message)
     }
 
-    pub fn not_found(kind: impl Into<String>, message: impl Into<String>) -> Self {
+    /// 404 with `kind`.
+    pub fn not_found(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, kind, message)
     }
 
+    /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         self.status
     }
 
-    pub fn kind(&self) -> &str {
-        &self.kind
+    /// The stable kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
     }
 
+    /// What to fix.
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -49,7 +54,7 @@ impl ApiError {
 impl From<LoadError> for ApiError {
     /// A refused component: 400 with the same kind `switchyard policy check` prints.
     fn from(e: LoadError) -> Self {
-        Self::bad_request(e.kind.as_str(), e.message)
+        Self::bad_request(e.kind.into(), e.message)
     }
 }
 
@@ -62,7 +67,6 @@ impl IntoResponse for ApiError {
         } else {
             tracing::info!(status, kind = %self.kind, message = %self.message, "request refused");
         }
-        let body = json!({ "error": { "kind": self.kind, "message": self.message } });
-        (self.status, axum::Json(body)).into_response()
+        (self.status, axum::Json(ErrorBody::new(self.kind, self.message))).into_response()
     }
 }

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard::selection::wire::{ErrorBody, ErrorKind};
 
 use axum::Router;
 use axum::body::Body;
@@ -31,7 +32,6 @@ use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -143,7 +143,7 @@ fn app(service: Arc<Service>, gate: Arc<Gate>) -> Router {
         .route("/v1/tenants/{tenant}/policies/{name}/rollback", post(rollback))
         .route("/v1/tenants/{tenant}/classes/{class}", put(assign))
         .route("/v1/select", post(select))
-        .fallback(|| async { ApiError::not_found("not-found", "no such endpoint") })
+        .fallback(|| async { ApiError::not_found(ErrorKind::NotFound, "no such endpoint") })
         .with_state(Arc::new(Http { service, gate }))
 }
 
@@ -208,11 +208,11 @@ pub async fn serve(
 /// Answers a connection over `max_connections` with 503 `overloaded` and closes it,
 /// after reading (and dropping) briefly what the client sent, so it sees the answer.
 async fn refuse_connection(mut stream: TcpStream, max: usize) {
-    let body = json!({ "error": {
-        "kind": "overloaded",
-        "message": format!("the server has {max} connections open, the most `max_connections` allows; retry"),
-    }})
-    .to_string();
+    let body = ErrorBody::new(
+        ErrorKind::Overloaded,
+        format!("the server has {max} connections open, the most `max_connections` allows; retry"),
+    );
+    let body = serde_json::to_string(&body).expect("an error body always serialises");
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
         body.len()
@@ -282,7 +282,7 @@ impl Http {
         let too_large = || {
             ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "body-too-large",
+                ErrorKind::BodyTooLarge,
                 format!("the body is larger than {max} bytes (`{}`)", limit.name()),
             )
         };
@@ -296,8 +296,9 @@ impl Http {
             let mut bytes = Vec::new();
             let mut seen = 0usize;
             while let Some(frame) = body.frame().await {
-                let frame = frame
-                    .map_err(|e| ApiError::bad_request("invalid-body", format!("reading the body: {e}")))?;
+                let frame = frame.map_err(|e| {
+                    ApiError::bad_request(ErrorKind::InvalidBody, format!("reading the body: {e}"))
+                })?;
                 if let Ok(data) = frame.into_data() {
                     seen = seen.saturating_add(data.len());
                     if seen > drain_cap {
@@ -314,7 +315,7 @@ impl Http {
             Ok(result) => result,
             Err(_) => Err(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
-                "body-timeout",
+                ErrorKind::BodyTimeout,
                 format!("the body did not arrive within {} ms (`body_read_timeout_ms`)", timeout.as_millis()),
             )),
         }
@@ -359,7 +360,7 @@ impl Http {
     }
 }
 
-fn json_answer(status: StatusCode, value: Value) -> Response {
+fn json_answer(status: StatusCode, value: impl serde::Serialize) -> Response {
     (status, axum::Json(value)).into_response()
 }
 
@@ -437,7 +438,7 @@ async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
         http.gate.refused_selections.inc();
         let refusal = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
+            ErrorKind::Overloaded,
             format!(
                 "{} selections are in flight, the most `max_inflight_selections` allows; retry",
                 http.gate.max_selections

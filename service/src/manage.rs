@@ -5,10 +5,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use switchyard::selection::wire::ErrorKind;
+use switchyard::selection::wire::api::{
+    AssignBody, Assigned, ClassEntry, Credentials, Listing, NameBody, PolicyEntry, RolledBack, Uploaded,
+    VersionEntry,
+};
 
 use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use switchyard::{GuestScorer, LoadErrorKind, PolicyComponent};
 use switchyard_builtins as builtin;
@@ -17,7 +21,6 @@ use crate::auth::{Principal, hash_token, new_token, require_admin, require_tenan
 use crate::error::ApiError;
 use crate::rates::WriteKind;
 use crate::state::{Service, Writer};
-use switchyard::FailMode;
 
 use crate::store::{Assignment, PolicyRecord, TenantRecord, VersionRecord};
 
@@ -79,14 +82,14 @@ fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::bad_request(
-            "invalid-name",
+            ErrorKind::InvalidName,
             format!("{what} `{name}`: use 1–64 characters of a-z, 0-9, `-`, `_`"),
         ))
     }
 }
 
 fn unknown_tenant(tenant: &str) -> ApiError {
-    ApiError::not_found("unknown-tenant", format!("no tenant `{tenant}`"))
+    ApiError::not_found(ErrorKind::UnknownTenant, format!("no tenant `{tenant}`"))
 }
 
 /// The version of an upload: sha256 of the component bytes; with parameters, sha256 of
@@ -100,29 +103,14 @@ pub fn version_of(blob_sha256: &str, params: Option<&str>) -> String {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NameBody {
-    name: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AssignBody {
-    policy: String,
-    #[serde(default)]
-    version: Option<String>,
-    #[serde(default)]
-    on_fault: FailMode,
-}
-
 fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request("invalid-input", format!("body: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(ErrorKind::InvalidInput, format!("body: {e}")))
 }
 
 impl Service {
     /// `POST /v1/tenants` (admin): a tenant and its token (shown once).
-    pub async fn add_tenant(&self, who: &Principal, body: &[u8]) -> Result<Value, ApiError> {
+    pub async fn add_tenant(&self, who: &Principal, body: &[u8]) -> Result<Credentials, ApiError> {
         require_admin(who)?;
         let NameBody { name } = parse(body)?;
         check_name("tenant", &name)?;
@@ -130,17 +118,21 @@ impl Service {
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
         if manifest.tenants.contains_key(&name) {
-            return Err(ApiError::new(StatusCode::CONFLICT, "exists", format!("tenant `{name}` exists")));
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorKind::Exists,
+                format!("tenant `{name}` exists"),
+            ));
         }
         let record = TenantRecord { token_sha256: hash_token(&token), ..TenantRecord::default() };
         manifest.tenants.insert(name.clone(), record);
         self.commit(&mut writer, manifest)?;
         tracing::info!(tenant = %name, "tenant added");
-        Ok(json!({ "tenant": name, "token": token }))
+        Ok(Credentials { tenant: Some(name), router: None, token })
     }
 
     /// `POST /v1/routers` (admin): a router token, which may select for any tenant.
-    pub async fn add_router(&self, who: &Principal, body: &[u8]) -> Result<Value, ApiError> {
+    pub async fn add_router(&self, who: &Principal, body: &[u8]) -> Result<Credentials, ApiError> {
         require_admin(who)?;
         let NameBody { name } = parse(body)?;
         check_name("router", &name)?;
@@ -148,11 +140,15 @@ impl Service {
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
         if manifest.routers.contains_key(&name) {
-            return Err(ApiError::new(StatusCode::CONFLICT, "exists", format!("router `{name}` exists")));
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorKind::Exists,
+                format!("router `{name}` exists"),
+            ));
         }
         manifest.routers.insert(name.clone(), hash_token(&token));
         self.commit(&mut writer, manifest)?;
-        Ok(json!({ "router": name, "token": token }))
+        Ok(Credentials { tenant: None, router: Some(name), token })
     }
 
     /// The tenant's record in the current snapshot exists (404 `unknown-tenant` if not).
@@ -205,7 +201,7 @@ impl Service {
                     .len();
                 return Err(ApiError::new(
                     StatusCode::CONFLICT,
-                    "too-many-versions",
+                    ErrorKind::TooManyVersions,
                     format!(
                         "policy `{name}` of tenant `{tenant}` would keep {} versions (the new active one \
                          and {pinned} pinned by classes); the limit is {max} (`max_versions_per_policy`): \
@@ -224,7 +220,7 @@ impl Service {
         if !record.classes.contains_key(class) && record.classes.len() >= max {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
-                "too-many-classes",
+                ErrorKind::TooManyClasses,
                 format!(
                     "tenant `{tenant}` has {} classes; the limit is {max} (`max_classes_per_tenant`)",
                     record.classes.len()
@@ -253,7 +249,7 @@ impl Service {
         {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
-                "too-many-policies",
+                ErrorKind::TooManyPolicies,
                 format!(
                     "tenant `{tenant}` has {} policies; the limit is {} (`max_policies_per_tenant`)",
                     record.policies.len(),
@@ -286,7 +282,7 @@ impl Service {
                 self.metrics.compile_busy();
                 return Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "compile-busy",
+                    ErrorKind::CompileBusy,
                     format!(
                         "no compile permit freed up within {} ms (`compile_timeout_ms`): all {} \
                          (`compile_concurrency`) are taken, {} by compiles that outlived their \
@@ -326,19 +322,24 @@ impl Service {
         name: &str,
         params: Option<String>,
         bytes: Vec<u8>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Uploaded, ApiError> {
         require_tenant(who, tenant)?;
         check_name("policy", name)?;
         if builtin::find(name).is_some() {
             return Err(ApiError::bad_request(
-                "invalid-name",
+                ErrorKind::InvalidName,
                 format!("`{name}` is a builtin's name; choose another"),
             ));
         }
         if let Some(p) = &params {
-            match serde_json::from_str::<Value>(p) {
-                Ok(Value::Object(_)) => {}
-                _ => return Err(ApiError::bad_request("invalid-params", "`params` must be a JSON object")),
+            match serde_json::from_str::<serde_json::Value>(p) {
+                Ok(serde_json::Value::Object(_)) => {}
+                _ => {
+                    return Err(ApiError::bad_request(
+                        ErrorKind::InvalidParams,
+                        "`params` must be a JSON object",
+                    ));
+                }
             }
         }
         let blob = hex::encode(Sha256::digest(&bytes));
@@ -406,14 +407,14 @@ impl Service {
             return Err(e);
         }
         tracing::info!(tenant, policy = name, version = %version, size = bytes.len(), "uploaded");
-        Ok(json!({
-            "tenant": tenant,
-            "policy": name,
-            "version": version,
-            "sha256": blob,
-            "size_bytes": bytes.len(),
-            "compile_ms": component.compile_time().as_secs_f64() * 1e3,
-        }))
+        Ok(Uploaded {
+            tenant: tenant.into(),
+            policy: name.into(),
+            version,
+            sha256: blob,
+            size_bytes: bytes.len(),
+            compile_ms: component.compile_time().as_secs_f64() * 1e3,
+        })
     }
 
     /// `PUT /v1/tenants/{tenant}/classes/{class}`: routes a class to a builtin or one of
@@ -424,7 +425,7 @@ impl Service {
         tenant: &str,
         class: &str,
         body: &[u8],
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Assigned, ApiError> {
         require_tenant(who, tenant)?;
         check_name("class", class)?;
         self.check_tenant(tenant)?;
@@ -438,7 +439,7 @@ impl Service {
             match &version {
                 Some(v) if p.version(v).is_none() => {
                     return Err(ApiError::not_found(
-                        "unknown-version",
+                        ErrorKind::UnknownVersion,
                         format!("policy `{policy}` has no version {v}"),
                     ));
                 }
@@ -448,14 +449,14 @@ impl Service {
         } else if builtin::find(&policy).is_some() {
             if version.is_some() {
                 return Err(ApiError::bad_request(
-                    "invalid-input",
+                    ErrorKind::InvalidInput,
                     "a builtin has no versions; omit `version`",
                 ));
             }
             None
         } else {
             return Err(ApiError::not_found(
-                "unknown-policy",
+                ErrorKind::UnknownPolicy,
                 format!(
                     "`{policy}` is neither tenant `{tenant}`'s policy nor a builtin ({})",
                     builtin::names().join(", ")
@@ -469,20 +470,20 @@ impl Service {
         collect(record);
         self.commit(&mut writer, manifest)?;
         tracing::info!(tenant, class, policy = %policy, version = ?effective, on_fault = ?on_fault, "assigned");
-        Ok(json!({
-            "tenant": tenant,
-            "class": class,
-            "policy": policy,
-            "pinned": version.is_some(),
-            "version": effective,
-            "on_fault": on_fault,
-        }))
+        Ok(Assigned {
+            tenant: tenant.into(),
+            class: class.into(),
+            policy,
+            pinned: version.is_some(),
+            version: effective,
+            on_fault,
+        })
     }
 
     /// `POST /v1/tenants/{tenant}/policies/{name}/rollback`: the version active before the
     /// current one becomes active again. The one it replaces leaves the history: unless a
     /// class pins it, it is collected.
-    pub async fn rollback(&self, who: &Principal, tenant: &str, name: &str) -> Result<Value, ApiError> {
+    pub async fn rollback(&self, who: &Principal, tenant: &str, name: &str) -> Result<RolledBack, ApiError> {
         require_tenant(who, tenant)?;
         self.check_tenant(tenant)?;
         self.rates.admit(tenant, &self.limits, WriteKind::Rollback)?;
@@ -490,12 +491,12 @@ impl Service {
         let mut manifest = writer.manifest.clone();
         let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;
         let policy = record.policies.get_mut(name).ok_or_else(|| {
-            ApiError::not_found("unknown-policy", format!("tenant `{tenant}` has no policy `{name}`"))
+            ApiError::not_found(ErrorKind::UnknownPolicy, format!("tenant `{tenant}` has no policy `{name}`"))
         })?;
         let Some(previous) = policy.previous.pop() else {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
-                "no-previous-version",
+                ErrorKind::NoPreviousVersion,
                 format!("policy `{name}` has had only one active version"),
             ));
         };
@@ -503,52 +504,63 @@ impl Service {
         collect(record);
         self.commit(&mut writer, manifest)?;
         tracing::info!(tenant, policy = name, version = %previous, replaced = %replaced, "rolled back");
-        Ok(json!({ "tenant": tenant, "policy": name, "version": previous, "replaced": replaced }))
+        Ok(RolledBack { tenant: tenant.into(), policy: name.into(), version: previous, replaced })
     }
 
     /// `GET /v1/tenants/{tenant}/policies`: names, versions (each with its quarantine
     /// breaker's state), the active one, counters, and the class assignments.
-    pub fn list(&self, who: &Principal, tenant: &str) -> Result<Value, ApiError> {
+    pub fn list(&self, who: &Principal, tenant: &str) -> Result<Listing, ApiError> {
         require_tenant(who, tenant)?;
         let snapshot = self.snapshot();
         let record = snapshot.manifest().tenants.get(tenant).ok_or_else(|| unknown_tenant(tenant))?;
-        let policies: Vec<Value> = record
+        let policies = record
             .policies
             .iter()
             .map(|(name, p)| {
                 let m = self.metrics.policy(tenant, name);
-                json!({
-                    "name": name,
-                    "active": p.active,
+                let versions = p.versions.iter().map(|v| VersionEntry {
+                    version: v.version.clone(),
+                    sha256: v.blob.clone(),
+                    size_bytes: v.size,
+                    params: v.params.clone(),
                     // Each version's own quarantine breaker (every stored version is loaded).
-                    "versions": p.versions.iter().map(|v| json!({
-                        "version": v.version, "sha256": v.blob, "size_bytes": v.size, "params": v.params,
-                        "breaker": snapshot.version(tenant, name, &v.version).map(|l| l.breaker().state()),
-                        "unavailable": snapshot.unavailable(tenant, name, &v.version),
-                    })).collect::<Vec<_>>(),
-                    "previous": p.previous,
-                    "selections": m.selections(),
-                    "faults": m.faults(),
-                })
+                    breaker: snapshot.version(tenant, name, &v.version).map(|l| l.breaker().state()),
+                    unavailable: snapshot.unavailable(tenant, name, &v.version).map(str::to_string),
+                });
+                PolicyEntry {
+                    name: name.clone(),
+                    active: p.active.clone(),
+                    versions: versions.collect(),
+                    previous: p.previous.clone(),
+                    selections: m.selections(),
+                    faults: m.faults().into_iter().map(|(kind, n)| (kind.to_string(), n)).collect(),
+                }
             })
             .collect();
-        let classes: serde_json::Map<String, Value> = record
+        let classes = record
             .classes
             .iter()
             .map(|(class, a)| {
-                let effective = a.version.clone().or_else(|| record.policies.get(&a.policy).map(|p| p.active.clone()));
-                (class.clone(), json!({ "policy": a.policy, "pinned": a.version.is_some(), "version": effective, "on_fault": a.on_fault }))
+                let effective =
+                    a.version.clone().or_else(|| record.policies.get(&a.policy).map(|p| p.active.clone()));
+                let entry = ClassEntry {
+                    policy: a.policy.clone(),
+                    pinned: a.version.is_some(),
+                    version: effective,
+                    on_fault: a.on_fault,
+                };
+                (class.clone(), entry)
             })
             .collect();
-        Ok(
-            json!({ "tenant": tenant, "policies": policies, "classes": classes, "builtins": builtin::names() }),
-        )
+        let builtins = builtin::names().into_iter().map(str::to_string).collect();
+        Ok(Listing { tenant: tenant.into(), policies, classes, builtins })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchyard::FailMode;
 
     fn version(v: &str) -> VersionRecord {
         VersionRecord { version: v.into(), blob: format!("blob-{v}"), params: "{}".into(), size: 1 }

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
+use switchyard::selection::wire::ErrorKind;
 
 use crate::config::ServiceLimits;
 use crate::error::ApiError;
@@ -63,7 +64,7 @@ impl WriteRates {
         let refuse = |what: &str, n: usize, limit: usize, name: &str| {
             ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
-                "rate-limited",
+                ErrorKind::RateLimited,
                 format!(
                     "tenant `{tenant}` made {n} {what} in the last minute; the limit is {limit} (`{name}`)"
                 ),

@@ -5,66 +5,18 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
+use switchyard::selection::wire::{DecidedBy, ErrorKind, SelectionAnswer};
 
 use axum::http::StatusCode;
-use serde_json::{Value, json};
 use switchyard::selection::wire::RequestJson;
 use switchyard::{
-    Decider, FailMode, Fault, FaultKind, GuardedSelector, SelectError, Selection, SelectionRequest, Selector,
+    Decider, FailMode, Fault, FaultKind, GuardedSelector, SelectError, SelectionRequest, Selector,
     WorkerTable,
 };
-use switchyard_guest_sdk::WorkerRank;
 
 use crate::auth::{Principal, require_selector};
 use crate::error::ApiError;
 use crate::state::{LoadedVersion, Service, Target};
-
-/// A decided selection, as answered.
-pub struct Decision {
-    selection: Selection,
-    policy: String,
-    build: &'static str,
-    version: Option<String>,
-    fallback: Option<Fault>,
-    commit_fault: Option<Fault>,
-    costs: Vec<Value>,
-}
-
-impl Decision {
-    fn new(
-        candidates: impl Iterator<Item = (WorkerRank, f64)>,
-        selection: Selection,
-        policy: &str,
-        build: &'static str,
-        version: Option<String>,
-    ) -> Self {
-        let costs = candidates
-            .map(|(w, c)| json!({ "worker_id": w.worker_id, "dp_rank": w.dp_rank, "cost": c }))
-            .collect();
-        let policy = policy.to_string();
-        Self { selection, policy, build, version, fallback: None, commit_fault: None, costs }
-    }
-
-    /// The same fields as `switchyard select`, plus the tenant and class.
-    fn to_json(&self, tenant: &str, class: Option<&str>) -> Value {
-        let fault =
-            |f: &Option<Fault>| f.as_ref().map(|f| json!({ "kind": f.kind.as_str(), "message": f.message }));
-        json!({
-            "tenant": tenant,
-            "policy_class": class,
-            "worker_id": self.selection.chosen.worker_id,
-            "dp_rank": self.selection.chosen.dp_rank,
-            "cost": self.selection.cost,
-            "policy": self.policy,
-            "build": self.build,
-            "version": self.version,
-            "fallback": fault(&self.fallback),
-            "commit_fault": fault(&self.commit_fault),
-            "candidates": self.selection.candidates,
-            "costs": self.costs,
-        })
-    }
-}
 
 /// A selection error: no eligible worker (422), or a fault of a fail-closed policy: 503
 /// while quarantined, overloaded or unavailable (the policy was not called; asking again
@@ -74,7 +26,7 @@ pub fn select_error(e: SelectError) -> ApiError {
     match e {
         SelectError::NoEligibleWorker => ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "no-eligible-worker",
+            ErrorKind::NoEligibleWorker,
             "no worker is eligible for this request",
         ),
         SelectError::Fault { fault, .. } => {
@@ -84,15 +36,15 @@ pub fn select_error(e: SelectError) -> ApiError {
                 }
                 _ => StatusCode::BAD_GATEWAY,
             };
-            ApiError::new(status, fault.kind.as_str(), fault.message)
+            ApiError::new(status, fault.kind.into(), fault.message)
         }
     }
 }
 
 impl Service {
     /// One selection for `who`, from the raw body.
-    pub fn select(&self, who: &Principal, body: &[u8]) -> Result<Value, ApiError> {
-        let invalid = |m: String| ApiError::bad_request("invalid-input", m);
+    pub fn select(&self, who: &Principal, body: &[u8]) -> Result<SelectionAnswer, ApiError> {
+        let invalid = |m: String| ApiError::bad_request(ErrorKind::InvalidInput, m);
         // Straight into the request's own types: no JSON tree (which costs ~16× the body)
         // is ever built from a client's bytes.
         let request: RequestJson =
@@ -110,7 +62,7 @@ impl Service {
         let route = self
             .snapshot()
             .route(&tenant, class.as_deref())
-            .ok_or_else(|| ApiError::not_found("unknown-tenant", format!("no tenant `{tenant}`")))?;
+            .ok_or_else(|| ApiError::not_found(ErrorKind::UnknownTenant, format!("no tenant `{tenant}`")))?;
         let metrics = match &route.target {
             Target::Guest(v) => v.metrics().clone(),
             Target::Builtin(_) | Target::Unavailable(_) => self.metrics.policy(&tenant, &route.policy),
@@ -126,9 +78,9 @@ impl Service {
                 unavailable(fault, route.on_fault, &table, &request)
             }
         };
-        let decision = outcome?;
-        metrics.selected(started.elapsed(), decision.fallback.is_some());
-        Ok(decision.to_json(&tenant, class.as_deref()))
+        let answer = outcome?;
+        metrics.selected(started.elapsed(), answer.fallback.is_some());
+        Ok(answer.for_tenant(&tenant, class.as_deref()))
     }
 }
 
@@ -141,7 +93,7 @@ fn run_guest(
     on_fault: FailMode,
     table: &WorkerTable,
     request: &SelectionRequest,
-) -> Result<Decision, ApiError> {
+) -> Result<SelectionAnswer, ApiError> {
     let mut guarded = v.checkout(on_fault);
     let trips = guarded.counters().breaker_trips;
     let outcome = select_and_commit(&mut guarded, table, request);
@@ -168,14 +120,15 @@ fn run_guest(
     }
     let answer = outcome.map(|(decision, commit_fault)| {
         let candidates = guarded.last_candidates().zip(guarded.last_costs().iter().copied());
-        let (policy, build, version) = match decision.decided_by {
-            Decider::Policy => (v.policy(), "guest", Some(v.version().to_string())),
-            Decider::Fallback => (guarded.fallback_name(), "native", None),
+        let by = match decision.decided_by {
+            Decider::Policy => {
+                DecidedBy { policy: v.policy().into(), build: "guest", version: Some(v.version().into()) }
+            }
+            Decider::Fallback => {
+                DecidedBy { policy: guarded.fallback_name().into(), build: "native", version: None }
+            }
         };
-        let mut answer = Decision::new(candidates, decision.selection, policy, build, version);
-        answer.fallback = decision.fallback;
-        answer.commit_fault = commit_fault;
-        answer
+        SelectionAnswer::new(decision.selection, by, candidates, decision.fallback, commit_fault)
     });
     v.checkin(guarded);
     answer.map_err(select_error)
@@ -189,9 +142,9 @@ fn unavailable(
     on_fault: FailMode,
     table: &WorkerTable,
     request: &SelectionRequest,
-) -> Result<Decision, ApiError> {
+) -> Result<SelectionAnswer, ApiError> {
     if on_fault == FailMode::Closed {
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, fault.kind.as_str(), fault.message));
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, fault.kind.into(), fault.message));
     }
     let default = switchyard_builtins::find("default").expect("the default builtin exists");
     let mut answer = native(default, table, request)?;
@@ -204,12 +157,13 @@ fn native(
     builtin: &switchyard_builtins::Builtin,
     table: &WorkerTable,
     request: &SelectionRequest,
-) -> Result<Decision, ApiError> {
+) -> Result<SelectionAnswer, ApiError> {
     let scorer = builtin.native("{}").map_err(|e| ApiError::internal(e.to_string()))?;
     let mut selector = Selector::new(scorer);
     let selection = selector.select(table, request).map_err(select_error)?;
     let candidates = selector.last_candidates().zip(selector.last_costs().iter().copied());
-    Ok(Decision::new(candidates, selection, builtin.name, "native", None))
+    let by = DecidedBy { policy: builtin.name.into(), build: "native", version: None };
+    Ok(SelectionAnswer::new(selection, by, candidates, None, None))
 }
 
 /// One guarded selection and its commit.
@@ -246,7 +200,7 @@ impl Service {
             Ok(_) => Ok(InFlight(counter)),
             Err(n) => Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
-                "tenant-busy",
+                ErrorKind::TenantBusy,
                 format!("tenant `{tenant}` has {n} selections in flight (max_in_flight_per_tenant = {max})"),
             )),
         }

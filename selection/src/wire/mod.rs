@@ -1,9 +1,18 @@
-//! The JSON wire types: what `switchyard select --input` reads and the service's
-//! `POST /v1/select` accepts ([`request`]), shared by the CLI and the service so
-//! there is one definition of each.
+//! The JSON wire types, one definition each, shared by the CLI and the service (and any
+//! client: this crate links no wasmtime):
+//!
+//! - [`request`]: what `switchyard select --input` reads and `POST /v1/select` takes;
+//! - [`answer`]: the selection either of them answers;
+//! - [`api`]: the management API's bodies and answers;
+//! - [`error`]: every error kind, and the service's error body.
 
+pub mod answer;
+pub mod api;
+pub mod error;
 pub mod request;
 
+pub use answer::{CandidateCost, DecidedBy, SelectionAnswer};
+pub use error::{ErrorBody, ErrorDetail, ErrorKind, UnknownErrorKind};
 pub use request::{
     MAX_SLOTS_CEILING, PoolJson, RequestJson, RequestLimits, RequestLimitsConfig, SAMPLE_REQUEST, WorkerJson,
     WorkerRankJson,
