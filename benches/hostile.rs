@@ -8,6 +8,7 @@
 //! a plain loop (iloop) and of a loop on each import, at the same ceiling.
 
 use std::time::Instant;
+use switchyard_guest_sdk::Column;
 
 use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
 use switchyard::{
@@ -33,13 +34,10 @@ fn request(
     )
     .expect("unique ids");
     let n = workers as usize;
-    let inputs = WorkerInputs {
-        worker_id: (0..workers).collect(),
-        device_overlap_blocks: (0..n).map(|i| (i % 97) as u32).collect(),
-        decode_blocks: (0..n).map(|i| (i * 7 % 1000) as u32).collect(),
-        active_requests: (0..n).map(|i| (i % 5) as u32).collect(),
-        ..WorkerInputs::default()
-    };
+    let inputs = WorkerInputs::new((0..workers).collect())
+        .with(Column::DeviceOverlapBlocks, (0..n).map(|i| (i % 97) as u32).collect())
+        .with(Column::DecodeBlocks, (0..n).map(|i| (i * 7 % 1000) as u32).collect())
+        .with(Column::ActiveRequests, (0..n).map(|i| (i % 5) as u32).collect());
     let facts = RequestFacts {
         prompt_tokens,
         block_size,

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
+use switchyard_guest_sdk::Column;
 
 use dynamo_kv_router::protocols::{RoutingConstraints, WorkerConfigLike, WorkerId, WorkerWithDpRank};
 use dynamo_kv_router::scheduling::{OverlapSignals, ScheduleMode};
@@ -37,16 +38,13 @@ pub fn switchyard_fixture(workers: usize, temperature: f64) -> (WorkerTable, Sel
     let table = WorkerTable::new((0..workers as u64).map(|id| Worker::new(id, 1, 131_072, None)).collect())
         .expect("unique ids");
     let ids: Vec<u64> = (0..workers as u64).collect();
-    let inputs = WorkerInputs {
-        device_overlap_blocks: ids.iter().map(|&id| cached_tokens(id) / 16).collect(),
-        cached_tokens: ids.iter().map(|&id| cached_tokens(id)).collect(),
-        active_prefill_tokens: ids.iter().map(|&id| id as u32 * 16).collect(),
-        decode_blocks: ids.iter().map(|&id| (id % 127) as u32).collect(),
-        active_requests: ids.iter().map(|&id| (id % 17) as u32).collect(),
-        dp_rank: vec![0; workers],
-        worker_id: ids,
-        ..Default::default()
-    };
+    let inputs = WorkerInputs::new(ids.clone())
+        .with(Column::DeviceOverlapBlocks, ids.iter().map(|&id| cached_tokens(id) / 16).collect())
+        .with(Column::CachedTokens, ids.iter().map(|&id| cached_tokens(id)).collect())
+        .with(Column::ActivePrefillTokens, ids.iter().map(|&id| id as u32 * 16).collect())
+        .with(Column::DecodeBlocks, ids.iter().map(|&id| (id % 127) as u32).collect())
+        .with(Column::ActiveRequests, ids.iter().map(|&id| (id % 17) as u32).collect())
+        .with(Column::DpRank, vec![0; workers]);
     let facts = RequestFacts {
         prompt_tokens: PROMPT_TOKENS,
         block_size: BLOCK_SIZE,

@@ -4,7 +4,11 @@ use crate::InputGroups;
 
 /// The u32 columns, in the order they travel packed in the WIT record `candidates`
 /// (`columns`), each with the group that brings it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// The one definition of the column set besides the WIT: the host's per-worker inputs
+/// (`WorkerInputs`), the request JSON, the packing and the SDK's test `Case` all index
+/// arrays by it, so a new column is a new variant here (with its group and name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Column {
     DpRank,
     DeviceOverlapBlocks,
@@ -17,8 +21,11 @@ pub enum Column {
 }
 
 impl Column {
-    /// Every u32 column, in wire order.
-    pub const ALL: [Column; 8] = [
+    /// How many there are: the length of every array indexed by a column.
+    pub const COUNT: usize = 8;
+
+    /// Every u32 column, in wire order (`ALL[c as usize] == c`).
+    pub const ALL: [Column; Column::COUNT] = [
         Column::DpRank,
         Column::DeviceOverlapBlocks,
         Column::HostOverlapBlocks,
@@ -55,6 +62,16 @@ impl Column {
         }
     }
 
+    /// The column's name in JSON and Rust: the WIT name in snake case (`cached_tokens`).
+    pub fn snake_name(self) -> String {
+        self.name().replace('-', "_")
+    }
+
+    /// The column whose [`Column::snake_name`] or WIT name is `name`.
+    pub fn from_name(name: &str) -> Option<Column> {
+        Column::ALL.into_iter().find(|c| c.name() == name || c.snake_name() == name)
+    }
+
     /// The columns that travel when `groups` are declared, in wire order.
     pub fn present(groups: InputGroups) -> impl Iterator<Item = Column> {
         Column::ALL.into_iter().filter(move |c| groups.contains(c.group()))
@@ -69,7 +86,7 @@ impl Column {
 pub struct Candidates<'a> {
     worker_ids: &'a [u64],
     /// Indexed by `Column as usize`; empty where the group is not declared.
-    columns: [&'a [u32]; 8],
+    columns: [&'a [u32]; Column::COUNT],
     preferred_multiplier: Option<&'a [f64]>,
 }
 
@@ -119,7 +136,7 @@ impl<'a> Candidates<'a> {
             let expected = if groups.contains(InputGroups::AFFINITY) { n } else { 0 };
             return Err(ColumnLengthError { column: "preferred-multiplier", expected, found: m });
         }
-        let mut sliced: [&'a [u32]; 8] = [&[]; 8];
+        let mut sliced: [&'a [u32]; Column::COUNT] = [&[]; Column::COUNT];
         for (i, column) in Column::present(groups).enumerate() {
             sliced[column as usize] = &columns.packed[i * n..(i + 1) * n];
         }
@@ -188,6 +205,16 @@ impl<'a> Candidates<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn all_is_indexed_by_the_column_and_names_round_trip() {
+        for (i, column) in Column::ALL.into_iter().enumerate() {
+            assert_eq!(column as usize, i);
+            assert_eq!(Column::from_name(column.name()), Some(column));
+            assert_eq!(Column::from_name(&column.snake_name()), Some(column));
+        }
+        assert_eq!(Column::from_name("worker_id"), None);
+    }
 
     #[test]
     fn packed_columns_slice_back_by_group() {

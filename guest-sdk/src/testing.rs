@@ -2,6 +2,7 @@
 //! only what its rule reads. Native only; not part of a guest.
 
 use std::borrow::Cow;
+use std::ops::{Index, IndexMut};
 
 use crate::{
     Candidates, Capacity, Column, Columns, Facts, InputGroups, Policy, PolicyError, Pool, Request,
@@ -36,20 +37,32 @@ impl Facts for StaticFacts {
 }
 
 /// A batch of candidates with every column owned; all zero (multiplier 1) until set.
+/// The u32 columns are indexed by [`Column`]: `case[Column::CachedTokens] = vec![…]`.
 #[derive(Debug, Clone)]
 pub struct Case {
+    /// The worker of each row (0..n by default).
     pub worker_ids: Vec<u64>,
-    pub dp_ranks: Vec<u32>,
-    pub device_overlap_blocks: Vec<u32>,
-    pub host_overlap_blocks: Vec<u32>,
-    pub disk_overlap_blocks: Vec<u32>,
-    pub cached_tokens: Vec<u32>,
-    pub active_prefill_tokens: Vec<u32>,
-    pub decode_blocks: Vec<u32>,
-    pub active_requests: Vec<u32>,
+    /// Indexed by `Column as usize`, each `worker_ids.len()` rows.
+    columns: [Vec<u32>; Column::COUNT],
+    /// The preferred-taint multiplier of each row (1.0: no preference).
     pub preferred_multiplier: Vec<f64>,
+    /// The request's facts.
     pub facts: RequestFacts,
+    /// What the lazy imports answer.
     pub lazy: StaticFacts,
+}
+
+impl Index<Column> for Case {
+    type Output = Vec<u32>;
+    fn index(&self, column: Column) -> &Vec<u32> {
+        &self.columns[column as usize]
+    }
+}
+
+impl IndexMut<Column> for Case {
+    fn index_mut(&mut self, column: Column) -> &mut Vec<u32> {
+        &mut self.columns[column as usize]
+    }
 }
 
 impl Case {
@@ -57,14 +70,7 @@ impl Case {
     pub fn new(n: usize) -> Self {
         Self {
             worker_ids: (0..n as u64).collect(),
-            dp_ranks: vec![0; n],
-            device_overlap_blocks: vec![0; n],
-            host_overlap_blocks: vec![0; n],
-            disk_overlap_blocks: vec![0; n],
-            cached_tokens: vec![0; n],
-            active_prefill_tokens: vec![0; n],
-            decode_blocks: vec![0; n],
-            active_requests: vec![0; n],
+            columns: std::array::from_fn(|_| vec![0; n]),
             preferred_multiplier: vec![1.0; n],
             facts: RequestFacts {
                 prompt_tokens: 1024,
@@ -88,7 +94,7 @@ impl Case {
 
     /// The candidate of row `row`.
     pub fn rank(&self, row: usize) -> WorkerRank {
-        WorkerRank { worker_id: self.worker_ids[row], dp_rank: self.dp_ranks[row] }
+        WorkerRank { worker_id: self.worker_ids[row], dp_rank: self[Column::DpRank][row] }
     }
 
     /// Runs `f` on this case's columns as a policy sees them: every group declared, the
@@ -97,16 +103,7 @@ impl Case {
     fn with_view<R>(&self, f: impl FnOnce(&Candidates<'_>) -> R) -> R {
         let mut packed = Vec::with_capacity(self.worker_ids.len() * Column::ALL.len());
         for column in Column::present(InputGroups::ALL) {
-            packed.extend_from_slice(match column {
-                Column::DpRank => &self.dp_ranks,
-                Column::DeviceOverlapBlocks => &self.device_overlap_blocks,
-                Column::HostOverlapBlocks => &self.host_overlap_blocks,
-                Column::DiskOverlapBlocks => &self.disk_overlap_blocks,
-                Column::CachedTokens => &self.cached_tokens,
-                Column::ActivePrefillTokens => &self.active_prefill_tokens,
-                Column::DecodeBlocks => &self.decode_blocks,
-                Column::ActiveRequests => &self.active_requests,
-            });
+            packed.extend_from_slice(&self[column]);
         }
         let neutral = self.preferred_multiplier.iter().all(|&m| m == 1.0);
         let columns = Columns {

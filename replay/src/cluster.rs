@@ -1,6 +1,7 @@
 //! The simulated workers of one pool: what each holds (prefix cache, active blocks,
 //! prefill backlog, decode batch) and the candidate columns the router derives from it.
 
+use switchyard_guest_sdk::Column;
 use switchyard_guest_sdk::Pool;
 
 use super::cache::{IdMap, PrefixCache};
@@ -108,13 +109,10 @@ impl PoolState {
         block_size: u32,
     ) -> WorkerInputs {
         let n = self.workers.len();
-        let mut inputs = WorkerInputs {
-            worker_id: (0..n).map(|i| self.id(i)).collect(),
-            dp_rank: vec![0; n],
-            host_overlap_blocks: vec![0; n],
-            disk_overlap_blocks: vec![0; n],
-            ..Default::default()
-        };
+        let mut inputs = WorkerInputs::new((0..n).map(|i| self.id(i)).collect())
+            .with(Column::DpRank, vec![0; n])
+            .with(Column::HostOverlapBlocks, vec![0; n])
+            .with(Column::DiskOverlapBlocks, vec![0; n]);
         let request_blocks = u64::from(prompt_tokens.div_ceil(block_size));
         for worker in &self.workers {
             let (overlap, new_blocks) = match visible_hashes {
@@ -126,11 +124,11 @@ impl PoolState {
             };
             let cached = (overlap as u64 * u64::from(block_size)).min(u64::from(prompt_tokens));
             let prefill = if self.pool.tracks_prefill() { worker.prefill_tokens } else { 0 };
-            inputs.device_overlap_blocks.push(clamp(overlap as u64));
-            inputs.cached_tokens.push(clamp(cached));
-            inputs.active_prefill_tokens.push(clamp(prefill));
-            inputs.decode_blocks.push(clamp(worker.active_blocks() + new_blocks));
-            inputs.active_requests.push(worker.active);
+            inputs[Column::DeviceOverlapBlocks].push(clamp(overlap as u64));
+            inputs[Column::CachedTokens].push(clamp(cached));
+            inputs[Column::ActivePrefillTokens].push(clamp(prefill));
+            inputs[Column::DecodeBlocks].push(clamp(worker.active_blocks() + new_blocks));
+            inputs[Column::ActiveRequests].push(worker.active);
         }
         inputs
     }

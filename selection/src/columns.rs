@@ -2,7 +2,7 @@
 
 use switchyard_guest_sdk::{Candidates, Column, ColumnLengthError, Columns, InputGroups, WorkerRank};
 
-use crate::request::{SelectionRequest, WorkerInputs};
+use crate::request::SelectionRequest;
 use crate::workers::WorkerTable;
 
 /// The candidate columns of one selection, laid out as they cross the guest boundary:
@@ -38,7 +38,7 @@ impl ColumnBuffers {
             // Every slot is a candidate and has a row: the columns are copies.
             self.worker_id.extend_from_slice(&inputs.worker_id);
             for column in Column::present(groups) {
-                self.packed.extend_from_slice(input_column(inputs, column));
+                self.packed.extend_from_slice(&inputs[column]);
             }
             if tainted {
                 self.multipliers(table, request, 0..table.slots().len());
@@ -50,14 +50,15 @@ impl ColumnBuffers {
         self.rows.clear();
         let mut row = 0;
         let rows = inputs.len();
+        let ranks = &inputs[Column::DpRank];
         for (slot_index, &slot) in table.slots().iter().enumerate() {
-            while row < rows && key(inputs.worker_id[row], inputs.dp_rank[row]) < key_of(slot) {
+            while row < rows && key(inputs.worker_id[row], ranks[row]) < key_of(slot) {
                 row += 1;
             }
             if !request.eligible(slot) {
                 continue;
             }
-            let hit = row < rows && key(inputs.worker_id[row], inputs.dp_rank[row]) == key_of(slot);
+            let hit = row < rows && key(inputs.worker_id[row], ranks[row]) == key_of(slot);
             self.rows.push((slot_index, hit.then_some(row)));
         }
         let slots = table.slots();
@@ -66,7 +67,7 @@ impl ColumnBuffers {
             if column == Column::DpRank {
                 self.packed.extend(self.rows.iter().map(|&(slot, _)| slots[slot].dp_rank));
             } else {
-                let values = input_column(inputs, column);
+                let values = &inputs[column];
                 self.packed.extend(self.rows.iter().map(|&(_, row)| row.map_or(0, |r| values[r])));
             }
         }
@@ -161,20 +162,6 @@ fn retain<T: Copy>(column: &mut Vec<T>, keep: &[bool]) {
     });
 }
 
-/// A u32 input column by name.
-fn input_column(inputs: &WorkerInputs, column: Column) -> &[u32] {
-    match column {
-        Column::DpRank => &inputs.dp_rank,
-        Column::DeviceOverlapBlocks => &inputs.device_overlap_blocks,
-        Column::HostOverlapBlocks => &inputs.host_overlap_blocks,
-        Column::DiskOverlapBlocks => &inputs.disk_overlap_blocks,
-        Column::CachedTokens => &inputs.cached_tokens,
-        Column::ActivePrefillTokens => &inputs.active_prefill_tokens,
-        Column::DecodeBlocks => &inputs.decode_blocks,
-        Column::ActiveRequests => &inputs.active_requests,
-    }
-}
-
 fn key(worker_id: u64, dp_rank: u32) -> (u64, u32) {
     (worker_id, dp_rank)
 }
@@ -187,7 +174,7 @@ fn key_of(slot: WorkerRank) -> (u64, u32) {
 mod tests {
     use std::collections::BTreeMap;
 
-    use switchyard_guest_sdk::{InputGroups, Pool, RequestFacts};
+    use switchyard_guest_sdk::{Column, InputGroups, Pool, RequestFacts};
 
     use super::ColumnBuffers;
     use crate::{RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable};
@@ -202,17 +189,14 @@ mod tests {
             pool: Pool::Aggregated,
             seed: 1,
         };
-        let inputs = WorkerInputs {
-            worker_id: vec![1, 2, 2, 5],
-            dp_rank: vec![0, 0, 1, 0],
-            device_overlap_blocks: vec![1, 2, 3, 4],
-            host_overlap_blocks: vec![5, 6, 7, 8],
-            cached_tokens: vec![16, 32, 48, 64],
-            active_prefill_tokens: vec![9, 10, 11, 12],
-            decode_blocks: vec![13, 14, 15, 16],
-            active_requests: vec![17, 18, 19, 20],
-            ..Default::default()
-        };
+        let inputs = WorkerInputs::new(vec![1, 2, 2, 5])
+            .with(Column::DpRank, vec![0, 0, 1, 0])
+            .with(Column::DeviceOverlapBlocks, vec![1, 2, 3, 4])
+            .with(Column::HostOverlapBlocks, vec![5, 6, 7, 8])
+            .with(Column::CachedTokens, vec![16, 32, 48, 64])
+            .with(Column::ActivePrefillTokens, vec![9, 10, 11, 12])
+            .with(Column::DecodeBlocks, vec![13, 14, 15, 16])
+            .with(Column::ActiveRequests, vec![17, 18, 19, 20]);
         let request = SelectionRequest::new(table, facts, options, inputs).unwrap();
         let mut buffers = ColumnBuffers::default();
         buffers.materialise(table, &request, InputGroups::ALL);

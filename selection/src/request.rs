@@ -2,8 +2,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::{Deserialize, Serialize};
-use switchyard_guest_sdk::{Pool, RequestFacts, WorkerRank};
+use std::ops::{Index, IndexMut};
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use switchyard_guest_sdk::{Column, Pool, RequestFacts, WorkerRank};
 
 use crate::error::InputError;
 use crate::workers::WorkerTable;
@@ -12,59 +16,61 @@ use crate::workers::WorkerTable;
 /// rows a radix-tree lookup and the load tracker return). Workers of the table without a
 /// row have zeros. Every present column has as many rows as `worker_id`; an absent
 /// (empty) column is all zeros. Units as in the WIT `candidates` record.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+///
+/// The u32 columns are indexed by [`Column`] (`inputs[Column::CachedTokens]`), so the
+/// column set is [`Column`]'s; in JSON each is a field named by its
+/// [`Column::snake_name`] (`"cached_tokens": [...]`), beside `"worker_id"`.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct WorkerInputs {
+    /// The worker of each row.
     pub worker_id: Vec<u64>,
-    /// Data-parallel rank of each row; absent means rank 0 everywhere.
-    pub dp_rank: Vec<u32>,
-    pub device_overlap_blocks: Vec<u32>,
-    pub host_overlap_blocks: Vec<u32>,
-    pub disk_overlap_blocks: Vec<u32>,
-    pub cached_tokens: Vec<u32>,
-    pub active_prefill_tokens: Vec<u32>,
-    pub decode_blocks: Vec<u32>,
-    pub active_requests: Vec<u32>,
+    /// Indexed by `Column as usize`; `dp_rank` absent means rank 0 everywhere.
+    columns: [Vec<u32>; Column::COUNT],
+}
+
+impl Index<Column> for WorkerInputs {
+    type Output = Vec<u32>;
+    fn index(&self, column: Column) -> &Vec<u32> {
+        &self.columns[column as usize]
+    }
+}
+
+impl IndexMut<Column> for WorkerInputs {
+    fn index_mut(&mut self, column: Column) -> &mut Vec<u32> {
+        &mut self.columns[column as usize]
+    }
 }
 
 impl WorkerInputs {
+    /// Rows for `worker_id`, every column absent (zeros) until set.
+    pub fn new(worker_id: Vec<u64>) -> Self {
+        Self { worker_id, columns: Default::default() }
+    }
+
+    /// The same inputs with `column` set to `rows`.
+    pub fn with(mut self, column: Column, rows: Vec<u32>) -> Self {
+        self[column] = rows;
+        self
+    }
+
     /// Checks lengths, sorts rows by (worker, rank) and refuses duplicates and workers
     /// that the table does not have.
     fn normalise(&mut self, table: &WorkerTable) -> Result<(), InputError> {
         let n = self.worker_id.len();
-        let lens = [
-            ("dp_rank", self.dp_rank.len()),
-            ("device_overlap_blocks", self.device_overlap_blocks.len()),
-            ("host_overlap_blocks", self.host_overlap_blocks.len()),
-            ("disk_overlap_blocks", self.disk_overlap_blocks.len()),
-            ("cached_tokens", self.cached_tokens.len()),
-            ("active_prefill_tokens", self.active_prefill_tokens.len()),
-            ("decode_blocks", self.decode_blocks.len()),
-            ("active_requests", self.active_requests.len()),
-        ];
-        for (name, len) in lens {
+        for column in Column::ALL {
+            let len = self[column].len();
             if len != n && len != 0 {
                 return Err(InputError::new(format!(
-                    "column `{name}` has {len} rows but `worker_id` has {n} (give all rows, or omit the column)"
+                    "column `{}` has {len} rows but `worker_id` has {n} (give all rows, or omit the column)",
+                    column.snake_name()
                 )));
             }
-        }
-        for column in [
-            &mut self.dp_rank,
-            &mut self.device_overlap_blocks,
-            &mut self.host_overlap_blocks,
-            &mut self.disk_overlap_blocks,
-            &mut self.cached_tokens,
-            &mut self.active_prefill_tokens,
-            &mut self.decode_blocks,
-            &mut self.active_requests,
-        ] {
-            if column.is_empty() {
-                column.resize(n, 0);
+            if len == 0 {
+                self[column].resize(n, 0);
             }
         }
-        for row in 0..n {
-            let (id, rank) = (self.worker_id[row], self.dp_rank[row]);
+        let dp_rank = &self[Column::DpRank];
+        for (row, (&id, &rank)) in self.worker_id.iter().zip(dp_rank).enumerate() {
             let worker = table.worker(id).ok_or_else(|| {
                 InputError::new(format!("row {row}: worker {id} is not in the worker table"))
             })?;
@@ -75,7 +81,7 @@ impl WorkerInputs {
                 )));
             }
         }
-        let key = |i: usize| (self.worker_id[i], self.dp_rank[i]);
+        let key = |i: usize| (self.worker_id[i], dp_rank[i]);
         if !(1..n).all(|i| key(i - 1) < key(i)) {
             let mut order: Vec<usize> = (0..n).collect();
             order.sort_by_key(|&i| key(i));
@@ -87,14 +93,9 @@ impl WorkerInputs {
                 *column = order.iter().map(|&i| column[i]).collect();
             }
             permute(&mut self.worker_id, &order);
-            permute(&mut self.dp_rank, &order);
-            permute(&mut self.device_overlap_blocks, &order);
-            permute(&mut self.host_overlap_blocks, &order);
-            permute(&mut self.disk_overlap_blocks, &order);
-            permute(&mut self.cached_tokens, &order);
-            permute(&mut self.active_prefill_tokens, &order);
-            permute(&mut self.decode_blocks, &order);
-            permute(&mut self.active_requests, &order);
+            for column in &mut self.columns {
+                permute(column, &order);
+            }
         }
         Ok(())
     }
@@ -176,12 +177,11 @@ impl SelectionRequest {
             )));
         }
         inputs.normalise(table)?;
-        let dense = inputs.len() == table.slots().len()
-            && table
-                .slots()
-                .iter()
-                .enumerate()
-                .all(|(i, s)| inputs.worker_id[i] == s.worker_id && inputs.dp_rank[i] == s.dp_rank);
+        let dense =
+            inputs.len() == table.slots().len()
+                && table.slots().iter().enumerate().all(|(i, s)| {
+                    inputs.worker_id[i] == s.worker_id && inputs[Column::DpRank][i] == s.dp_rank
+                });
         let mut allowed = options.allowed_workers;
         if let Some(ids) = &mut allowed {
             ids.sort_unstable();
@@ -270,5 +270,90 @@ pub fn hashes_for_pool(pool: Pool, hashes: Vec<u64>, request_salt: u64) -> Optio
         Pool::Decode => {
             Some(hashes.iter().map(|h| h ^ request_salt.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15).collect())
         }
+    }
+}
+
+impl Serialize for WorkerInputs {
+    /// `worker_id`, then every present (non-empty) column by its snake-case name.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let present: Vec<Column> = Column::ALL.into_iter().filter(|&c| !self[c].is_empty()).collect();
+        let mut map = serializer.serialize_map(Some(1 + present.len()))?;
+        map.serialize_entry("worker_id", &self.worker_id)?;
+        for column in present {
+            map.serialize_entry(&column.snake_name(), &self[column])?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for WorkerInputs {
+    /// Any of `worker_id` and the columns' snake-case names, each at most once; another
+    /// field is refused by name.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = WorkerInputs;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("per-worker input columns")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WorkerInputs, A::Error> {
+                let mut inputs = WorkerInputs::default();
+                let mut seen = [false; Column::COUNT + 1];
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    let (slot, column) = match key.as_ref() {
+                        "worker_id" => (Column::COUNT, None),
+                        name => match Column::from_name(name).filter(|c| c.snake_name() == name) {
+                            Some(c) => (c as usize, Some(c)),
+                            None => {
+                                let mut expected = vec!["worker_id".to_string()];
+                                expected.extend(Column::ALL.map(Column::snake_name));
+                                return Err(de::Error::custom(format!(
+                                    "unknown field `{name}`, expected one of {}",
+                                    expected.join(", ")
+                                )));
+                            }
+                        },
+                    };
+                    if std::mem::replace(&mut seen[slot], true) {
+                        return Err(de::Error::custom(format!("duplicate field `{key}`")));
+                    }
+                    match column {
+                        None => inputs.worker_id = map.next_value()?,
+                        Some(c) => inputs[c] = map.next_value()?,
+                    }
+                }
+                Ok(inputs)
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inputs_json_names_each_column_by_its_snake_name_and_refuses_others() {
+        let inputs = WorkerInputs::new(vec![3, 1])
+            .with(Column::DpRank, vec![0, 1])
+            .with(Column::CachedTokens, vec![64, 0]);
+        let json = serde_json::to_value(&inputs).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"worker_id": [3, 1], "dp_rank": [0, 1], "cached_tokens": [64, 0]})
+        );
+        assert_eq!(serde_json::from_value::<WorkerInputs>(json).unwrap(), inputs);
+        for column in Column::ALL {
+            let one = serde_json::json!({ column.snake_name(): [7] });
+            assert_eq!(serde_json::from_value::<WorkerInputs>(one).unwrap()[column], vec![7]);
+        }
+        let e = serde_json::from_str::<WorkerInputs>(r#"{"cached-tokens": [1]}"#).unwrap_err();
+        assert!(
+            e.to_string().contains("unknown field `cached-tokens`, expected one of worker_id, dp_rank"),
+            "{e}"
+        );
+        let e = serde_json::from_str::<WorkerInputs>(r#"{"worker_id": [1], "worker_id": [2]}"#).unwrap_err();
+        assert!(e.to_string().contains("duplicate field `worker_id`"), "{e}");
     }
 }

@@ -7,6 +7,7 @@
 //! (tens of ms), so they only catch an unbounded one (seconds to hours before the fix).
 
 use std::time::{Duration, Instant};
+use switchyard_guest_sdk::Column;
 
 use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
 use switchyard::{
@@ -33,13 +34,10 @@ fn request(
     )
     .unwrap();
     let n = workers as usize;
-    let inputs = WorkerInputs {
-        worker_id: (0..workers).collect(),
-        device_overlap_blocks: (0..n).map(|i| (i % 97) as u32).collect(),
-        decode_blocks: (0..n).map(|i| (i * 7 % 1000) as u32).collect(),
-        active_requests: (0..n).map(|i| (i % 5) as u32).collect(),
-        ..WorkerInputs::default()
-    };
+    let inputs = WorkerInputs::new((0..workers).collect())
+        .with(Column::DeviceOverlapBlocks, (0..n).map(|i| (i % 97) as u32).collect())
+        .with(Column::DecodeBlocks, (0..n).map(|i| (i * 7 % 1000) as u32).collect())
+        .with(Column::ActiveRequests, (0..n).map(|i| (i % 5) as u32).collect());
     let options = RequestOptions {
         prefix_hashes: Some((0..hashes as u64).map(|h| h.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect()),
         policy_class: Some("gold".into()),

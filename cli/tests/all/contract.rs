@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 use switchyard::selection::{NativeScorer, RequestOptions, Scorer, Worker, WorkerInputs, hashes_for_pool};
 use switchyard::{FaultKind, GuestScorer, SelectError, Selector, WorkerTable};
+use switchyard_guest_sdk::Column;
 use switchyard_guest_sdk::{Policy, Pool, WorkerRank};
 use switchyard_probe::Probe;
 
@@ -47,17 +48,15 @@ fn capacity_table() -> WorkerTable {
 }
 
 fn inputs() -> WorkerInputs {
-    WorkerInputs {
-        worker_id: vec![12, 10],
-        dp_rank: vec![1, 0],
-        device_overlap_blocks: vec![3, 5],
-        host_overlap_blocks: vec![1, 0],
-        disk_overlap_blocks: vec![0, 2],
-        cached_tokens: vec![48, 80],
-        active_prefill_tokens: vec![100, 200],
-        decode_blocks: vec![7, 9],
-        active_requests: vec![1, 2],
-    }
+    WorkerInputs::new(vec![12, 10])
+        .with(Column::DpRank, vec![1, 0])
+        .with(Column::DeviceOverlapBlocks, vec![3, 5])
+        .with(Column::HostOverlapBlocks, vec![1, 0])
+        .with(Column::DiskOverlapBlocks, vec![0, 2])
+        .with(Column::CachedTokens, vec![48, 80])
+        .with(Column::ActivePrefillTokens, vec![100, 200])
+        .with(Column::DecodeBlocks, vec![7, 9])
+        .with(Column::ActiveRequests, vec![1, 2])
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 use switchyard::selection::{RequestOptions, Scorer, Worker, WorkerInputs};
 use switchyard::{GuestScorer, Selector, WorkerTable};
+use switchyard_guest_sdk::Column;
 use switchyard_guest_sdk::{Pool, WorkerRank};
 
 use crate::support::{DEFAULT_POLICY, Rng, component, random_case};
@@ -69,15 +70,12 @@ fn default_cost_matches_dynamo_formula_on_a_hand_made_case() {
     // Worker 1: pf 8192, cached 1024 tokens (64 blocks on device), decode 900 blocks.
     // prefill = (8192 + (2048 − 1024) + 1024) / 16 = 640 blocks; credit 64 → 576; + 900.
     let table = WorkerTable::new(vec![Worker::new(1, 1, 0, None), Worker::new(2, 1, 0, None)]).unwrap();
-    let inputs = WorkerInputs {
-        worker_id: vec![1, 2],
-        device_overlap_blocks: vec![64, 0],
-        cached_tokens: vec![1024, 0],
-        active_prefill_tokens: vec![8192, 0],
-        decode_blocks: vec![900, 1200],
-        active_requests: vec![9, 1],
-        ..Default::default()
-    };
+    let inputs = WorkerInputs::new(vec![1, 2])
+        .with(Column::DeviceOverlapBlocks, vec![64, 0])
+        .with(Column::CachedTokens, vec![1024, 0])
+        .with(Column::ActivePrefillTokens, vec![8192, 0])
+        .with(Column::DecodeBlocks, vec![900, 1200])
+        .with(Column::ActiveRequests, vec![9, 1]);
     let facts = crate::support::facts(2048, 16, Pool::Aggregated, 0);
     let request =
         switchyard::SelectionRequest::new(&table, facts, RequestOptions::default(), inputs).unwrap();

@@ -1,6 +1,7 @@
 //! Shared fixtures: the test guests, an engine, and request builders.
 
 use std::sync::OnceLock;
+use switchyard_guest_sdk::Column;
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -104,16 +105,16 @@ pub fn random_inputs(rng: &mut Rng, table: &WorkerTable, prompt_tokens: u32, poo
             if rng.chance(10) { rng.below(u64::from(u32::MAX)) as u32 } else { rng.below(n) as u32 }
         };
         inputs.worker_id.push(slot.worker_id);
-        inputs.dp_rank.push(slot.dp_rank);
-        inputs.device_overlap_blocks.push(rng.below(3000) as u32);
-        inputs.host_overlap_blocks.push(if rng.chance(50) { 0 } else { rng.below(500) as u32 });
-        inputs.disk_overlap_blocks.push(if rng.chance(70) { 0 } else { rng.below(500) as u32 });
-        inputs.cached_tokens.push(rng.below(u64::from(prompt_tokens) + 2000) as u32);
-        inputs.active_prefill_tokens.push(if pool == Pool::Decode { 0 } else { big(rng, 100_000) });
-        inputs.decode_blocks.push(big(rng, 50_000));
+        inputs[Column::DpRank].push(slot.dp_rank);
+        inputs[Column::DeviceOverlapBlocks].push(rng.below(3000) as u32);
+        inputs[Column::HostOverlapBlocks].push(if rng.chance(50) { 0 } else { rng.below(500) as u32 });
+        inputs[Column::DiskOverlapBlocks].push(if rng.chance(70) { 0 } else { rng.below(500) as u32 });
+        inputs[Column::CachedTokens].push(rng.below(u64::from(prompt_tokens) + 2000) as u32);
+        inputs[Column::ActivePrefillTokens].push(if pool == Pool::Decode { 0 } else { big(rng, 100_000) });
+        inputs[Column::DecodeBlocks].push(big(rng, 50_000));
         // Mostly light loads, sometimes a spread: the load bounds and balance tests trip.
         let requests = if rng.chance(20) { rng.below(256) } else { rng.below(8) };
-        inputs.active_requests.push(requests as u32);
+        inputs[Column::ActiveRequests].push(requests as u32);
     }
     inputs
 }

@@ -110,6 +110,7 @@ switchyard_guest_sdk::export_policy!(CapacityAware);
 
 #[cfg(test)]
 mod tests {
+    use switchyard_guest_sdk::Column;
     use switchyard_guest_sdk::testing::Case;
     use switchyard_guest_sdk::{Capacity, Policy};
 
@@ -127,7 +128,7 @@ mod tests {
     fn the_emptier_worker_wins_relative_to_its_own_capacity() {
         let mut case = Case::new(2);
         // More blocks, but a far larger cache: 30 % against 50 %.
-        case.decode_blocks = vec![3000, 1000];
+        case[Column::DecodeBlocks] = vec![3000, 1000];
         case.lazy.capacities = vec![cap(10_000), cap(2000)];
         assert_eq!(case.costs(&mut policy("{}")).unwrap(), vec![0.3, 0.5]);
         assert_eq!(case.best(&mut policy("{}")), 0);
@@ -136,7 +137,7 @@ mod tests {
     #[test]
     fn the_capacity_guard_ranks_overfull_workers_after_every_worker_with_room() {
         let mut case = Case::new(3);
-        case.decode_blocks = vec![1001, 990, 1000];
+        case[Column::DecodeBlocks] = vec![1001, 990, 1000];
         case.lazy.capacities = vec![cap(1000), cap(1000), cap(1000)];
         let costs = case.costs(&mut policy("{}")).unwrap();
         assert_eq!(costs, vec![1.0 + 1.0 + 1.001, 0.99, 1.0]);
@@ -149,7 +150,7 @@ mod tests {
     #[test]
     fn unknown_capacity_is_scored_at_the_mean_of_known_workers() {
         let mut case = Case::new(4);
-        case.decode_blocks = vec![200, 600, 5, 5000];
+        case[Column::DecodeBlocks] = vec![200, 600, 5, 5000];
         case.lazy.capacities = vec![cap(1000), cap(1000), None, cap(1000)];
         // Known within the guard: 0.2, 0.6 → neutral 0.4; worker 3 is guarded.
         assert_eq!(case.costs(&mut policy("{}")).unwrap(), vec![0.2, 0.6, 0.4, 2.0 + 5.0]);

@@ -1,5 +1,6 @@
 //! The bounded-load walk on hand-made cases.
 
+use switchyard_guest_sdk::Column;
 use switchyard_guest_sdk::Policy;
 use switchyard_guest_sdk::testing::Case;
 
@@ -45,20 +46,20 @@ fn an_overloaded_owner_spills_to_the_next_worker_on_the_ring() {
     let order = walk_order(&case);
     assert_eq!(order[0], owner);
     // Mean load with the new request: (10 + 1) / 4 × 1.25 = 3.44: the owner at 10 spills.
-    case.active_requests[owner] = 10;
+    case[Column::ActiveRequests][owner] = 10;
     let spilled = case.best(&mut policy("{}"));
     assert_ne!(spilled, owner);
     // The spill goes to the next candidate in ring order (not merely the least loaded).
     let unloaded_order: Vec<usize> = order.iter().copied().filter(|&r| r != owner).collect();
     assert_eq!(spilled, unloaded_order[0]);
     // At the bound exactly, the owner keeps the key: (3 + 1) / 4 × 1.25 = 1.25 ≥ 1.
-    case.active_requests = vec![0; 4];
-    case.active_requests[owner] = 1;
-    case.active_requests[unloaded_order[0]] = 2;
+    case[Column::ActiveRequests] = vec![0; 4];
+    case[Column::ActiveRequests][owner] = 1;
+    case[Column::ActiveRequests][unloaded_order[0]] = 2;
     assert_eq!(case.best(&mut policy("{}")), owner);
     // With every other worker busier than the bound too, the walk continues past them.
-    case.active_requests = vec![9, 9, 9, 9];
-    case.active_requests[unloaded_order[2]] = 0;
+    case[Column::ActiveRequests] = vec![9, 9, 9, 9];
+    case[Column::ActiveRequests][unloaded_order[2]] = 0;
     // bound = (27 + 1) / 4 × 1.25 = 8.75: only the idle one qualifies.
     assert_eq!(case.best(&mut policy("{}")), unloaded_order[2]);
 }
@@ -67,7 +68,7 @@ fn an_overloaded_owner_spills_to_the_next_worker_on_the_ring() {
 fn when_no_worker_is_within_the_bound_the_first_met_wins() {
     let mut case = case(3, 99);
     let owner = case.best(&mut policy("{}"));
-    case.active_requests = vec![5, 5, 5];
+    case[Column::ActiveRequests] = vec![5, 5, 5];
     // bound = 16 / 3 × 0.5 = 2.67 < 5 for all: fall back to the first on the walk.
     assert_eq!(case.best(&mut policy(r#"{"load_factor": 0.5}"#)), owner);
 }
@@ -126,7 +127,7 @@ fn repeated_and_changing_batches_score_as_a_fresh_policy_does() {
         let n = [5, 40, 3, 1200, 8, 40][round as usize];
         let mut c = case(n, round * 977);
         c.worker_ids = (0..n as u64).map(|i| i * 3 + round).collect();
-        c.active_requests = (0..n as u32).map(|i| i % 5).collect();
+        c[Column::ActiveRequests] = (0..n as u32).map(|i| i % 5).collect();
         assert_eq!(c.costs(&mut kept).unwrap(), c.costs(&mut policy("{}")).unwrap(), "round {round}");
     }
 }

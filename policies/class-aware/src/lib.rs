@@ -107,6 +107,7 @@ switchyard_guest_sdk::export_policy!(ClassAware);
 
 #[cfg(test)]
 mod tests {
+    use switchyard_guest_sdk::Column;
     use switchyard_guest_sdk::Policy;
     use switchyard_guest_sdk::testing::Case;
 
@@ -115,10 +116,10 @@ mod tests {
     /// Worker 0 holds the whole 1024-token prompt but is busier; worker 1 is cold and idle.
     fn case(class: Option<&str>) -> Case {
         let mut case = Case::new(2).prompt(1024);
-        case.device_overlap_blocks = vec![64, 0];
-        case.cached_tokens = vec![1024, 0];
-        case.active_prefill_tokens = vec![1024, 0];
-        case.decode_blocks = vec![200, 100];
+        case[Column::DeviceOverlapBlocks] = vec![64, 0];
+        case[Column::CachedTokens] = vec![1024, 0];
+        case[Column::ActivePrefillTokens] = vec![1024, 0];
+        case[Column::DecodeBlocks] = vec![200, 100];
         case.lazy.policy_class = class.map(str::to_string);
         case
     }

@@ -1,5 +1,6 @@
 //! The cost rule on hand-made cases.
 
+use switchyard_guest_sdk::Column;
 use switchyard_guest_sdk::testing::Case;
 use switchyard_guest_sdk::{Policy, Pool, RequestFacts, WorkerRank};
 
@@ -26,10 +27,10 @@ fn facts(prompt_tokens: u32, pool: Pool) -> RequestFacts {
 #[test]
 fn cache_credit_offsets_prefill_and_tiers_weigh_less() {
     let mut case = Case::new(4);
-    case.device_overlap_blocks = vec![0, 32, 0, 0];
-    case.cached_tokens = vec![0, 512, 0, 0];
-    case.host_overlap_blocks = vec![0, 0, 32, 0];
-    case.disk_overlap_blocks = vec![0, 0, 0, 32];
+    case[Column::DeviceOverlapBlocks] = vec![0, 32, 0, 0];
+    case[Column::CachedTokens] = vec![0, 512, 0, 0];
+    case[Column::HostOverlapBlocks] = vec![0, 0, 32, 0];
+    case[Column::DiskOverlapBlocks] = vec![0, 0, 0, 32];
     // 1024 tokens = 64 blocks raw prefill everywhere.
     let costs = costs_of(case.clone(), "{}", facts(1024, Pool::Aggregated));
     assert_eq!(costs, vec![64.0, 32.0, 64.0 - 24.0, 64.0 - 8.0]);
@@ -38,9 +39,9 @@ fn cache_credit_offsets_prefill_and_tiers_weigh_less() {
 #[test]
 fn load_and_requests_add_and_scale_applies_to_prefill_only() {
     let mut case = Case::new(2);
-    case.active_prefill_tokens = vec![160, 0];
-    case.decode_blocks = vec![10, 30];
-    case.active_requests = vec![1, 3];
+    case[Column::ActivePrefillTokens] = vec![160, 0];
+    case[Column::DecodeBlocks] = vec![10, 30];
+    case[Column::ActiveRequests] = vec![1, 3];
     let params = r#"{"prefill_load_scale": 2.0, "decode_active_request_weight": 0.5}"#;
     let costs = costs_of(case.clone(), params, facts(160, Pool::Aggregated));
     assert_eq!(costs, vec![2.0 * 20.0 + 10.0 + 0.5, 2.0 * 10.0 + 30.0 + 1.5]);
@@ -49,9 +50,9 @@ fn load_and_requests_add_and_scale_applies_to_prefill_only() {
 #[test]
 fn credit_decays_with_prefill_backlog_above_the_least_loaded() {
     let mut case = Case::new(2);
-    case.device_overlap_blocks = vec![10, 10];
-    case.cached_tokens = vec![160, 160];
-    case.active_prefill_tokens = vec![0, 320]; // 20 blocks above the minimum
+    case[Column::DeviceOverlapBlocks] = vec![10, 10];
+    case[Column::CachedTokens] = vec![160, 160];
+    case[Column::ActivePrefillTokens] = vec![0, 320]; // 20 blocks above the minimum
     // request_blocks 10: normalised load 2; d = 1 → decay 1/3.
     let costs =
         costs_of(case.clone(), r#"{"overlap_score_credit_decay": 1.0}"#, facts(160, Pool::Aggregated));
@@ -62,9 +63,9 @@ fn credit_decays_with_prefill_backlog_above_the_least_loaded() {
 #[test]
 fn decode_pool_is_load_only_or_overlap_adjusted_decode() {
     let mut case = Case::new(2);
-    case.device_overlap_blocks = vec![5, 0];
-    case.decode_blocks = vec![20, 12];
-    case.active_prefill_tokens = vec![999, 999]; // not tracked in a decode pool
+    case[Column::DeviceOverlapBlocks] = vec![5, 0];
+    case[Column::DecodeBlocks] = vec![20, 12];
+    case[Column::ActivePrefillTokens] = vec![999, 999]; // not tracked in a decode pool
     let costs = costs_of(case.clone(), "{}", facts(160, Pool::Decode));
     assert_eq!(costs, vec![15.0, 12.0], "credit > 0: max(0, decode − credit)");
     let costs = costs_of(case.clone(), r#"{"overlap_score_credit": 0}"#, facts(160, Pool::Decode));
@@ -74,7 +75,7 @@ fn decode_pool_is_load_only_or_overlap_adjusted_decode() {
 #[test]
 fn preferred_multiplier_scales_cost_but_not_for_a_pinned_request() {
     let mut case = Case::new(2);
-    case.decode_blocks = vec![10, 10];
+    case[Column::DecodeBlocks] = vec![10, 10];
     case.preferred_multiplier = vec![0.5, 2.0];
     assert_eq!(costs_of(case.clone(), "{}", facts(0, Pool::Aggregated)), vec![5.0, 20.0]);
     let mut pinned = facts(0, Pool::Aggregated);

@@ -123,6 +123,7 @@ switchyard_guest_sdk::export_policy!(LlmdPrecise);
 
 #[cfg(test)]
 mod tests {
+    use switchyard_guest_sdk::Column;
     use switchyard_guest_sdk::testing::Case;
     use switchyard_guest_sdk::{Capacity, Policy};
 
@@ -136,9 +137,9 @@ mod tests {
     fn weighted_sum_of_prefix_kv_and_queue_scores() {
         // 64-block prompt.
         let mut case = Case::new(3);
-        case.device_overlap_blocks = vec![64, 32, 100];
-        case.decode_blocks = vec![500, 0, 1000];
-        case.active_requests = vec![4, 0, 8];
+        case[Column::DeviceOverlapBlocks] = vec![64, 32, 100];
+        case[Column::DecodeBlocks] = vec![500, 0, 1000];
+        case[Column::ActiveRequests] = vec![4, 0, 8];
         case.lazy.capacities = vec![cap(1000), cap(1000), None];
         let costs = case.costs(&mut LlmdPrecise::configure("{}").unwrap()).unwrap();
         // w0: prefix 1 → 0; kv 0.5 → 0.5; queue (8−4)/8 = 0.5 → 0.5.   total 1.0
@@ -156,8 +157,8 @@ mod tests {
     #[test]
     fn over_full_workers_score_zero_kv_and_equal_queues_score_one() {
         let mut case = Case::new(2);
-        case.decode_blocks = vec![3000, 10];
-        case.active_requests = vec![5, 5];
+        case[Column::DecodeBlocks] = vec![3000, 10];
+        case[Column::ActiveRequests] = vec![5, 5];
         case.lazy.capacities = vec![cap(1000), cap(1000)];
         let costs = case.costs(&mut LlmdPrecise::configure("{}").unwrap()).unwrap();
         // Prefix 0 → 2 each; kv 0 (over full) → 1 and 0.99 → 0.01; queue all equal → 0.

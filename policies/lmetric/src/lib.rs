@@ -57,6 +57,7 @@ switchyard_guest_sdk::export_policy!(LMetric);
 
 #[cfg(test)]
 mod tests {
+    use switchyard_guest_sdk::Column;
     use switchyard_guest_sdk::Policy;
     use switchyard_guest_sdk::testing::Case;
 
@@ -65,8 +66,8 @@ mod tests {
     #[test]
     fn cost_is_uncached_tokens_times_batch_size() {
         let mut case = Case::new(4).prompt(1000);
-        case.cached_tokens = vec![800, 0, 1200, 500];
-        case.active_requests = vec![10, 1, 7, 3];
+        case[Column::CachedTokens] = vec![800, 0, 1200, 500];
+        case[Column::ActiveRequests] = vec![10, 1, 7, 3];
         // 200 × 10, 1000 × 1, 0 × 7 (fully cached), 500 × 3.
         assert_eq!(case.costs(&mut LMetric).unwrap(), vec![2000.0, 1000.0, 0.0, 1500.0]);
         assert_eq!(case.best(&mut LMetric), 2);
@@ -75,13 +76,13 @@ mod tests {
     #[test]
     fn a_deep_cache_hit_loses_to_a_short_batch_when_the_product_says_so() {
         let mut case = Case::new(2).prompt(4096);
-        case.cached_tokens = vec![3072, 0];
-        case.active_requests = vec![8, 2];
+        case[Column::CachedTokens] = vec![3072, 0];
+        case[Column::ActiveRequests] = vec![8, 2];
         // 1024 × 8 = 8192 > 4096 × 2 = 8192? equal: then a deeper batch tips it.
         assert_eq!(case.costs(&mut LMetric).unwrap(), vec![8192.0, 8192.0]);
-        case.active_requests[0] = 9;
+        case[Column::ActiveRequests][0] = 9;
         assert_eq!(case.best(&mut LMetric), 1);
-        case.active_requests[0] = 7;
+        case[Column::ActiveRequests][0] = 7;
         assert_eq!(case.best(&mut LMetric), 0);
     }
 

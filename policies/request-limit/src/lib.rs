@@ -92,6 +92,7 @@ switchyard_guest_sdk::export_policy!(RequestLimit);
 
 #[cfg(test)]
 mod tests {
+    use switchyard_guest_sdk::Column;
     use switchyard_guest_sdk::Policy;
     use switchyard_guest_sdk::testing::Case;
 
@@ -100,7 +101,7 @@ mod tests {
     #[test]
     fn workers_at_their_limit_are_filtered_out_below_it_kept() {
         let mut case = Case::new(4);
-        case.active_requests = vec![255, 256, 300, 0];
+        case[Column::ActiveRequests] = vec![255, 256, 300, 0];
         let mut policy = RequestLimit::configure("{}").unwrap();
         assert!(policy.info().filters);
         assert_eq!(case.keep(&mut policy).unwrap(), vec![true, false, false, true]);
@@ -111,7 +112,7 @@ mod tests {
     #[test]
     fn the_kept_workers_are_scored_with_the_default_cost() {
         let mut case = Case::new(2).prompt(160);
-        case.decode_blocks = vec![30, 20];
+        case[Column::DecodeBlocks] = vec![30, 20];
         let mut policy = RequestLimit::configure(r#"{"cost": {"prefill_load_scale": 0.5}}"#).unwrap();
         // 0.5 × 160 / 16 + decode.
         assert_eq!(case.costs(&mut policy).unwrap(), vec![35.0, 25.0]);

@@ -1,5 +1,6 @@
 //! The cache-aware rule, the commit discipline and the tree's eviction on hand-made cases.
 
+use switchyard_guest_sdk::Column;
 use switchyard_guest_sdk::testing::Case;
 use switchyard_guest_sdk::{Policy, WorkerRank};
 
@@ -54,13 +55,13 @@ fn imbalanced_load_overrides_the_cache() {
     let mut request = case(&[1, 2, 3]);
     request.commit(&mut p, 0);
     // Spread 70 > 64 and 80 > 1.5 × 10: imbalanced → least loaded, despite the full hit.
-    request.active_requests = vec![80, 10, 40];
+    request[Column::ActiveRequests] = vec![80, 10, 40];
     assert_eq!(request.best(&mut p), 1);
     // Spread 60 ≤ 64: balanced → the cache wins.
-    request.active_requests = vec![70, 10, 40];
+    request[Column::ActiveRequests] = vec![70, 10, 40];
     assert_eq!(request.best(&mut p), 0);
     // Spread 70 > 64 but 210 ≤ 1.5 × 140: the relative test fails → balanced.
-    request.active_requests = vec![210, 140, 150];
+    request[Column::ActiveRequests] = vec![210, 140, 150];
     assert_eq!(request.best(&mut p), 0);
 }
 

@@ -1,5 +1,6 @@
 //! The two-choice switch on hand-made cases.
 
+use switchyard_guest_sdk::Column;
 use switchyard_guest_sdk::Policy;
 use switchyard_guest_sdk::testing::Case;
 
@@ -38,18 +39,18 @@ fn affinity_is_kept_under_the_bound_and_switches_above_it() {
     let mut case = case(4, 11);
     let (a, b) = choices(&case);
     // Total 4 → bound (4 + 1) / 4 × 1.25 = 1.5625: a at 1 stays, though b is idle.
-    case.active_requests[a] = 1;
-    case.active_requests[(0..4).find(|&r| r != a && r != b).unwrap()] = 3;
+    case[Column::ActiveRequests][a] = 1;
+    case[Column::ActiveRequests][(0..4).find(|&r| r != a && r != b).unwrap()] = 3;
     assert_eq!(case.best(&mut policy("{}")), a);
     // a at 6 of total 9 → bound 3.125: switch to b (idle), and a becomes the alternative.
-    case.active_requests[a] = 6;
+    case[Column::ActiveRequests][a] = 6;
     let costs = case.costs(&mut policy("{}")).unwrap();
     assert_eq!((costs[b], costs[a]), (0.0, 1.0));
     // If b is even busier, a stays: the switch only goes to the lower load.
-    case.active_requests[b] = 7;
+    case[Column::ActiveRequests][b] = 7;
     assert_eq!(case.best(&mut policy("{}")), a);
     // A generous factor keeps affinity in the second case.
-    case.active_requests[b] = 0;
+    case[Column::ActiveRequests][b] = 0;
     assert_eq!(case.best(&mut policy(r#"{"load_factor": 4}"#)), a);
 }
 
