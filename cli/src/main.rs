@@ -41,6 +41,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    output::init_logs();
     let result = match cli.command {
         Command::Select(args) => select::run(*args),
         Command::Policy(command) => policy::run(command),

@@ -51,6 +51,16 @@ pub fn write_line(line: std::fmt::Arguments<'_>) {
     }
 }
 
+/// Sets up the one `tracing` subscriber of every command: structured logs on stderr
+/// (stdout carries the answers and the `listening on` line scripts read), filtered by
+/// `RUST_LOG`, `info` by default (the service's uploads, assignments, breaker trips and
+/// refusals; the host's rejected artifacts).
+pub fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
 /// Prints `value` as pretty JSON.
 pub fn print_json(value: &serde_json::Value) {
     outln!("{}", serde_json::to_string_pretty(value).expect("a Value always serialises"));

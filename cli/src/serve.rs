@@ -24,11 +24,6 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), CliError> {
-    // Structured logs on stderr (stdout carries the `listening on` line scripts read):
-    // `RUST_LOG` filters, `info` by default.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let options = switchyard_service::ServeOptions {
         listen: args.listen,
         data_dir: args.data_dir,

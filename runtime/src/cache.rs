@@ -153,7 +153,7 @@ impl ArtifactCache {
 
     fn reject(&self, path: &Path, why: &str) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
-        eprintln!("switchyard: rejected the compiled artifact {}: {why}; compiling again", path.display());
+        tracing::warn!(artifact = %path.display(), why, "rejected a compiled artifact; compiling again");
         remove_entry(path);
     }
 }

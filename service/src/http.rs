@@ -171,7 +171,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
-                    eprintln!("switchyard serve: accepting a connection: {e}");
+                    tracing::warn!(error = %e, "accepting a connection");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }

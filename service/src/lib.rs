@@ -63,7 +63,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         if std::env::var_os("SWITCHYARD_ADMIN_TOKEN").is_none() {
-            eprintln!("admin token: {}", data_dir.join("admin.token").display());
+            tracing::info!(path = %data_dir.join("admin.token").display(), "admin token");
         }
         println!("listening on http://{addr}");
         std::io::stdout().flush()?;

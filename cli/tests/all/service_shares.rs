@@ -105,21 +105,30 @@ fn a_tenant_over_its_in_flight_share_gets_its_own_429() {
     upload(&c, &token, "acme", "mine", DEFAULT_POLICY, None);
     assign(&c, &token, "acme", "gold", json!({ "policy": "mine" }));
     let url = server.url().to_string();
-    let statuses: Vec<u16> = (0..8)
-        .map(|_| {
-            let (url, token) = (url.clone(), token.clone());
-            thread::spawn(move || {
-                let c = Client::at(&url);
-                (0..20).map(|_| select(&c, &token, "acme", "gold").0).collect::<Vec<u16>>()
+    // Bursts of 8 threads on a share of one until two selections overlap: on a loaded
+    // machine one burst can happen to run one selection at a time.
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        let statuses: Vec<u16> = (0..8)
+            .map(|_| {
+                let (url, token) = (url.clone(), token.clone());
+                thread::spawn(move || {
+                    let c = Client::at(&url);
+                    (0..20).map(|_| select(&c, &token, "acme", "gold").0).collect::<Vec<u16>>()
+                })
             })
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .flat_map(|t| t.join().unwrap())
-        .collect();
-    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
-    assert!(statuses.contains(&200));
-    assert!(statuses.contains(&429), "8 threads on a share of one: some wait their turn");
+            .collect::<Vec<_>>()
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
+        seen.extend(statuses);
+        if seen.contains(&429) {
+            break;
+        }
+    }
+    assert!(seen.contains(&200));
+    assert!(seen.contains(&429), "8 threads on a share of one: some wait their turn");
     let (status, v) = select(&c, &token, "acme", "gold");
     assert_eq!(status, 200, "the share is given back: {v}");
 }
