@@ -3,17 +3,24 @@
 //! breaker is set by `switchyard::GuardConfig` (`[guard]`: `quarantine_after`,
 //! `backoff_initial`, `backoff_max`), the same table `switchyard select` reads.
 //!
-//! The table is read as a flat [`ServiceConfig`] and validated into [`ServiceLimits`], so
-//! a running service only ever holds limits that make sense (every cap at least 1).
+//! The table is read as a [`ServiceConfig`] (each field, its default and why, written
+//! once) and validated into [`ServiceLimits`], so a running service only ever holds
+//! limits that make sense (every cap at least 1).
+
+use std::ops::Deref;
 
 use serde::{Deserialize, Serialize};
 use switchyard::selection::wire::{RequestLimits, RequestLimitsConfig};
 
-/// Limits on what clients may ask of the service. Each refusal is a clear error that
-/// names its limit. Read from `[service]` through [`ServiceConfig`].
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(try_from = "ServiceConfig")]
-pub struct ServiceLimits {
+/// `[service]` as written: every field optional (the default), no unknown ones. Each
+/// refusal a limit causes is a clear error that names it. Validated into
+/// [`ServiceLimits`], which is what the service holds.
+///
+/// The request limits are flat in the table (serde cannot deny unknown fields of a
+/// flattened table) and become a [`RequestLimits`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServiceConfig {
     /// Largest upload body (a component), bytes (→ 413 `body-too-large`). 8 MiB: twice
     /// the largest component the engine accepts by default, so an oversized component is
     /// reported by the validator as `too-large` with its size rather than cut off here.
@@ -77,38 +84,20 @@ pub struct ServiceLimits {
     /// tenant's burst (many versions, many concurrent selects) holds at most 16 of the
     /// pool's slots and never starves another tenant's instances.
     pub max_in_flight_per_tenant: usize,
-    /// What one selection request may ask for (workers, `dp_size`, slots, taints, prefix
-    /// hashes, prompt blocks; → 400 `invalid-input` naming the limit). The fields of
-    /// [`RequestLimitsConfig`], flat in `[service]`.
-    pub requests: RequestLimits,
-}
-
-/// `[service]` as written: every field optional (the default), no unknown ones.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ServiceConfig {
-    pub max_body_bytes: usize,
-    pub max_select_body_bytes: usize,
-    pub max_management_body_bytes: usize,
-    pub body_read_timeout_ms: u64,
-    pub header_read_timeout_ms: u64,
-    pub max_connections: usize,
-    pub max_inflight_selections: usize,
-    pub uploads_per_minute: usize,
-    pub max_policies_per_tenant: usize,
-    pub compile_concurrency: usize,
-    pub idle_instances_per_version: usize,
-    pub max_idle_instances: usize,
-    pub max_in_flight_per_tenant: usize,
-    pub writes_per_minute: usize,
-    pub max_versions_per_policy: usize,
-    pub max_classes_per_tenant: usize,
+    /// Workers in one request's table (→ 400 `invalid-input`); see [`RequestLimitsConfig`]
+    /// for this and the six below, their defaults and why.
     pub max_workers: usize,
+    /// Data-parallel ranks of one worker.
     pub max_dp_size: u32,
+    /// Candidates (worker, rank) in one request.
     pub max_slots: usize,
+    /// Taints of one worker.
     pub max_taints_per_worker: usize,
+    /// Entries of `preferred_taints`.
     pub max_preferred_taints: usize,
+    /// Entries of `prefix_hashes`.
     pub max_prefix_hashes: usize,
+    /// `ceil(prompt_tokens / block_size)`.
     pub max_prompt_blocks: u32,
 }
 
@@ -140,6 +129,30 @@ impl Default for ServiceConfig {
             max_prefix_hashes: r.max_prefix_hashes,
             max_prompt_blocks: r.max_prompt_blocks,
         }
+    }
+}
+
+/// The service's limits: a [`ServiceConfig`] whose every value was checked (built only
+/// from one, by `TryFrom` or as `[service]` is deserialised), and the request limits it
+/// names. Reads like the config (`limits.max_body_bytes`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "ServiceConfig")]
+pub struct ServiceLimits {
+    config: ServiceConfig,
+    requests: RequestLimits,
+}
+
+impl Deref for ServiceLimits {
+    type Target = ServiceConfig;
+    fn deref(&self) -> &ServiceConfig {
+        &self.config
+    }
+}
+
+impl ServiceLimits {
+    /// What one selection request may ask for (→ 400 `invalid-input` naming the limit).
+    pub fn requests(&self) -> &RequestLimits {
+        &self.requests
     }
 }
 
@@ -185,59 +198,7 @@ impl TryFrom<ServiceConfig> for ServiceLimits {
             max_prompt_blocks: c.max_prompt_blocks,
         })
         .map_err(|e| format!("[service] {e}"))?;
-        Ok(Self {
-            max_body_bytes: c.max_body_bytes,
-            max_select_body_bytes: c.max_select_body_bytes,
-            max_management_body_bytes: c.max_management_body_bytes,
-            body_read_timeout_ms: c.body_read_timeout_ms,
-            header_read_timeout_ms: c.header_read_timeout_ms,
-            max_connections: c.max_connections,
-            max_inflight_selections: c.max_inflight_selections,
-            uploads_per_minute: c.uploads_per_minute,
-            max_policies_per_tenant: c.max_policies_per_tenant,
-            compile_concurrency: c.compile_concurrency,
-            idle_instances_per_version: c.idle_instances_per_version,
-            max_idle_instances: c.max_idle_instances,
-            max_in_flight_per_tenant: c.max_in_flight_per_tenant,
-            writes_per_minute: c.writes_per_minute,
-            max_versions_per_policy: c.max_versions_per_policy,
-            max_classes_per_tenant: c.max_classes_per_tenant,
-            requests,
-        })
-    }
-}
-
-impl ServiceLimits {
-    /// Checks limits built in code rather than read from `[service]` (which is checked
-    /// as it is read): the same rules.
-    pub fn validate(&self) -> Result<(), String> {
-        let r = self.requests.config();
-        let config = ServiceConfig {
-            max_body_bytes: self.max_body_bytes,
-            max_select_body_bytes: self.max_select_body_bytes,
-            max_management_body_bytes: self.max_management_body_bytes,
-            body_read_timeout_ms: self.body_read_timeout_ms,
-            header_read_timeout_ms: self.header_read_timeout_ms,
-            max_connections: self.max_connections,
-            max_inflight_selections: self.max_inflight_selections,
-            uploads_per_minute: self.uploads_per_minute,
-            max_policies_per_tenant: self.max_policies_per_tenant,
-            compile_concurrency: self.compile_concurrency,
-            idle_instances_per_version: self.idle_instances_per_version,
-            max_idle_instances: self.max_idle_instances,
-            max_in_flight_per_tenant: self.max_in_flight_per_tenant,
-            writes_per_minute: self.writes_per_minute,
-            max_versions_per_policy: self.max_versions_per_policy,
-            max_classes_per_tenant: self.max_classes_per_tenant,
-            max_workers: r.max_workers,
-            max_dp_size: r.max_dp_size,
-            max_slots: r.max_slots,
-            max_taints_per_worker: r.max_taints_per_worker,
-            max_preferred_taints: r.max_preferred_taints,
-            max_prefix_hashes: r.max_prefix_hashes,
-            max_prompt_blocks: r.max_prompt_blocks,
-        };
-        Self::try_from(config).map(|_| ())
+        Ok(Self { config: c, requests })
     }
 }
 
@@ -255,7 +216,7 @@ mod tests {
     fn the_flat_table_is_validated_into_limits() {
         let limits: ServiceLimits =
             serde_json::from_str(r#"{"max_dp_size": 8, "max_inflight_selections": 3}"#).unwrap();
-        assert_eq!(limits.requests.config().max_dp_size, 8);
+        assert_eq!(limits.requests().config().max_dp_size, 8);
         assert_eq!(limits.max_inflight_selections, 3);
         assert_eq!(limits.max_select_body_bytes, 2 << 20);
         let zero = serde_json::from_str::<ServiceLimits>(r#"{"max_connections": 0}"#).unwrap_err();
@@ -264,8 +225,7 @@ mod tests {
         assert!(slots.to_string().contains("max_slots must be at least 1"), "{slots}");
         let unknown = serde_json::from_str::<ServiceLimits>(r#"{"max_dp": 1}"#).unwrap_err();
         assert!(unknown.to_string().contains("unknown field"), "{unknown}");
-        assert!(ServiceLimits::default().validate().is_ok());
-        let bad = ServiceLimits { max_inflight_selections: 0, ..ServiceLimits::default() };
-        assert!(bad.validate().unwrap_err().contains("max_inflight_selections"));
+        let bad = ServiceConfig { max_inflight_selections: 0, ..ServiceConfig::default() };
+        assert!(ServiceLimits::try_from(bad).unwrap_err().contains("max_inflight_selections"));
     }
 }

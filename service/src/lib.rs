@@ -27,7 +27,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-pub use config::ServiceLimits;
+pub use config::{ServiceConfig, ServiceLimits};
 pub use error::ApiError;
 pub use state::Service;
 use switchyard::{GuardConfig, Limits};
@@ -49,7 +49,6 @@ pub struct ServeOptions {
 /// and scripts read the port from it when listening on port 0), and serves until
 /// interrupted.
 pub fn run(options: ServeOptions) -> anyhow::Result<()> {
-    options.limits.validate().map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let admin_env = std::env::var("SWITCHYARD_ADMIN_TOKEN").ok();

@@ -56,7 +56,7 @@ impl Service {
         let _in_flight = self.enter(&tenant)?;
         let class = request.classifier_class.clone().or_else(|| request.policy_class.clone());
         let (table, request) =
-            request.into_parts_within(&self.limits.requests).map_err(|e| invalid(e.to_string()))?;
+            request.into_parts_within(self.limits.requests()).map_err(|e| invalid(e.to_string()))?;
 
         let started = Instant::now();
         let route = self
