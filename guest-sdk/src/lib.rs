@@ -9,8 +9,10 @@
 //! compares the same code, and the cost logic lives in one place.
 
 mod candidates;
+pub mod check;
 pub mod hash;
 mod params;
+pub mod placement;
 mod request;
 
 /// Hand-made cases for policies' unit tests (native only).
