@@ -38,7 +38,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use serde::Deserialize;
 use switchyard_guest_sdk::hash::{endpoint, hash2, mix64};
 use switchyard_guest_sdk::{
-    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, parse_parameters,
+    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, check, parse_parameters,
 };
 
 /// The tenant-settable parameters, with KubeAI's defaults.
@@ -65,22 +65,9 @@ impl Default for Parameters {
 impl Parameters {
     /// Checks ranges; the error names the field.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        if self.prefix_blocks == 0 {
-            return Err(PolicyError::invalid_parameters("field `prefix_blocks`: must be at least 1"));
-        }
-        if !(1..=4096).contains(&self.replication) {
-            return Err(PolicyError::invalid_parameters(format!(
-                "field `replication`: {} is out of range 1..=4096",
-                self.replication
-            )));
-        }
-        if !(self.load_factor.is_finite() && self.load_factor > 0.0) {
-            return Err(PolicyError::invalid_parameters(format!(
-                "field `load_factor`: {} must be a finite number > 0",
-                self.load_factor
-            )));
-        }
-        Ok(())
+        check::at_least("prefix_blocks", self.prefix_blocks, 1)?;
+        check::in_range("replication", self.replication, 1..=4096)?;
+        check::finite_positive("load_factor", self.load_factor)
     }
 }
 

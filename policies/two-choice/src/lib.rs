@@ -23,7 +23,7 @@
 use serde::Deserialize;
 use switchyard_guest_sdk::hash::{endpoint, hash2, mix64};
 use switchyard_guest_sdk::{
-    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, parse_parameters,
+    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, check, parse_parameters,
 };
 
 /// Salts that make the two choices independent hashes of the same key.
@@ -51,16 +51,8 @@ impl Default for Parameters {
 impl Parameters {
     /// Checks ranges; the error names the field.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        if self.prefix_blocks == 0 {
-            return Err(PolicyError::invalid_parameters("field `prefix_blocks`: must be at least 1"));
-        }
-        if !(self.load_factor.is_finite() && self.load_factor > 0.0) {
-            return Err(PolicyError::invalid_parameters(format!(
-                "field `load_factor`: {} must be a finite number > 0",
-                self.load_factor
-            )));
-        }
-        Ok(())
+        check::at_least("prefix_blocks", self.prefix_blocks, 1)?;
+        check::finite_positive("load_factor", self.load_factor)
     }
 }
 
