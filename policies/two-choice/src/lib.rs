@@ -22,6 +22,7 @@
 
 use serde::Deserialize;
 use switchyard_guest_sdk::hash::{endpoint, hash2, mix64};
+use switchyard_guest_sdk::placement::{LoadBound, prefix_key};
 use switchyard_guest_sdk::{
     Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, check, parse_parameters,
 };
@@ -68,11 +69,10 @@ impl TwoChoice {
         Ok(Self { params })
     }
 
+    /// The request's prefix hash (salted per choice before use), or its scrambled seed
+    /// without one.
     fn key(&self, request: &Request<'_>) -> u64 {
-        match request.prefix_hashes() {
-            Some(h) if !h.is_empty() => h[(self.params.prefix_blocks as usize).min(h.len()) - 1],
-            _ => mix64(request.facts().seed),
-        }
+        prefix_key(request, self.params.prefix_blocks).unwrap_or_else(|| mix64(request.facts().seed))
     }
 }
 
@@ -110,9 +110,8 @@ impl Policy for TwoChoice {
             return Ok(());
         };
         let load = candidates.active_requests();
-        let total: u64 = load.iter().map(|&r| u64::from(r)).sum();
-        let bound = (total + 1) as f64 / candidates.len() as f64 * self.params.load_factor;
-        let keep_affinity = f64::from(load[a]) <= bound || load[a] <= load[b];
+        let bound = LoadBound::new(candidates, self.params.load_factor);
+        let keep_affinity = bound.admits(load[a]) || load[a] <= load[b];
         let (chosen, other) = if keep_affinity { (a, b) } else { (b, a) };
         costs[chosen] = 0.0;
         costs[other] = 1.0;
