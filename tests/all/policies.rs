@@ -256,18 +256,53 @@ fn parameter_errors_have_one_shape_natively_and_as_guests() {
         ),
     ];
     for (name, params, message) in cases {
-        let builtin = builtin::find(name).unwrap();
-        let native = builtin.native(params).err().unwrap_or_else(|| panic!("{name} {params}: accepted"));
-        assert_eq!(native.kind, switchyard_guest_sdk::ErrorKind::InvalidParameters, "{name} {params}");
-        assert_eq!(native.message, message, "{name} {params}");
-        let guest = GuestScorer::new(name, component(builtin.component), params)
-            .err()
-            .unwrap_or_else(|| panic!("{name} guest {params}: accepted"));
-        assert_eq!(guest.kind, switchyard::LoadErrorKind::ConfigureFailed, "{name} {params}");
-        assert_eq!(
-            guest.message,
-            native.to_string(),
-            "{name} {params}: the guest says what the native build does"
-        );
+        assert_eq!(refusal(name, params).message, message, "{name} {params}");
     }
+}
+
+/// A value of the wrong type or an unknown field is named by its whole path, however
+/// deep, natively and as a guest (before, only the top-level field a search could blame
+/// was named, and none when two were wrong).
+#[test]
+fn type_errors_name_the_whole_path_natively_and_as_guests() {
+    let cases = [
+        (
+            "class-aware",
+            r#"{"classes": {"gold": {"prefill_load_scale": "x"}}}"#,
+            "field `classes.gold.prefill_load_scale`: invalid type: string \"x\", expected f64",
+        ),
+        (
+            "request-limit",
+            r#"{"cost": {"bogus": 1}}"#,
+            "field `cost.bogus`: unknown field `bogus`, expected one of",
+        ),
+        (
+            "chwbl",
+            r#"{"prefix_blocks": "x", "load_factor": "y"}"#,
+            "field `load_factor`: invalid type: string \"y\"",
+        ),
+        ("lmetric", r#"{"alpha": 1}"#, "field `alpha`: unknown field `alpha`"),
+    ];
+    for (name, params, start) in cases {
+        let message = refusal(name, params).message;
+        assert!(message.starts_with(start), "{name} {params}: {message}");
+    }
+}
+
+/// How both builds of `name` refuse `params`: the same kind and message (the native
+/// build's error is returned).
+fn refusal(name: &str, params: &str) -> switchyard_guest_sdk::PolicyError {
+    let builtin = builtin::find(name).unwrap();
+    let native = builtin.native(params).err().unwrap_or_else(|| panic!("{name} {params}: accepted"));
+    assert_eq!(native.kind, switchyard_guest_sdk::ErrorKind::InvalidParameters, "{name} {params}");
+    let guest = GuestScorer::new(name, component(builtin.component), params)
+        .err()
+        .unwrap_or_else(|| panic!("{name} guest {params}: accepted"));
+    assert_eq!(guest.kind, switchyard::LoadErrorKind::ConfigureFailed, "{name} {params}");
+    assert_eq!(
+        guest.message,
+        native.to_string(),
+        "{name} {params}: the guest says what the native build does"
+    );
+    native
 }
