@@ -7,7 +7,7 @@
 //! The interval is written in mathematical notation (`[1, 4096]`, `[1, ∞)`, `(0, ∞)`,
 //! `[0, 1]`), which says whether each end is included and reads the same for integers
 //! and numbers. Parameter type errors from [`parse_parameters`](crate::parse_parameters)
-//! start the same way (`field `<path>`: …`), so a tenant sees one shape for every
+//! start the same way (``field `<path>`: …``), so a tenant sees one shape for every
 //! parameter error, and [`nested`] keeps it when a policy validates another's parameters
 //! under a path of its own.
 //!
@@ -25,7 +25,7 @@ pub fn out_of_range(path: &str, value: impl Display, interval: impl Display) -> 
     field(path, format_args!("{value} is out of range {interval}"))
 }
 
-/// An error about the parameter at `path`: `field `<path>`: <detail>`.
+/// An error about the parameter at `path`: ``field `<path>`: <detail>``.
 pub fn field(path: &str, detail: impl Display) -> PolicyError {
     PolicyError::invalid_parameters(format!("field `{path}`: {detail}"))
 }
@@ -61,8 +61,8 @@ pub fn finite_non_negative(path: &str, value: f64) -> Result<(), PolicyError> {
 }
 
 /// `error` from checking parameters that sit at `prefix` in the caller's own (a
-/// composite policy's row or sub-table): a `field `<path>`: …` message becomes
-/// `field `<prefix>.<path>`: …`, any other message `field `<prefix>`: <message>`, so
+/// composite policy's row or sub-table): a ``field `<path>`: …`` message becomes
+/// ``field `<prefix>.<path>`: …``, any other message ``field `<prefix>`: <message>``, so
 /// the path is the whole way from the top of the tenant's parameters. The kind is kept.
 pub fn nested(prefix: &str, error: PolicyError) -> PolicyError {
     let message = match error.message.strip_prefix("field `") {

@@ -10,7 +10,7 @@ use crate::{PolicyError, check};
 /// Use `#[serde(deny_unknown_fields, default)]` on the parameters struct: an unknown
 /// field is then an error naming it, and a value of the wrong type names its field too.
 /// Either error says where, from the top of the parameters, in the shape of the range
-/// checks ([`check`]): `field `classes.gold.prefill_load_scale`: invalid type: …`.
+/// checks ([`check`]): ``field `classes.gold.prefill_load_scale`: invalid type: …``.
 pub fn parse_parameters<P: DeserializeOwned>(json: &str) -> Result<P, PolicyError> {
     let json = json.trim();
     let json = if json.is_empty() || json == "null" { "{}" } else { json };
