@@ -7,10 +7,18 @@
 //!
 //! Both builds see the same [`Request`] and [`Candidates`] views, so "guest vs native"
 //! compares the same code, and the cost logic lives in one place.
+//!
+//! What every policy needs is written once here, so policies read and fail alike:
+//! [`parse_parameters`] reads the tenant's JSON (an error names the path to the bad
+//! value), [`check`] validates ranges with one message shape, [`placement`] holds the
+//! prefix key and the load bound of prefix-affinity policies, and [`hash`] a hash that
+//! is the same in both builds.
 
 mod candidates;
+pub mod check;
 pub mod hash;
 mod params;
+pub mod placement;
 mod request;
 
 /// Hand-made cases for policies' unit tests (native only).
@@ -131,7 +139,8 @@ impl std::error::Error for PolicyError {}
 /// `on_selected` (if [`PolicyInfo::wants_commits`]).
 pub trait Policy: Sized + 'static {
     /// Builds the policy from the tenant's JSON parameters (`{}` means defaults).
-    /// Use [`parse_parameters`] so that an error names the offending field.
+    /// Use [`parse_parameters`] so that an error names the offending field, and [`check`]
+    /// for ranges, so that every policy states them the same way.
     fn configure(parameters: &str) -> Result<Self, PolicyError>;
 
     /// Describes the policy.

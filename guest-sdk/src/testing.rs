@@ -99,8 +99,9 @@ impl Case {
 
     /// Runs `f` on this case's columns as a policy sees them: every group declared, the
     /// u32 columns packed as they travel, and the multipliers left out when all are 1.0
-    /// (as the host does when no preference applies).
-    fn with_view<R>(&self, f: impl FnOnce(&Candidates<'_>) -> R) -> R {
+    /// (as the host does when no preference applies). For testing helpers that take
+    /// the candidates rather than a whole policy.
+    pub fn with_candidates<R>(&self, f: impl FnOnce(&Candidates<'_>) -> R) -> R {
         let mut packed = Vec::with_capacity(self.worker_ids.len() * Column::ALL.len());
         for column in Column::present(InputGroups::ALL) {
             packed.extend_from_slice(&self[column]);
@@ -114,10 +115,15 @@ impl Case {
         f(&Candidates::new(columns, InputGroups::ALL).expect("a Case's columns line up"))
     }
 
+    /// Runs `f` on this case's request (its facts and lazily fetched facts).
+    pub fn with_request<R>(&self, f: impl FnOnce(&Request<'_>) -> R) -> R {
+        f(&Request::new(&self.facts, &self.lazy))
+    }
+
     /// The policy's costs for this case.
     pub fn costs<P: Policy>(&self, policy: &mut P) -> Result<Vec<f64>, PolicyError> {
         let mut costs = vec![0.0; self.worker_ids.len()];
-        self.with_view(|view| policy.score(&Request::new(&self.facts, &self.lazy), view, &mut costs))?;
+        self.with_candidates(|view| policy.score(&Request::new(&self.facts, &self.lazy), view, &mut costs))?;
         Ok(costs)
     }
 
@@ -131,7 +137,7 @@ impl Case {
     /// The policy's keep mask for this case.
     pub fn keep<P: Policy>(&self, policy: &mut P) -> Result<Vec<bool>, PolicyError> {
         let mut keep = vec![true; self.worker_ids.len()];
-        self.with_view(|view| policy.filter(&Request::new(&self.facts, &self.lazy), view, &mut keep))?;
+        self.with_candidates(|view| policy.filter(&Request::new(&self.facts, &self.lazy), view, &mut keep))?;
         Ok(keep)
     }
 

@@ -18,6 +18,7 @@ pub mod error;
 pub mod http;
 pub mod manage;
 pub mod metrics;
+mod params;
 mod rates;
 pub mod select;
 pub mod state;

@@ -95,7 +95,9 @@ fn unknown_tenant(tenant: &str) -> ApiError {
 /// The version of an upload: sha256 of the component bytes; with parameters, sha256 of
 /// the bytes' sha256, a newline, and the parameters text (so each (bytes, parameters)
 /// pair is its own version, and a parameterless upload's version is the file's sha256,
-/// as `switchyard select` and `policy check` print it).
+/// as `switchyard select` and `policy check` print it). `upload` passes the parameters'
+/// canonical text (`params::canonical_params`), so spacing and key order make no new
+/// version.
 pub fn version_of(blob_sha256: &str, params: Option<&str>) -> String {
     match params {
         None => blob_sha256.to_string(),
@@ -331,17 +333,9 @@ impl Service {
                 format!("`{name}` is a builtin's name; choose another"),
             ));
         }
-        if let Some(p) = &params {
-            match serde_json::from_str::<serde_json::Value>(p) {
-                Ok(serde_json::Value::Object(_)) => {}
-                _ => {
-                    return Err(ApiError::bad_request(
-                        ErrorKind::InvalidParams,
-                        "`params` must be a JSON object",
-                    ));
-                }
-            }
-        }
+        // Hashed and stored canonical: the same parameters are the same version however
+        // they are spaced or ordered, and every instance is configured from that text.
+        let params = params.as_deref().map(crate::params::canonical_params).transpose()?;
         let blob = hex::encode(Sha256::digest(&bytes));
         let version = version_of(&blob, params.as_deref());
         let parameters = params.clone().unwrap_or_else(|| "{}".into());

@@ -217,3 +217,92 @@ fn sglang_commits_of_long_prompts_fit_the_default_budget() {
         guest.commit(&table, &request, pick.chosen).expect("a long commit fits the budget");
     }
 }
+
+/// Every builtin states an out-of-range parameter in the SDK's one shape, with the path
+/// from the top of its parameters (a composite policy's row included), and its guest
+/// build refuses with exactly the native build's message.
+#[test]
+fn parameter_errors_have_one_shape_natively_and_as_guests() {
+    let cases = [
+        (
+            "default",
+            r#"{"overlap_score_credit": 1.5}"#,
+            "field `overlap_score_credit`: 1.5 is out of range [0, 1]",
+        ),
+        ("chwbl", r#"{"replication": 5000}"#, "field `replication`: 5000 is out of range [1, 4096]"),
+        ("chwbl", r#"{"load_factor": 0}"#, "field `load_factor`: 0 is out of range (0, ∞)"),
+        ("two-choice", r#"{"prefix_blocks": 0}"#, "field `prefix_blocks`: 0 is out of range [1, ∞)"),
+        ("llmd-precise", r#"{"queue_weight": -1}"#, "field `queue_weight`: -1 is out of range [0, ∞)"),
+        ("capacity-aware", r#"{"max_usage": 0}"#, "field `max_usage`: 0 is out of range (0, ∞)"),
+        (
+            "class-aware",
+            r#"{"classes": {"gold": {"overlap_score_credit": 3}}}"#,
+            "field `classes.gold.overlap_score_credit`: 3 is out of range [0, 1]",
+        ),
+        (
+            "request-limit",
+            r#"{"cost": {"prefill_load_scale": -2}}"#,
+            "field `cost.prefill_load_scale`: -2 is out of range [0, ∞)",
+        ),
+        (
+            "request-limit",
+            r#"{"max_in_flight_requests": 0}"#,
+            "field `max_in_flight_requests`: 0 is out of range [1, ∞)",
+        ),
+        (
+            "sglang-cache-aware",
+            r#"{"cache_threshold": 1.5}"#,
+            "field `cache_threshold`: 1.5 is out of range [0, 1]",
+        ),
+    ];
+    for (name, params, message) in cases {
+        assert_eq!(refusal(name, params).message, message, "{name} {params}");
+    }
+}
+
+/// A value of the wrong type or an unknown field is named by its whole path, however
+/// deep, natively and as a guest (before, only the top-level field a search could blame
+/// was named, and none when two were wrong).
+#[test]
+fn type_errors_name_the_whole_path_natively_and_as_guests() {
+    let cases = [
+        (
+            "class-aware",
+            r#"{"classes": {"gold": {"prefill_load_scale": "x"}}}"#,
+            "field `classes.gold.prefill_load_scale`: invalid type: string \"x\", expected f64",
+        ),
+        (
+            "request-limit",
+            r#"{"cost": {"bogus": 1}}"#,
+            "field `cost.bogus`: unknown field `bogus`, expected one of",
+        ),
+        (
+            "chwbl",
+            r#"{"prefix_blocks": "x", "load_factor": "y"}"#,
+            "field `load_factor`: invalid type: string \"y\"",
+        ),
+        ("lmetric", r#"{"alpha": 1}"#, "field `alpha`: unknown field `alpha`"),
+    ];
+    for (name, params, start) in cases {
+        let message = refusal(name, params).message;
+        assert!(message.starts_with(start), "{name} {params}: {message}");
+    }
+}
+
+/// How both builds of `name` refuse `params`: the same kind and message (the native
+/// build's error is returned).
+fn refusal(name: &str, params: &str) -> switchyard_guest_sdk::PolicyError {
+    let builtin = builtin::find(name).unwrap();
+    let native = builtin.native(params).err().unwrap_or_else(|| panic!("{name} {params}: accepted"));
+    assert_eq!(native.kind, switchyard_guest_sdk::ErrorKind::InvalidParameters, "{name} {params}");
+    let guest = GuestScorer::new(name, component(builtin.component), params)
+        .err()
+        .unwrap_or_else(|| panic!("{name} guest {params}: accepted"));
+    assert_eq!(guest.kind, switchyard::LoadErrorKind::ConfigureFailed, "{name} {params}");
+    assert_eq!(
+        guest.message,
+        native.to_string(),
+        "{name} {params}: the guest says what the native build does"
+    );
+    native
+}

@@ -152,6 +152,41 @@ fn service_state_versions_per_policy_are_capped_and_the_rollback_history_makes_r
     assert_eq!((status, v["version"].as_str()), (200, Some(versions[0].as_str())), "{v}");
 }
 
+/// `text` URL-encoded for a query: every byte but letters and digits as `%XX`.
+fn url_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() { char::from(b).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
+#[test]
+fn service_state_the_same_parameters_are_one_version_however_spaced_or_ordered() {
+    let (server, data, _) = start("state-canonical-params", "");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    let put = |params: &str| {
+        uploaded(upload(&c, &token, "acme", "mine", DEFAULT_POLICY, Some(&url_encoded(params))))
+    };
+    let first = put(r#"{"prefill_load_scale": 0.940e-22, "decode_active_request_weight":2}"#);
+    let reordered = put(r#"{"decode_active_request_weight":2,"prefill_load_scale":0.940e-22}"#);
+    let spaced = put("{\n  \"prefill_load_scale\" : 0.940e-22 ,\n  \"decode_active_request_weight\" : 2\n}");
+    assert_eq!((&reordered, &spaced), (&first, &first), "key order and spacing make no new version");
+    assert_eq!(manifest_versions(&data, "acme", "mine"), BTreeSet::from([first.clone()]));
+    // The version is configured from, and lists, the canonical text: keys sorted, no
+    // spacing, the number as written.
+    let (status, v) = c.call("GET", "/v1/tenants/acme/policies", Some(&token), Body::None);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["policies"][0]["versions"][0]["params"],
+        r#"{"decode_active_request_weight":2,"prefill_load_scale":0.940e-22}"#,
+        "{v}"
+    );
+    // Other values are another version.
+    let other = put(r#"{"prefill_load_scale": 0.5, "decode_active_request_weight": 2}"#);
+    assert_ne!(other, first);
+    assert_eq!(manifest_versions(&data, "acme", "mine"), BTreeSet::from([first, other]));
+}
+
 #[test]
 fn service_state_classes_per_tenant_are_capped() {
     let (server, _, _) = start("state-class-cap", "[service]\nmax_classes_per_tenant = 2\n");

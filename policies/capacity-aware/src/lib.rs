@@ -15,7 +15,7 @@
 
 use serde::Deserialize;
 use switchyard_guest_sdk::{
-    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, parse_parameters,
+    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, check, parse_parameters,
 };
 
 /// The tenant-settable parameters.
@@ -36,13 +36,7 @@ impl Default for Parameters {
 impl Parameters {
     /// Checks ranges; the error names the field.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        if !(self.max_usage.is_finite() && self.max_usage > 0.0) {
-            return Err(PolicyError::invalid_parameters(format!(
-                "field `max_usage`: {} must be a finite number > 0",
-                self.max_usage
-            )));
-        }
-        Ok(())
+        check::finite_positive("max_usage", self.max_usage)
     }
 }
 

@@ -1,10 +1,11 @@
 //! Consistent hashing with bounded loads (CHWBL; Mirrokni, Thorup, Zadimoghaddam,
 //! SODA'18; KubeAI `balance_chwbl.go`), see `shared/reference/routing-policies.md` §3.
 //!
-//! The key is the prompt's prefix: with chained block hashes, the hash of the first K
-//! blocks is simply `prefix-hashes[min(K, n) − 1]`. The ring holds `replication` points
-//! per candidate (worker, dp rank) at `hash2(endpoint, i)`. From the key, walk clockwise
-//! and take the first candidate whose requests in flight are within the bound
+//! The key is the prompt's prefix (the SDK's `placement::prefix_key`): with chained block
+//! hashes, the hash of the first K blocks is simply `prefix-hashes[min(K, n) − 1]`. The
+//! ring holds `replication` points per candidate (worker, dp rank) at `hash2(endpoint, i)`.
+//! From the key, walk clockwise and take the first candidate whose requests in flight are
+//! within the bound (`placement::LoadBound`)
 //!
 //! ```text
 //! in_flight_w ≤ (Σ in_flight + 1) / N × load_factor          (N = candidates)
@@ -37,8 +38,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Deserialize;
 use switchyard_guest_sdk::hash::{endpoint, hash2, mix64};
+use switchyard_guest_sdk::placement::{LoadBound, prefix_key};
 use switchyard_guest_sdk::{
-    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, parse_parameters,
+    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, check, parse_parameters,
 };
 
 /// The tenant-settable parameters, with KubeAI's defaults.
@@ -65,22 +67,9 @@ impl Default for Parameters {
 impl Parameters {
     /// Checks ranges; the error names the field.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        if self.prefix_blocks == 0 {
-            return Err(PolicyError::invalid_parameters("field `prefix_blocks`: must be at least 1"));
-        }
-        if !(1..=4096).contains(&self.replication) {
-            return Err(PolicyError::invalid_parameters(format!(
-                "field `replication`: {} is out of range 1..=4096",
-                self.replication
-            )));
-        }
-        if !(self.load_factor.is_finite() && self.load_factor > 0.0) {
-            return Err(PolicyError::invalid_parameters(format!(
-                "field `load_factor`: {} must be a finite number > 0",
-                self.load_factor
-            )));
-        }
-        Ok(())
+        check::at_least("prefix_blocks", self.prefix_blocks, 1)?;
+        check::in_range("replication", self.replication, 1..=4096)?;
+        check::finite_positive("load_factor", self.load_factor)
     }
 }
 
@@ -202,15 +191,10 @@ impl Chwbl {
         Ok(Self { params, points: PointCache::default() })
     }
 
-    /// The ring position of the request's key.
+    /// The ring position of the request's key: its prefix's hash, or its seed without one,
+    /// scrambled so that keys spread over the ring.
     fn key(&self, request: &Request<'_>) -> u64 {
-        match request.prefix_hashes() {
-            Some(h) if !h.is_empty() => {
-                let k = (self.params.prefix_blocks as usize).min(h.len());
-                mix64(h[k - 1])
-            }
-            _ => mix64(request.facts().seed),
-        }
+        mix64(prefix_key(request, self.params.prefix_blocks).unwrap_or(request.facts().seed))
     }
 }
 
@@ -243,8 +227,7 @@ impl Policy for Chwbl {
         }
         let key = self.key(request);
         let load = candidates.active_requests();
-        let total: u64 = load.iter().map(|&r| u64::from(r)).sum();
-        let bound = (total + 1) as f64 / candidates.len() as f64 * self.params.load_factor;
+        let bound = LoadBound::new(candidates, self.params.load_factor);
         // (distance, row) of the first candidate met overall and of the first within bound.
         let mut first: Option<(u64, usize)> = None;
         let mut first_ok: Option<(u64, usize)> = None;
@@ -253,7 +236,7 @@ impl Policy for Chwbl {
             if first.is_none_or(|(best, _)| d < best) {
                 first = Some((d, row));
             }
-            if f64::from(load[row]) <= bound && first_ok.is_none_or(|(best, _)| d < best) {
+            if bound.admits(load[row]) && first_ok.is_none_or(|(best, _)| d < best) {
                 first_ok = Some((d, row));
             }
         });

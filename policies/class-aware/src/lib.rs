@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use switchyard_guest_sdk::{
-    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, parse_parameters,
+    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, check, parse_parameters,
 };
 use switchyard_policy_default::{DefaultPolicy, Parameters as Row};
 
@@ -57,10 +57,7 @@ pub struct ClassAware {
 impl ClassAware {
     /// Validates every row; an error names the row and the field.
     pub fn new(params: Parameters) -> Result<Self, PolicyError> {
-        let row = |where_: &str, row: Row| {
-            DefaultPolicy::new(row)
-                .map_err(|e| PolicyError::invalid_parameters(format!("in `{where_}`: {}", e.message)))
-        };
+        let row = |path: &str, row: Row| DefaultPolicy::new(row).map_err(|e| check::nested(path, e));
         let mut classes = BTreeMap::new();
         for (name, params) in params.classes {
             let policy = row(&format!("classes.{name}"), params)?;

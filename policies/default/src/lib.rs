@@ -14,7 +14,7 @@
 
 use serde::Deserialize;
 use switchyard_guest_sdk::{
-    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Pool, Request, parse_parameters,
+    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Pool, Request, check, parse_parameters,
 };
 
 /// The tenant-settable parameters, with Dynamo's defaults (`KvRouterConfig`).
@@ -55,25 +55,16 @@ impl Default for Parameters {
 impl Parameters {
     /// Checks ranges; the error names the field.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        let check = |name: &str, value: f64, max: f64| {
-            if value.is_finite() && (0.0..=max).contains(&value) {
-                Ok(())
-            } else {
-                Err(PolicyError::invalid_parameters(format!(
-                    "field `{name}`: {value} is out of range 0..={max}"
-                )))
-            }
-        };
-        check("overlap_score_credit", self.overlap_score_credit, 1.0)?;
-        check("overlap_score_credit_decay", self.overlap_score_credit_decay, f64::MAX)?;
-        check("prefill_load_scale", self.prefill_load_scale, f64::MAX)?;
-        check("decode_active_request_weight", self.decode_active_request_weight, f64::MAX)?;
-        check("host_cache_hit_weight", self.host_cache_hit_weight, f64::MAX)?;
-        check("disk_cache_hit_weight", self.disk_cache_hit_weight, f64::MAX)?;
-        if let Some(w) = self.overlap_score_weight {
-            check("overlap_score_weight", w, f64::MAX)?;
+        check::in_range("overlap_score_credit", self.overlap_score_credit, 0.0..=1.0)?;
+        check::finite_non_negative("overlap_score_credit_decay", self.overlap_score_credit_decay)?;
+        check::finite_non_negative("prefill_load_scale", self.prefill_load_scale)?;
+        check::finite_non_negative("decode_active_request_weight", self.decode_active_request_weight)?;
+        check::finite_non_negative("host_cache_hit_weight", self.host_cache_hit_weight)?;
+        check::finite_non_negative("disk_cache_hit_weight", self.disk_cache_hit_weight)?;
+        match self.overlap_score_weight {
+            Some(w) => check::finite_non_negative("overlap_score_weight", w),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Applies the deprecated `overlap_score_weight` the way Dynamo does.

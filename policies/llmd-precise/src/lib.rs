@@ -21,7 +21,7 @@
 
 use serde::Deserialize;
 use switchyard_guest_sdk::{
-    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, parse_parameters,
+    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, check, parse_parameters,
 };
 
 /// The KV score of a worker whose capacity is unknown: the middle of the range.
@@ -48,18 +48,9 @@ impl Default for Parameters {
 impl Parameters {
     /// Checks ranges; the error names the field.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        for (name, value) in [
-            ("prefix_cache_weight", self.prefix_cache_weight),
-            ("kv_cache_utilization_weight", self.kv_cache_utilization_weight),
-            ("queue_weight", self.queue_weight),
-        ] {
-            if !(value.is_finite() && value >= 0.0) {
-                return Err(PolicyError::invalid_parameters(format!(
-                    "field `{name}`: {value} must be a finite number ≥ 0"
-                )));
-            }
-        }
-        Ok(())
+        check::finite_non_negative("prefix_cache_weight", self.prefix_cache_weight)?;
+        check::finite_non_negative("kv_cache_utilization_weight", self.kv_cache_utilization_weight)?;
+        check::finite_non_negative("queue_weight", self.queue_weight)
     }
 }
 

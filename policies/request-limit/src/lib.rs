@@ -13,7 +13,7 @@
 
 use serde::Deserialize;
 use switchyard_guest_sdk::{
-    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, parse_parameters,
+    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, check, parse_parameters,
 };
 use switchyard_policy_default::{DefaultPolicy, Parameters as CostParameters};
 
@@ -42,13 +42,8 @@ pub struct RequestLimit {
 
 impl RequestLimit {
     pub fn new(params: Parameters) -> Result<Self, PolicyError> {
-        if params.max_in_flight_requests == 0 {
-            return Err(PolicyError::invalid_parameters(
-                "field `max_in_flight_requests`: must be at least 1",
-            ));
-        }
-        let cost = DefaultPolicy::new(params.cost)
-            .map_err(|e| PolicyError::invalid_parameters(format!("in `cost`: {}", e.message)))?;
+        check::at_least("max_in_flight_requests", params.max_in_flight_requests, 1)?;
+        let cost = DefaultPolicy::new(params.cost).map_err(|e| check::nested("cost", e))?;
         Ok(Self { limit: params.max_in_flight_requests, cost })
     }
 }

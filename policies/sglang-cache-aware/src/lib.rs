@@ -29,7 +29,7 @@ mod tree;
 
 use serde::Deserialize;
 use switchyard_guest_sdk::{
-    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, WorkerRank, parse_parameters,
+    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, WorkerRank, check, parse_parameters,
 };
 
 use tree::Trees;
@@ -63,22 +63,9 @@ impl Default for Parameters {
 impl Parameters {
     /// Checks ranges; the error names the field.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        if !(self.cache_threshold.is_finite() && (0.0..=1.0).contains(&self.cache_threshold)) {
-            return Err(PolicyError::invalid_parameters(format!(
-                "field `cache_threshold`: {} is out of range 0..=1",
-                self.cache_threshold
-            )));
-        }
-        if !(self.balance_rel_threshold.is_finite() && self.balance_rel_threshold >= 0.0) {
-            return Err(PolicyError::invalid_parameters(format!(
-                "field `balance_rel_threshold`: {} must be a finite number ≥ 0",
-                self.balance_rel_threshold
-            )));
-        }
-        if self.max_tree_size == 0 {
-            return Err(PolicyError::invalid_parameters("field `max_tree_size`: must be at least 1"));
-        }
-        Ok(())
+        check::in_range("cache_threshold", self.cache_threshold, 0.0..=1.0)?;
+        check::finite_non_negative("balance_rel_threshold", self.balance_rel_threshold)?;
+        check::at_least("max_tree_size", self.max_tree_size, 1)
     }
 }
 

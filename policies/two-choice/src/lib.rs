@@ -22,8 +22,9 @@
 
 use serde::Deserialize;
 use switchyard_guest_sdk::hash::{endpoint, hash2, mix64};
+use switchyard_guest_sdk::placement::{LoadBound, prefix_key};
 use switchyard_guest_sdk::{
-    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, parse_parameters,
+    Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, check, parse_parameters,
 };
 
 /// Salts that make the two choices independent hashes of the same key.
@@ -51,16 +52,8 @@ impl Default for Parameters {
 impl Parameters {
     /// Checks ranges; the error names the field.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        if self.prefix_blocks == 0 {
-            return Err(PolicyError::invalid_parameters("field `prefix_blocks`: must be at least 1"));
-        }
-        if !(self.load_factor.is_finite() && self.load_factor > 0.0) {
-            return Err(PolicyError::invalid_parameters(format!(
-                "field `load_factor`: {} must be a finite number > 0",
-                self.load_factor
-            )));
-        }
-        Ok(())
+        check::at_least("prefix_blocks", self.prefix_blocks, 1)?;
+        check::finite_positive("load_factor", self.load_factor)
     }
 }
 
@@ -76,11 +69,10 @@ impl TwoChoice {
         Ok(Self { params })
     }
 
+    /// The request's prefix hash (salted per choice before use), or its scrambled seed
+    /// without one.
     fn key(&self, request: &Request<'_>) -> u64 {
-        match request.prefix_hashes() {
-            Some(h) if !h.is_empty() => h[(self.params.prefix_blocks as usize).min(h.len()) - 1],
-            _ => mix64(request.facts().seed),
-        }
+        prefix_key(request, self.params.prefix_blocks).unwrap_or_else(|| mix64(request.facts().seed))
     }
 }
 
@@ -118,9 +110,8 @@ impl Policy for TwoChoice {
             return Ok(());
         };
         let load = candidates.active_requests();
-        let total: u64 = load.iter().map(|&r| u64::from(r)).sum();
-        let bound = (total + 1) as f64 / candidates.len() as f64 * self.params.load_factor;
-        let keep_affinity = f64::from(load[a]) <= bound || load[a] <= load[b];
+        let bound = LoadBound::new(candidates, self.params.load_factor);
+        let keep_affinity = bound.admits(load[a]) || load[a] <= load[b];
         let (chosen, other) = if keep_affinity { (a, b) } else { (b, a) };
         costs[chosen] = 0.0;
         costs[other] = 1.0;
