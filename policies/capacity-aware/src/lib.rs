@@ -1,7 +1,8 @@
 //! KV-capacity-aware decode selection: prefer the worker with the most KV room, measured
 //! against what it advertises (`worker-capacity`), never one the request would overfill.
-//! See `shared/reference/routing-policies.md` §1 ("KV-aware decode worker selection") and
-//! §8 (Llumnix `kv_blocks_ratio`, the load metric that uses capacity directly).
+//! Sources: Dynamo's KV-aware decode worker selection (ai-dynamo/dynamo, `docs/router`)
+//! and Llumnix's `kv_blocks_ratio` (AlibabaPAI/llumnix), the load metric that uses
+//! capacity directly.
 //!
 //! ```text
 //! usage_w = decode_blocks_w / total_kv_blocks_w        (blocks it would hold with this request)

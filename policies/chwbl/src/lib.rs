@@ -1,5 +1,5 @@
 //! Consistent hashing with bounded loads (CHWBL; Mirrokni, Thorup, Zadimoghaddam,
-//! SODA'18; KubeAI `balance_chwbl.go`), see `shared/reference/routing-policies.md` §3.
+//! SODA'18, arXiv:1608.01350; as KubeAI runs it, `internal/loadbalancer/balance_chwbl.go`).
 //!
 //! The key is the prompt's prefix (the SDK's `placement::prefix_key`): with chained block
 //! hashes, the hash of the first K blocks is simply `prefix-hashes[min(K, n) − 1]`. The

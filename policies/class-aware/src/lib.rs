@@ -1,6 +1,6 @@
 //! Policy-class-aware selection: a class → parameter table over Dynamo's default cost.
-//! See `shared/reference/routing-policies.md` §11: no surveyed router keys the worker
-//! choice on a class directly, but Dynamo's per-request `RouterConfigOverride` gives each
+//! No published router (Dynamo, SGLang's router, GIE/llm-d) keys the worker choice on a
+//! class directly, but Dynamo's per-request `RouterConfigOverride` gives each
 //! class its own weights; a table lookup on `policy-class` expresses exactly that.
 //!
 //! Built-in table (each row is a full set of `default` policy parameters):

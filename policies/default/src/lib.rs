@@ -1,5 +1,5 @@
-//! Dynamo's default worker-selection cost (`DefaultWorkerSelector`, current form; see
-//! `shared/reference/routing-policies.md` §1), written once: linked natively into the
+//! Dynamo's default worker-selection cost (`DefaultWorkerSelector` in ai-dynamo/dynamo,
+//! current form; `docs/router`), written once: linked natively into the
 //! host and exported as a component.
 //!
 //! Per candidate w, in blocks (lower is better):

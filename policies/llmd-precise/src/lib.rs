@@ -1,5 +1,5 @@
-//! llm-d's precise-prefix scheduling profile (llm-d-inference-scheduler; see
-//! `shared/reference/routing-policies.md` §5): a weighted sum of three scorers, each in
+//! llm-d's precise-prefix scheduling profile (llm-d/llm-d-inference-scheduler, on the
+//! Gateway API Inference Extension's scorers): a weighted sum of three scorers, each in
 //! [0, 1] with higher better, turned into a lower-is-better cost.
 //!
 //! ```text

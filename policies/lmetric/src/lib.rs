@@ -1,5 +1,4 @@
-//! LMetric (Zhang et al., arXiv:2603.15202, OSDI'26; see
-//! `shared/reference/routing-policies.md` §9): the product of the two things a new
+//! LMetric (Zhang et al., arXiv:2603.15202, OSDI'26): the product of the two things a new
 //! request waits for, with no tunables (the weights of a linear mix cancel out).
 //!
 //! ```text

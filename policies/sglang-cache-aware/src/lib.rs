@@ -1,6 +1,6 @@
-//! SGLang router's `cache_aware` policy (sgl-project/sglang `sgl-router`, successor smg;
-//! see `shared/reference/routing-policies.md` §2), stateful: an approximate prefix tree
-//! per worker, kept in the policy's own memory across requests.
+//! SGLang router's `cache_aware` policy (sgl-project/sglang
+//! `sgl-router/src/policies/cache_aware.rs`, successor lightseekorg/smg), stateful: an
+//! approximate prefix tree per worker, kept in the policy's own memory across requests.
 //!
 //! ```text
 //! load_w     = active_requests_w

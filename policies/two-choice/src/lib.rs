@@ -1,5 +1,4 @@
-//! Two-choice prefix hashing, DualMap-style (Yuan et al., arXiv:2602.06502; see
-//! `shared/reference/routing-policies.md` §4).
+//! Two-choice prefix hashing, DualMap-style (Yuan et al., arXiv:2602.06502, ICLR 2026).
 //!
 //! Two independent hashes of the prompt's prefix name two candidates: `a`, the
 //! cache-affinity choice, and `b`, its alternative. Each is a rendezvous (highest random
