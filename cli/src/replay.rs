@@ -166,7 +166,10 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
             config.workers,
             config.mode.as_str()
         );
-        write(out, chart::ttft_cdf(&title, &series).as_bytes())?;
+        // Drawing writes to a string: a failure is a bug of ours, not of the input.
+        let svg = chart::ttft_cdf(&title, &series)
+            .map_err(|e| CliError::new(ErrorKind::Internal, format!("drawing the chart: {e}")))?;
+        write(out, svg.as_bytes())?;
         outln!("chart: {}", out.display());
     }
     Ok(())
