@@ -2,11 +2,12 @@
 //! policies; a human summary on stdout, the canonical report with `--report`, a chart
 //! with `--svg`. Progress goes to stderr, only when it is a terminal.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 use switchyard::selection::Scorer;
 use switchyard::selection::wire::ErrorKind;
@@ -123,11 +124,12 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         let mode = if args.fail_closed { FailMode::Closed } else { FailMode::Open };
         // As production runs it: faults contained by the runtime's guard.
         let mut selector = switchyard_builtins::guarded(scorer, mode, args.limits.guard()?);
-        let mut bar = Progress::new(format!("{policy} ({build})"), trace.rows().len());
+        let bar = progress(format!("{policy} ({build})"), trace.rows().len());
         let started = Instant::now();
-        let report =
-            switchyard_replay::replay(&trace, &mut selector, &label, &config, &mut |done| bar.update(done))
-                .map_err(replay_error)?;
+        let report = switchyard_replay::replay(&trace, &mut selector, &label, &config, &mut |done| {
+            bar.set_position(done as u64)
+        })
+        .map_err(replay_error)?;
         bar.finish();
         runs.push(Run {
             label: format!("{policy} ({build})"),
@@ -164,7 +166,10 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
             config.workers,
             config.mode.as_str()
         );
-        write(out, chart::ttft_cdf(&title, &series).as_bytes())?;
+        // Drawing writes to a string: a failure is a bug of ours, not of the input.
+        let svg = chart::ttft_cdf(&title, &series)
+            .map_err(|e| CliError::new(ErrorKind::Internal, format!("drawing the chart: {e}")))?;
+        write(out, svg.as_bytes())?;
         outln!("chart: {}", out.display());
     }
     Ok(())
@@ -333,36 +338,18 @@ fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
     }
 }
 
-/// A progress bar on stderr, drawn only when stderr is a terminal.
-struct Progress {
-    label: String,
-    total: usize,
-    shown: usize,
-    tty: bool,
-}
-
-impl Progress {
-    fn new(label: String, total: usize) -> Self {
-        Self { label, total: total.max(1), shown: usize::MAX, tty: std::io::stderr().is_terminal() }
+/// The progress bar of one policy's run, on stderr; hidden unless stderr is a terminal, so
+/// scripts and tests that capture stderr see only errors there. (indicatif hides itself off a
+/// terminal too; asking first states the contract here rather than relying on its detection.)
+fn progress(label: String, rows: usize) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
     }
-
-    fn update(&mut self, done: usize) {
-        if !self.tty {
-            return;
-        }
-        let percent = done * 100 / self.total;
-        if percent == self.shown {
-            return;
-        }
-        self.shown = percent;
-        let filled = percent * 30 / 100;
-        let bar: String = "#".repeat(filled) + &" ".repeat(30 - filled);
-        let _ = write!(std::io::stderr(), "\r{} [{bar}] {percent:>3}% {done}/{}", self.label, self.total);
-    }
-
-    fn finish(&mut self) {
-        if self.tty {
-            let _ = writeln!(std::io::stderr());
-        }
-    }
+    // The template is a constant: a parse failure is a bug caught by the first run on a terminal.
+    let style = ProgressStyle::with_template("{prefix} [{bar:30}] {percent:>3}% {pos}/{len} rows, eta {eta}")
+        .expect("the progress template parses")
+        .progress_chars("#> ");
+    ProgressBar::with_draw_target(Some(rows as u64), ProgressDrawTarget::stderr())
+        .with_style(style)
+        .with_prefix(label)
 }

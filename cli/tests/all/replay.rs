@@ -323,6 +323,37 @@ fn compare_prints_a_table_writes_reports_and_an_svg_chart() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(svg.matches("<polyline").count(), 2, "one curve per policy");
+    let texts = svg_texts(&svg);
+    assert!(
+        texts.iter().any(|(_, t)| t.starts_with("TTFT on conversation_trace.jsonl: 300 rows")),
+        "{texts:?}"
+    );
+    for name in ["default (native)", "default-upload.wasm (guest)"] {
+        assert!(texts.iter().any(|(_, t)| t.ends_with(name)), "a legend entry for {name}: {texts:?}");
+    }
+    // The time axis: round decades ("1 s", not "1000 ms" or "0.0010000000000000002 ms"),
+    // left to right, evenly spaced as on log paper, with room between them.
+    let times: Vec<&(f64, String)> =
+        texts.iter().filter(|(_, t)| t.ends_with(" ms") || t.ends_with(" s")).collect();
+    assert!(times.len() >= 3, "{texts:?}");
+    for (_, label) in &times {
+        assert!(["1 ", "10 ", "100 "].iter().any(|p| label.starts_with(p)), "a decade: {label}");
+    }
+    let gaps: Vec<f64> = times.windows(2).map(|pair| pair[1].0 - pair[0].0).collect();
+    assert!(gaps.iter().all(|gap| *gap >= 60.0 && (gap - gaps[0]).abs() <= 2.0), "{times:?}");
+}
+
+/// The SVG's text elements: (x, content), in document order.
+fn svg_texts(svg: &str) -> Vec<(f64, String)> {
+    svg.split("<text ")
+        .skip(1)
+        .map(|element| {
+            let x = element.split("x=\"").nth(1).and_then(|v| v.split('"').next()).expect("x");
+            let (_, body) = element.split_once('>').expect("an open tag");
+            let (content, _) = body.split_once("</text>").expect("a closed text");
+            (x.parse().expect("a number"), content.trim().to_string())
+        })
+        .collect()
 }
 
 #[test]
