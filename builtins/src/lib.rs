@@ -5,6 +5,8 @@
 //! policy: it takes its fallback from outside ([`guarded`] gives the usual one, the native
 //! default policy).
 
+#![forbid(unsafe_code)]
+
 use switchyard::selection::{NativeScorer, Scorer};
 use switchyard::{
     FailMode, GuardConfig, GuardedSelector, GuestScorer, LoadError, PolicyComponent, PolicyEngine,

@@ -1,6 +1,8 @@
 //! The `switchyard` command line. Output is JSON on stdout; errors are one line on
 //! stderr starting with `error: <kind>:`, and a non-zero exit.
 
+#![forbid(unsafe_code)]
+
 mod chart;
 mod client;
 mod config;

@@ -65,6 +65,9 @@ impl Default for RecyclingAllocator<System> {
     }
 }
 
+// SAFETY: a block is handed out either fresh from `inner` or from the cache, where it
+// sits only after `dealloc` with the same layout; each is owned by one caller at a
+// time, and everything else forwards to `inner` with the caller's own arguments.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for RecyclingAllocator<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if Self::cacheable(layout) {
@@ -127,13 +130,17 @@ mod tests {
         frees: Cell<usize>,
     }
 
+    // SAFETY: every method forwards to `System` with the caller's own arguments, so
+    // `System`'s guarantees are this allocator's; the counters are test bookkeeping.
     unsafe impl GlobalAlloc for Counting {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             self.allocs.set(self.allocs.get() + 1);
+            // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract for `layout`.
             unsafe { System.alloc(layout) }
         }
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
             self.frees.set(self.frees.get() + 1);
+            // SAFETY: `ptr` came from `System.alloc(layout)` above, as the caller guarantees.
             unsafe { System.dealloc(ptr, layout) }
         }
     }
@@ -142,6 +149,7 @@ mod tests {
     fn a_freed_block_is_handed_back_for_the_same_layout_only() {
         let a = RecyclingAllocator::with_inner(Counting::default());
         let costs = Layout::array::<f64>(1024).unwrap();
+        // SAFETY: each block is freed once, with the layout it was allocated with.
         unsafe {
             let first = a.alloc(costs);
             a.dealloc(first, costs);
@@ -158,6 +166,7 @@ mod tests {
     #[test]
     fn the_cache_is_bounded_in_blocks_and_in_size() {
         let a = RecyclingAllocator::with_inner(Counting::default());
+        // SAFETY: each block is freed once, with the layout it was allocated with.
         unsafe {
             // One more distinct layout than there are slots: the oldest goes back.
             let layouts: Vec<Layout> =

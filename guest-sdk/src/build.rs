@@ -21,7 +21,9 @@ pub fn componentize(core_module: &[u8]) -> Result<Vec<u8>> {
 /// One guest to build: a package of the workspace and the name of its library target.
 #[derive(Debug, Clone)]
 pub struct GuestCrate {
+    /// The package name (`cargo build -p`).
     pub package: String,
+    /// Its library target's name: the core module is `<lib_name>.wasm`.
     pub lib_name: String,
 }
 

@@ -10,13 +10,21 @@ use crate::InputGroups;
 /// arrays by it, so a new column is a new variant here (with its group and name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Column {
+    /// The candidate's data-parallel rank (always present).
     DpRank,
+    /// `cache`: prompt blocks cached in device memory, blocks.
     DeviceOverlapBlocks,
+    /// `cache`: prompt blocks cached in host memory beyond the device tier, blocks.
     HostOverlapBlocks,
+    /// `cache`: prompt blocks cached on disk beyond the host tier, blocks.
     DiskOverlapBlocks,
+    /// `cache`: prompt tokens servable from cache, tokens.
     CachedTokens,
+    /// `load`: prompt tokens in flight in prefill, tokens.
     ActivePrefillTokens,
+    /// `load`: decode blocks the candidate would hold with this request, blocks.
     DecodeBlocks,
+    /// `load`: requests in flight.
     ActiveRequests,
 }
 
@@ -93,8 +101,11 @@ pub struct Candidates<'a> {
 /// The columns given to [`Candidates::new`] do not line up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColumnLengthError {
+    /// The column (its WIT name) whose length is wrong.
     pub column: &'static str,
+    /// The entries it should have.
     pub expected: usize,
+    /// The entries it has.
     pub found: usize,
 }
 
@@ -151,6 +162,7 @@ impl<'a> Candidates<'a> {
     pub fn len(&self) -> usize {
         self.worker_ids.len()
     }
+    /// Whether there are no candidates.
     pub fn is_empty(&self) -> bool {
         self.worker_ids.is_empty()
     }

@@ -6,6 +6,7 @@
 pub struct InputGroups(u8);
 
 impl InputGroups {
+    /// No group: only worker ids and dp ranks travel.
     pub const NONE: Self = Self(0);
     /// Overlap blocks on device/host/disk, cached tokens.
     pub const CACHE: Self = Self(1);
@@ -13,14 +14,18 @@ impl InputGroups {
     pub const LOAD: Self = Self(2);
     /// The preferred-taint multiplier.
     pub const AFFINITY: Self = Self(4);
+    /// Every group.
     pub const ALL: Self = Self(7);
 
+    /// Both sets of groups.
     pub const fn union(self, other: Self) -> Self {
         Self(self.0 | other.0)
     }
+    /// Whether every group of `other` is in `self`.
     pub const fn contains(self, other: Self) -> bool {
         self.0 & other.0 == other.0
     }
+    /// The WIT flags' bit pattern.
     pub const fn bits(self) -> u8 {
         self.0
     }

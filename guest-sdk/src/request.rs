@@ -5,12 +5,17 @@ use std::borrow::Cow;
 /// One data-parallel rank of one worker: the unit a selection picks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct WorkerRank {
+    /// The worker's id, as in the host's worker table.
     pub worker_id: u64,
+    /// Its data-parallel rank, below the worker's `dp_size`.
     pub dp_rank: u32,
 }
 
-/// Which pool of a (possibly disaggregated) deployment is being routed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// Which pool of a (possibly disaggregated) deployment is being routed. In JSON (the
+/// request format of `switchyard select` and the service): `"aggregated"`, `"prefill"`,
+/// `"decode"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Pool {
     /// Prefill and decode on one worker.
     #[default]
@@ -98,6 +103,7 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
+    /// The view a policy is called with: `facts` as passed, `lazy` answering the imports.
     pub fn new(facts: &'a RequestFacts, lazy: &'a dyn Facts) -> Self {
         Self { facts, lazy }
     }

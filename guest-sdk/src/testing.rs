@@ -12,7 +12,9 @@ use crate::{
 /// Lazily fetched facts, held by value.
 #[derive(Debug, Clone, Default)]
 pub struct StaticFacts {
+    /// What `prefix-hashes` answers.
     pub prefix_hashes: Option<Vec<u64>>,
+    /// What `policy-class` answers.
     pub policy_class: Option<String>,
     /// One per candidate, in row order; `worker_capacity` looks them up by worker id.
     pub capacities: Vec<Option<Capacity>>,

@@ -71,6 +71,7 @@ impl PrefixCache {
         self.stamps.len()
     }
 
+    /// Whether no block is held.
     pub fn is_empty(&self) -> bool {
         self.stamps.is_empty()
     }

@@ -14,6 +14,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The name the CLI takes and the report writes: `aggregated` or `disaggregated`.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Aggregated => "aggregated",
@@ -21,6 +22,7 @@ impl Mode {
         }
     }
 
+    /// The mode named `s` (see [`Mode::as_str`]), if any.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "aggregated" => Some(Mode::Aggregated),
@@ -35,6 +37,7 @@ impl Mode {
 pub struct ReplayConfig {
     /// Workers in all (split between pools when disaggregated).
     pub workers: u32,
+    /// How the workers are deployed; default aggregated.
     pub mode: Mode,
     /// The run's seed: every request's seed (ties, sampling) derives from it.
     pub seed: u64,
@@ -43,6 +46,7 @@ pub struct ReplayConfig {
     /// KV blocks (of the trace's block size) per worker: the prefix cache's capacity,
     /// advertised to policies as `total-kv-blocks`.
     pub total_kv_blocks: u32,
+    /// How long prefill, decode and KV transfers take.
     pub timing: TimingModel,
 }
 
@@ -61,6 +65,8 @@ impl Default for ReplayConfig {
 }
 
 impl ReplayConfig {
+    /// Enough workers for the mode (2 when disaggregated), a finite positive speedup and
+    /// a valid timing model; the error names the setting.
     pub fn validate(&self) -> Result<(), ReplayError> {
         let bad = |m: String| Err(ReplayError::Config(m));
         let least = if self.mode == Mode::Disaggregated { 2 } else { 1 };
@@ -93,10 +99,15 @@ pub struct PolicyLabel {
 /// Why a replay stopped.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ReplayError {
+    /// The [`ReplayConfig`] is not valid: what is wrong with which setting.
     #[error("invalid configuration: {0}")]
     Config(String),
-    /// A selection failed (a fail-closed policy fault, or no eligible worker); `row` is
-    /// 1-based.
+    /// A selection failed (a fail-closed policy fault, or no eligible worker).
     #[error("trace row {row}: {message}")]
-    Selection { row: usize, message: String },
+    Selection {
+        /// The trace row that was being routed, 1-based.
+        row: usize,
+        /// Why its selection failed.
+        message: String,
+    },
 }

@@ -20,6 +20,8 @@
 //! - `sim`: the event-driven, deterministic simulation.
 //! - [`report`]: statistics and the canonical JSON.
 
+#![forbid(unsafe_code)]
+
 mod cache;
 mod cluster;
 mod config;

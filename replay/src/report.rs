@@ -52,10 +52,15 @@ impl Outcomes {
 /// mean, p50, p90, p99 and max of a sample, ms.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Distribution {
+    /// The arithmetic mean, ms.
     pub mean: f64,
+    /// The median (nearest rank), ms.
     pub p50: f64,
+    /// The 90th percentile (nearest rank), ms.
     pub p90: f64,
+    /// The 99th percentile (nearest rank), ms.
     pub p99: f64,
+    /// The largest, ms.
     pub max: f64,
 }
 
@@ -82,6 +87,7 @@ impl Distribution {
 /// Requests routed to each worker of one pool, in worker-id order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolLoad {
+    /// Which pool: aggregated, prefill or decode.
     pub pool: Pool,
     /// Index i is the pool's i-th worker (ids ascending).
     pub requests_per_worker: Vec<u64>,
@@ -243,6 +249,7 @@ impl Report {
     pub fn ttft_ms(&self) -> &[f64] {
         &self.ttft_sorted
     }
+    /// Time to first token (arrival to the end of prefill), ms.
     pub fn ttft(&self) -> Distribution {
         Distribution::of(&self.ttft_sorted)
     }
@@ -266,9 +273,12 @@ impl Report {
     pub fn decisions_sha256(&self) -> &str {
         &self.decisions_sha256
     }
+    /// Requests replayed (trace rows).
     pub fn requests(&self) -> usize {
         self.ttft_sorted.len()
     }
+    /// What was replayed, and how: the trace's digest, the topology, the policy, the
+    /// seed, the speedup and the timing model (the report's `metadata`).
     pub fn metadata(&self) -> &Value {
         &self.metadata
     }

@@ -15,6 +15,7 @@
 
 use serde::Serialize;
 
+/// The model's figures (see the module's documentation for how they combine).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct TimingModel {
     /// Fixed cost of a prefill, ms.
@@ -42,14 +43,17 @@ impl Default for TimingModel {
 }
 
 impl TimingModel {
+    /// How long a prefill of `uncached_tokens` takes, ms.
     pub fn prefill_ms(&self, uncached_tokens: u64) -> f64 {
         self.prefill_base_ms + uncached_tokens as f64 * self.prefill_ms_per_token
     }
 
+    /// How long decoding `output_tokens` takes in a batch of `batch` sequences, ms.
     pub fn decode_ms(&self, output_tokens: u32, batch: u32) -> f64 {
         f64::from(output_tokens) * (self.decode_step_ms + f64::from(batch) * self.decode_ms_per_sequence)
     }
 
+    /// How long moving `blocks` prompt blocks to a decode worker takes, ms.
     pub fn transfer_ms(&self, blocks: usize) -> f64 {
         blocks as f64 * self.transfer_ms_per_block
     }

@@ -31,6 +31,7 @@ impl TraceError {
     pub fn line(&self) -> usize {
         self.line
     }
+    /// What is wrong with the line.
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -92,6 +93,7 @@ impl Trace {
         Ok(Self { rows, sha256, block_size })
     }
 
+    /// The kept rows, in file order (timestamps ascending).
     pub fn rows(&self) -> &[TraceRow] {
         &self.rows
     }

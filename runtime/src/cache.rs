@@ -63,6 +63,7 @@ impl ArtifactCache {
         Ok(Self { dir, rejected: Arc::new(AtomicU64::new(0)) })
     }
 
+    /// The cache's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

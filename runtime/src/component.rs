@@ -25,14 +25,23 @@ pub const WORLD: &str = "switchyard:policy/selection-policy@0.2.0";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LoadErrorKind {
+    /// Not WebAssembly (no wasm magic number, or an unknown encoding).
     NotWasm,
+    /// A core module, not a component.
     CoreModule,
+    /// A component that does not export the policy interface of [`WORLD`].
     WrongWorld,
+    /// Imports something outside [`ALLOWED_IMPORTS`] (WASI, say).
     ForbiddenImport,
+    /// Over `max_component_bytes`, or declares a memory or table over the limits.
     TooLarge,
+    /// Cranelift refused it.
     CompileFailed,
+    /// Compiling took longer than `compile_timeout_ms`.
     CompileTimeout,
+    /// `configure` refused the parameters, or faulted.
     ConfigureFailed,
+    /// Instantiation failed (a start function that faulted, a limit).
     InstantiateFailed,
 }
 
@@ -63,7 +72,9 @@ impl From<LoadErrorKind> for ErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {message}", kind.as_str())]
 pub struct LoadError {
+    /// Why, by its stable name.
     pub kind: LoadErrorKind,
+    /// The detail, for the tenant: the limit, the import, the compiler's or guest's error.
     pub message: String,
     /// When the guest ran and faulted (a start function or `configure` that spins,
     /// traps or allocates without bound): how. `None` for a refusal before running.
@@ -71,6 +82,7 @@ pub struct LoadError {
 }
 
 impl LoadError {
+    /// Refused before the guest ran (`fault` is `None`).
     pub fn new(kind: LoadErrorKind, message: impl Into<String>) -> Self {
         Self { kind, message: message.into(), fault: None }
     }
@@ -196,6 +208,7 @@ impl PolicyComponent {
         })
     }
 
+    /// The engine it was compiled by, and whose limits its instances run under.
     pub fn engine(&self) -> &PolicyEngine {
         &self.inner.engine
     }
@@ -210,9 +223,11 @@ impl PolicyComponent {
     pub fn size(&self) -> usize {
         self.inner.size
     }
+    /// The interfaces it imports (a subset of [`ALLOWED_IMPORTS`]).
     pub fn imports(&self) -> &[String] {
         &self.inner.imports
     }
+    /// The interfaces it exports ([`POLICY_EXPORT`] among them).
     pub fn exports(&self) -> &[String] {
         &self.inner.exports
     }

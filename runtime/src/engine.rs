@@ -30,9 +30,11 @@ pub enum Budget {
 }
 
 impl Budget {
+    /// Whether calls are metered in fuel (`fuel` or `both`).
     pub fn uses_fuel(self) -> bool {
         matches!(self, Budget::Fuel | Budget::Both)
     }
+    /// Whether calls have a wall-clock deadline (`epoch` or `both`).
     pub fn uses_epoch(self) -> bool {
         matches!(self, Budget::Epoch | Budget::Both)
     }
@@ -172,6 +174,9 @@ pub struct PolicyEngine {
 }
 
 impl PolicyEngine {
+    /// An engine enforcing `limits` (its pooling allocator sized from them), with a thread
+    /// ticking its epoch every `epoch_tick_ms` when the budget has a deadline. Fails if
+    /// wasmtime refuses the configuration.
     pub fn new(limits: Limits) -> Result<Self> {
         let mut config = Config::new();
         // Cranelift at speed: policies are small, scoring is the hot path.
@@ -214,14 +219,17 @@ impl PolicyEngine {
         self
     }
 
+    /// Where compiled components are cached, if anywhere.
     pub fn artifact_cache(&self) -> Option<&ArtifactCache> {
         self.cache.as_ref()
     }
 
+    /// The wasmtime engine itself.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
+    /// The limits every component and call of this engine runs under.
     pub fn limits(&self) -> &Limits {
         &self.limits
     }

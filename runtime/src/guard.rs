@@ -102,20 +102,26 @@ impl Ticket {
 pub enum Admission {
     /// Call the policy, then report the outcome with the ticket.
     Call(Ticket),
-    /// Quarantined: do not call the policy. `remaining` more selections are skipped before
-    /// the probe (0: the probe is due, or already in flight on another thread).
-    Skip { remaining: u64 },
+    /// Quarantined: do not call the policy.
+    Skip {
+        /// Selections still skipped before the probe (0: the probe is due, or already in
+        /// flight on another thread).
+        remaining: u64,
+    },
 }
 
 impl Breaker {
+    /// A closed breaker with `config`'s thresholds.
     pub fn new(config: GuardConfig) -> Self {
         Self { config, ..Self::default() }
     }
 
+    /// Its thresholds.
     pub fn config(&self) -> &GuardConfig {
         &self.config
     }
 
+    /// Closed, open or half-open, for operators.
     pub fn state(&self) -> BreakerState {
         match (self.trips, self.remaining) {
             (0, _) => BreakerState::Closed { consecutive_faults: self.consecutive },
@@ -193,6 +199,7 @@ pub struct SharedBreaker {
 }
 
 impl SharedBreaker {
+    /// A closed breaker with `config`'s thresholds, to share.
     pub fn new(config: GuardConfig) -> Self {
         Self { breaker: Mutex::new(Breaker::new(config)) }
     }
@@ -202,6 +209,7 @@ impl SharedBreaker {
         self.breaker.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Closed, open or half-open, as of now.
     pub fn state(&self) -> BreakerState {
         self.lock().state()
     }
@@ -275,14 +283,18 @@ pub struct GuardCounters {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Decider {
+    /// The guarded (tenant's) policy.
     Policy,
+    /// The fallback, after a fault or while the policy is quarantined.
     Fallback,
 }
 
 /// A guarded selection's outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
+    /// The pick, its cost and the candidates scored.
     pub selection: Selection,
+    /// Whether the policy or the fallback picked.
     pub decided_by: Decider,
     /// Why the fallback decided: `None` when the policy did.
     pub fallback: Option<Fault>,
@@ -496,10 +508,12 @@ impl GuardedSelector {
         &self.fallback_name
     }
 
+    /// What this guarded selector has counted so far (its own, not its breaker's sharers').
     pub fn counters(&self) -> &GuardCounters {
         &self.counters
     }
 
+    /// The (possibly shared) breaker's state now.
     pub fn breaker(&self) -> BreakerState {
         self.breaker.state()
     }

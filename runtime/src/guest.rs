@@ -154,6 +154,7 @@ impl GuestScorer {
         Arc::clone(&self.stats)
     }
 
+    /// The component it instantiates.
     pub fn component(&self) -> &PolicyComponent {
         &self.component
     }
@@ -440,7 +441,8 @@ impl Scorer for GuestScorer {
         let answer_bytes = call.columns.len().saturating_mul(size_of::<f64>());
         let out = self.with_live(call, allowance, answer_bytes, |live| {
             // SAFETY: `live.score` was type-checked against exactly these parameter and
-            // result types (with the 'static lifetime) when the instance was created.
+            // result types (with the 'static lifetime) by `export_funcs` when the instance
+            // was created.
             let typed: TypedFunc<ScoreParams<'_>, ScoreResults> =
                 unsafe { TypedFunc::new_unchecked(live.score) };
             typed.call(&mut live.store, params).map(|(r,)| r)
@@ -463,7 +465,9 @@ impl Scorer for GuestScorer {
         let allowance = self.component.engine().limits().fuel_for(work_units(call));
         let answer_bytes = call.columns.len();
         let out = self.with_live(call, allowance, answer_bytes, |live| {
-            // SAFETY: type-checked at instantiation, as for `score`.
+            // SAFETY: `live.filter` was type-checked against exactly these parameter and
+            // result types (with the 'static lifetime) by `export_funcs` when the instance
+            // was created.
             let typed: TypedFunc<ScoreParams<'_>, FilterResults> =
                 unsafe { TypedFunc::new_unchecked(live.filter) };
             typed.call(&mut live.store, params).map(|(r,)| r)

@@ -118,10 +118,12 @@ impl ColumnBuffers {
         debug_assert_eq!(self.worker_id.len(), kept);
     }
 
+    /// Rows (candidates) of the last materialisation.
     pub fn len(&self) -> usize {
         self.worker_id.len()
     }
 
+    /// Whether there are no rows.
     pub fn is_empty(&self) -> bool {
         self.worker_id.is_empty()
     }
@@ -131,6 +133,7 @@ impl ColumnBuffers {
         &self.worker_id
     }
 
+    /// The (worker, rank) of `row`.
     pub fn worker_rank(&self, row: usize) -> WorkerRank {
         // `dp-rank` is always the first packed column.
         WorkerRank { worker_id: self.worker_id[row], dp_rank: self.packed[row] }
@@ -179,8 +182,9 @@ mod tests {
     use super::ColumnBuffers;
     use crate::{RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable};
 
-    fn columns(table: &WorkerTable, options: RequestOptions) -> ColumnBuffers {
-        let facts = RequestFacts {
+    /// A 64-token prompt in four 16-token blocks.
+    fn facts() -> RequestFacts {
+        RequestFacts {
             prompt_tokens: 64,
             block_size: 16,
             request_blocks: 4,
@@ -188,7 +192,10 @@ mod tests {
             pinned: None,
             pool: Pool::Aggregated,
             seed: 1,
-        };
+        }
+    }
+
+    fn columns(table: &WorkerTable, options: RequestOptions) -> ColumnBuffers {
         let inputs = WorkerInputs::new(vec![1, 2, 2, 5])
             .with(Column::DpRank, vec![0, 0, 1, 0])
             .with(Column::DeviceOverlapBlocks, vec![1, 2, 3, 4])
@@ -197,7 +204,7 @@ mod tests {
             .with(Column::ActivePrefillTokens, vec![9, 10, 11, 12])
             .with(Column::DecodeBlocks, vec![13, 14, 15, 16])
             .with(Column::ActiveRequests, vec![17, 18, 19, 20]);
-        let request = SelectionRequest::new(table, facts, options, inputs).unwrap();
+        let request = SelectionRequest::new(table, facts(), options, inputs).unwrap();
         let mut buffers = ColumnBuffers::default();
         buffers.materialise(table, &request, InputGroups::ALL);
         buffers
@@ -257,21 +264,7 @@ mod tests {
             .collect();
         let table = WorkerTable::new(workers).unwrap();
         let options = RequestOptions { preferred_taints: preferred.clone(), ..Default::default() };
-        let request = SelectionRequest::new(
-            &table,
-            RequestFacts {
-                prompt_tokens: 64,
-                block_size: 16,
-                request_blocks: 4,
-                expected_output_tokens: None,
-                pinned: None,
-                pool: Pool::Aggregated,
-                seed: 1,
-            },
-            options,
-            WorkerInputs::default(),
-        )
-        .unwrap();
+        let request = SelectionRequest::new(&table, facts(), options, WorkerInputs::default()).unwrap();
         let mut buffers = ColumnBuffers::default();
         buffers.materialise(&table, &request, InputGroups::ALL);
         let multipliers = buffers.view().unwrap().preferred_multiplier().unwrap().to_vec();

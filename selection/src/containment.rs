@@ -20,11 +20,22 @@ pub enum FailMode {
 #[serde(rename_all = "kebab-case", tag = "state")]
 pub enum BreakerState {
     /// The policy is called.
-    Closed { consecutive_faults: u32 },
+    Closed {
+        /// Faults in a row so far; `quarantine_after` of them open the breaker.
+        consecutive_faults: u32,
+    },
     /// Quarantined: the next `remaining` selections skip the policy; then one probe.
-    Open { remaining: u64, trips: u32 },
+    Open {
+        /// Selections still skipped before the probe.
+        remaining: u64,
+        /// Times opened since the last success; each doubles the wait (to `backoff_max`).
+        trips: u32,
+    },
     /// The next selection is a probe.
-    HalfOpen { trips: u32 },
+    HalfOpen {
+        /// Times opened since the last success.
+        trips: u32,
+    },
 }
 
 impl BreakerState {

@@ -13,6 +13,7 @@ pub struct InputError {
 }
 
 impl InputError {
+    /// An error whose message, shown as is, says what to fix.
     pub fn new(message: impl Into<String>) -> Self {
         Self { message: message.into() }
     }
@@ -47,8 +48,9 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    /// Every kind, in declaration order.
-    pub const ALL: [FaultKind; 10] = [
+    /// The faults that are the policy's doing (every kind but the host's `Overloaded`
+    /// and `Unavailable`), in the order counters are kept.
+    pub const POLICY: [FaultKind; 8] = [
         FaultKind::Fuel,
         FaultKind::Deadline,
         FaultKind::Memory,
@@ -57,8 +59,6 @@ impl FaultKind {
         FaultKind::InvalidOutput,
         FaultKind::PolicyError,
         FaultKind::Quarantined,
-        FaultKind::Overloaded,
-        FaultKind::Unavailable,
     ];
 
     /// The stable name: the [`ErrorKind`]'s it is answered as.
@@ -101,11 +101,14 @@ impl std::fmt::Display for FaultKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct Fault {
+    /// What kind of fault: the stable name scripts and the breaker go by.
     pub kind: FaultKind,
+    /// What happened, in one line, for an operator.
     pub message: String,
 }
 
 impl Fault {
+    /// A fault of `kind`, described by `message`.
     pub fn new(kind: FaultKind, message: impl Into<String>) -> Self {
         Self { kind, message: message.into() }
     }
@@ -114,10 +117,18 @@ impl Fault {
 /// Why a selection has no answer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SelectError {
+    /// No candidate survived the host's eligibility checks and the policies' filters: a
+    /// valid answer, not a fault.
     #[error("no eligible worker")]
     NoEligibleWorker,
+    /// A scorer faulted, and nothing answered in its place.
     #[error("policy `{scorer}` faulted: {fault}")]
-    Fault { scorer: String, fault: Fault },
+    Fault {
+        /// The scorer's name (or `weighted sum` when only the sum of several overflowed).
+        scorer: String,
+        /// What went wrong.
+        fault: Fault,
+    },
 }
 
 #[cfg(test)]
@@ -126,7 +137,8 @@ mod tests {
 
     #[test]
     fn a_fault_kind_is_named_and_serialised_as_its_error_kind() {
-        for kind in FaultKind::ALL {
+        for kind in FaultKind::POLICY.into_iter().chain([FaultKind::Overloaded, FaultKind::Unavailable]) {
+            assert_eq!(kind.is_policy_fault(), FaultKind::POLICY.contains(&kind));
             assert_eq!(serde_json::to_string(&kind).unwrap(), format!("\"{}\"", kind.as_str()));
             assert_eq!(kind.as_str().parse::<ErrorKind>(), Ok(ErrorKind::from(kind)));
         }

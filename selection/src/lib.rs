@@ -10,6 +10,8 @@
 //! [`wire`] holds the JSON the CLI and the service exchange: requests, answers, error
 //! kinds.
 
+#![forbid(unsafe_code)]
+
 mod columns;
 mod containment;
 mod error;

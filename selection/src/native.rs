@@ -13,6 +13,7 @@ pub struct NativeScorer<P> {
 }
 
 impl<P: Policy + Send> NativeScorer<P> {
+    /// `policy`, called `name` in errors and reports.
     pub fn new(name: impl Into<String>, policy: P) -> Self {
         let info = policy.info();
         Self { name: name.into(), policy, info }

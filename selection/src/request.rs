@@ -100,10 +100,12 @@ impl WorkerInputs {
         Ok(())
     }
 
+    /// Rows given (workers with any input).
     pub fn len(&self) -> usize {
         self.worker_id.len()
     }
 
+    /// Whether no row was given.
     pub fn is_empty(&self) -> bool {
         self.worker_id.is_empty()
     }
@@ -204,21 +206,27 @@ impl SelectionRequest {
         })
     }
 
+    /// The request's facts (prompt, blocks, pool, seed…).
     pub fn facts(&self) -> &RequestFacts {
         &self.facts
     }
+    /// The chained prefix-block hashes, if the caller gave any.
     pub fn prefix_hashes(&self) -> Option<&[u64]> {
         self.prefix_hashes.as_deref()
     }
+    /// The policy class, if the caller gave one.
     pub fn policy_class(&self) -> Option<&str> {
         self.policy_class.as_deref()
     }
+    /// The picker's temperature for this request (`None`: the selector's).
     pub fn temperature(&self) -> Option<f64> {
         self.temperature
     }
+    /// The per-worker inputs, normalised (sorted, every column full).
     pub fn inputs(&self) -> &WorkerInputs {
         &self.inputs
     }
+    /// Whether any preferred taint is set (the `affinity` multipliers then apply).
     pub fn has_preferred_taints(&self) -> bool {
         !self.preferred_taints.is_empty()
     }

@@ -27,7 +27,10 @@ pub trait Scorer: Send {
 
 /// Everything one scorer call sees.
 pub struct Call<'a> {
+    /// The validated request: its facts and options.
     pub request: &'a SelectionRequest,
+    /// The candidates still in play, one row each (eligible, and kept by earlier filters).
     pub columns: &'a ColumnBuffers,
+    /// What the policy may fetch lazily (prefix hashes, class, capacities).
     pub facts: HostFacts<'a>,
 }

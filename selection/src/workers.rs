@@ -29,9 +29,11 @@ impl Worker {
         self
     }
 
+    /// The worker's id, unique in its table.
     pub fn id(&self) -> u64 {
         self.id
     }
+    /// Data-parallel ranks (at least 1): the worker has one slot per rank.
     pub fn dp_size(&self) -> u32 {
         self.dp_size
     }
@@ -39,6 +41,7 @@ impl Worker {
     pub fn capacity(&self) -> Option<Capacity> {
         self.capacity
     }
+    /// Its labels (zone, GPU model, adapters served), for `preferred_taints`.
     pub fn taints(&self) -> &[String] {
         &self.taints
     }
@@ -84,10 +87,12 @@ impl WorkerTable {
         &self.slots
     }
 
+    /// Every worker, ascending by id.
     pub fn workers(&self) -> &[Worker] {
         &self.workers
     }
 
+    /// The worker with id `id`, if the table has one.
     pub fn worker(&self, id: u64) -> Option<&Worker> {
         self.by_id.get(&id).map(|&i| &self.workers[i as usize])
     }
@@ -102,6 +107,7 @@ impl WorkerTable {
         self.slot_worker[slot] as usize
     }
 
+    /// Whether the table has no slot (no worker).
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }

@@ -13,8 +13,11 @@ use crate::store::Manifest;
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
+    /// The admin token's holder: may create tenants and routers, and act for any tenant.
     Admin,
+    /// A tenant, by name: manages its own policies and selects for itself.
     Tenant(String),
+    /// A router, by name: may select for any tenant, and manage nothing.
     Router(String),
 }
 

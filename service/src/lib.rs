@@ -12,6 +12,8 @@
 //!   (`switchyard::GuardedSelector`) behind each version's shared quarantine breaker.
 //! - [`auth`]: tokens; [`metrics`]: Prometheus text; [`http`]: the routes.
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod config;
 pub mod error;
@@ -35,11 +37,15 @@ use switchyard::{GuardConfig, Limits};
 
 /// What `switchyard serve` was asked for.
 pub struct ServeOptions {
+    /// Address to listen on (`--listen`); port 0 picks a free port.
     pub listen: SocketAddr,
+    /// The data directory (`--data-dir`): manifest, blobs, admin token.
     pub data_dir: PathBuf,
+    /// What clients may ask of the service (`[service]`).
     pub limits: ServiceLimits,
     /// The quarantine breaker's settings for every tenant policy version (`[guard]`).
     pub guard: GuardConfig,
+    /// The sandbox's limits for every guest (`[limits]`).
     pub engine_limits: Limits,
     /// Where our compiled output is cached (`--cache-dir`, `[cache] dir`); absent:
     /// `<data-dir>/compiled`, so a restart reloads every version without Cranelift.

@@ -31,17 +31,8 @@ use switchyard::FaultKind;
 /// that grep it and the tests read it as before; Prometheus scrapes either.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-/// Every fault kind, in the order counters are kept.
-pub const FAULT_KINDS: [FaultKind; 8] = [
-    FaultKind::Fuel,
-    FaultKind::Deadline,
-    FaultKind::Memory,
-    FaultKind::Stack,
-    FaultKind::Trap,
-    FaultKind::InvalidOutput,
-    FaultKind::PolicyError,
-    FaultKind::Quarantined,
-];
+/// The policy's fault kinds, in the order counters are kept.
+pub const FAULT_KINDS: [FaultKind; 8] = FaultKind::POLICY;
 
 /// Upper bounds of the selection latency buckets, seconds (10 µs … 100 ms).
 const LATENCY_BOUNDS: [f64; 10] = [1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 2.5e-2, 1e-1];

@@ -84,15 +84,19 @@ pub struct LoadedVersion {
 }
 
 impl LoadedVersion {
+    /// The tenant's name for the policy.
     pub fn policy(&self) -> &str {
         &self.policy
     }
+    /// The version (see `manage::version_of`).
     pub fn version(&self) -> &str {
         &self.version
     }
+    /// The counters of its policy (shared by all the policy's versions).
     pub fn metrics(&self) -> &Arc<PolicyMetrics> {
         &self.metrics
     }
+    /// Its quarantine breaker, shared by all its instances.
     pub fn breaker(&self) -> &SharedBreaker {
         &self.breaker
     }
@@ -189,8 +193,11 @@ pub enum Target {
 /// A class's route: the policy, what runs it, and what a fault does.
 #[derive(Clone)]
 pub struct Route {
+    /// The policy's name as assigned (a builtin's or the tenant's).
     pub policy: String,
+    /// What runs.
     pub target: Target,
+    /// What a fault of the policy does to the selection.
     pub on_fault: FailMode,
 }
 
@@ -206,6 +213,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The committed manifest this snapshot was built from.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
     }
@@ -256,9 +264,11 @@ impl Snapshot {
 
 /// What only the writer touches.
 pub struct Writer {
+    /// The committed manifest, as of the last commit.
     pub manifest: Manifest,
     /// Compiled components by blob sha256 (several versions may share one).
     pub components: HashMap<String, PolicyComponent>,
+    /// Every version that loaded, routed or not.
     pub loaded: HashMap<VersionKey, Arc<LoadedVersion>>,
     /// Stored versions that did not load at start-up, and why (served as unavailable).
     pub unavailable: HashMap<VersionKey, Arc<str>>,
@@ -394,6 +404,7 @@ impl Service {
         self.snapshot.load_full()
     }
 
+    /// The service's counters and gauges.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }

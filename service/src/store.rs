@@ -29,20 +29,25 @@ const FORMAT: u32 = 1;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
+    /// The manifest format (1); another is refused at start-up.
     pub format: u32,
+    /// Tenant name → its token hash, policies and classes.
     pub tenants: BTreeMap<String, TenantRecord>,
     /// Router name → sha256 of its token (routers may select for any tenant).
     #[serde(default)]
     pub routers: BTreeMap<String, String>,
 }
 
+/// One tenant: its token's hash, its policies and where its classes route.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantRecord {
     /// sha256 of the tenant's token, hex. The token itself is never stored.
     pub token_sha256: String,
+    /// Policy name → its versions.
     #[serde(default)]
     pub policies: BTreeMap<String, PolicyRecord>,
+    /// Class name → where it routes (an unassigned class runs the builtin default).
     #[serde(default)]
     pub classes: BTreeMap<String, Assignment>,
 }
@@ -52,18 +57,24 @@ pub struct TenantRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyRecord {
+    /// The versions kept (the active one, the rollback history, those classes pin), in
+    /// the order they were first uploaded.
     pub versions: Vec<VersionRecord>,
+    /// The version classes that follow the policy route to.
     pub active: String,
+    /// The rollback history: versions active before, most recent last.
     #[serde(default)]
     pub previous: Vec<String>,
 }
 
 impl PolicyRecord {
+    /// The record of `version`, if the policy keeps it.
     pub fn version(&self, version: &str) -> Option<&VersionRecord> {
         self.versions.iter().find(|v| v.version == version)
     }
 }
 
+/// One uploaded version: the component (by its blob) and the parameters it runs with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VersionRecord {
@@ -82,7 +93,9 @@ pub struct VersionRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Assignment {
+    /// A builtin's name or one of the tenant's policies.
     pub policy: String,
+    /// The pinned version; `None` follows the policy's active version.
     #[serde(default)]
     pub version: Option<String>,
     #[serde(default)]
@@ -128,6 +141,7 @@ impl Store {
         Ok(Self { dir: dir.to_path_buf(), _lock: lock })
     }
 
+    /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -167,6 +181,8 @@ impl Store {
         atomic_write(&self.dir.join("blobs"), &name, bytes)
     }
 
+    /// The component bytes stored under `sha256` (through [`read_private`]: owner-only,
+    /// no symlink).
     pub fn read_blob(&self, sha256: &str) -> std::io::Result<Vec<u8>> {
         read_private(&self.blob_path(sha256), MAX_BLOB_BYTES)
     }

@@ -48,6 +48,7 @@ pub struct CapacityAware {
 }
 
 impl CapacityAware {
+    /// The policy with `params`, checked (each bad field named).
     pub fn new(params: Parameters) -> Result<Self, PolicyError> {
         params.validate()?;
         Ok(Self { params })

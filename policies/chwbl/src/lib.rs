@@ -186,6 +186,7 @@ fn nearest(sorted: &[u64], key: u64) -> u64 {
 }
 
 impl Chwbl {
+    /// The policy with `params`, checked (each bad field named).
     pub fn new(params: Parameters) -> Result<Self, PolicyError> {
         params.validate()?;
         Ok(Self { params, points: PointCache::default() })

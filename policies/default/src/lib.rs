@@ -87,6 +87,7 @@ pub struct DefaultPolicy {
 }
 
 impl DefaultPolicy {
+    /// The policy with `params`, checked (each bad field named).
     pub fn new(params: Parameters) -> Result<Self, PolicyError> {
         params.validate()?;
         Ok(Self { params: params.effective() })

@@ -61,6 +61,7 @@ pub struct LlmdPrecise {
 }
 
 impl LlmdPrecise {
+    /// The policy with `params`, checked (each bad field named).
     pub fn new(params: Parameters) -> Result<Self, PolicyError> {
         params.validate()?;
         Ok(Self { params })

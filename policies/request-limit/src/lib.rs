@@ -41,6 +41,7 @@ pub struct RequestLimit {
 }
 
 impl RequestLimit {
+    /// The policy with `params`, checked (each bad field named).
     pub fn new(params: Parameters) -> Result<Self, PolicyError> {
         check::at_least("max_in_flight_requests", params.max_in_flight_requests, 1)?;
         let cost = DefaultPolicy::new(params.cost).map_err(|e| check::nested("cost", e))?;

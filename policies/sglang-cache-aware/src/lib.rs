@@ -82,6 +82,7 @@ pub struct SglangCacheAware {
 }
 
 impl SglangCacheAware {
+    /// The policy with `params`, checked (each bad field named).
     pub fn new(params: Parameters) -> Result<Self, PolicyError> {
         params.validate()?;
         Ok(Self { params, trees: Trees::default() })

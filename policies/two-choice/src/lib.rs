@@ -63,6 +63,7 @@ pub struct TwoChoice {
 }
 
 impl TwoChoice {
+    /// The policy with `params`, checked (each bad field named).
     pub fn new(params: Parameters) -> Result<Self, PolicyError> {
         params.validate()?;
         Ok(Self { params })

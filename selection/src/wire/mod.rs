@@ -14,6 +14,6 @@ pub mod request;
 pub use answer::{CandidateCost, DecidedBy, SelectionAnswer};
 pub use error::{ErrorBody, ErrorDetail, ErrorKind, UnknownErrorKind};
 pub use request::{
-    MAX_SLOTS_CEILING, PoolJson, RequestJson, RequestLimits, RequestLimitsConfig, SAMPLE_REQUEST, WorkerJson,
+    MAX_SLOTS_CEILING, RequestJson, RequestLimits, RequestLimitsConfig, SAMPLE_REQUEST, WorkerJson,
     WorkerRankJson,
 };

@@ -179,6 +179,7 @@ pub const SAMPLE_REQUEST: &str = include_str!("../../sample-request.json");
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerJson {
+    /// The worker's id, unique in the table.
     pub id: u64,
     /// Data-parallel ranks, default 1.
     #[serde(default = "one")]
@@ -186,8 +187,10 @@ pub struct WorkerJson {
     /// Advertised KV blocks; 0 or absent means unknown.
     #[serde(default)]
     pub total_kv_blocks: u32,
+    /// Most tokens the worker batches per step, when it advertises it.
     #[serde(default)]
     pub max_num_batched_tokens: Option<u32>,
+    /// Labels (zone, GPU model, one per LoRA adapter served) that `preferred_taints` match.
     #[serde(default)]
     pub taints: Vec<String>,
 }
@@ -196,19 +199,13 @@ fn one() -> u32 {
     1
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum PoolJson {
-    #[default]
-    Aggregated,
-    Prefill,
-    Decode,
-}
-
+/// One candidate, (worker, data-parallel rank): what `pinned` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerRankJson {
+    /// The worker's id.
     pub worker_id: u64,
+    /// The rank, default 0.
     #[serde(default)]
     pub dp_rank: u32,
 }
@@ -225,10 +222,12 @@ pub struct RequestJson {
     pub prompt_tokens: u32,
     /// KV block size, tokens (≥ 1).
     pub block_size: u32,
+    /// Expected output length, tokens, when the caller knows it (a `max_tokens`).
     #[serde(default)]
     pub expected_output_tokens: Option<u32>,
+    /// The pool being routed; default `aggregated`.
     #[serde(default)]
-    pub pool: PoolJson,
+    pub pool: Pool,
     /// Per-request seed for ties and sampling (and the policy's only randomness).
     #[serde(default)]
     pub seed: u64,
@@ -238,17 +237,24 @@ pub struct RequestJson {
     /// Chained per-block hashes; absent or null: none tracked.
     #[serde(default)]
     pub prefix_hashes: Option<Vec<u64>>,
+    /// The policy class the tenant's router chose (`latency`, `batch`, …): picks the
+    /// service's route, and a policy may read it.
     #[serde(default)]
     pub policy_class: Option<String>,
     /// A request classifier's class; replaces `policy_class` when present.
     #[serde(default)]
     pub classifier_class: Option<String>,
+    /// The one candidate the request may go to, if pinned.
     #[serde(default)]
     pub pinned: Option<WorkerRankJson>,
+    /// Only these workers are eligible; absent: every worker.
     #[serde(default)]
     pub allowed_workers: Option<Vec<u64>>,
+    /// Taint → weight (finite); a candidate's cost multiplier is
+    /// `exp(−tanh(Σ weights of the taints it carries))`.
     #[serde(default)]
     pub preferred_taints: BTreeMap<String, f64>,
+    /// The worker table: ids unique, each with `dp_size` ranks.
     pub workers: Vec<WorkerJson>,
     /// Per-worker inputs as columns (rows for workers with any); see [`WorkerInputs`].
     #[serde(default)]
@@ -292,11 +298,7 @@ impl RequestJson {
             request_blocks: self.prompt_tokens.div_ceil(self.block_size),
             expected_output_tokens: self.expected_output_tokens,
             pinned: self.pinned.map(|p| WorkerRank { worker_id: p.worker_id, dp_rank: p.dp_rank }),
-            pool: match self.pool {
-                PoolJson::Aggregated => Pool::Aggregated,
-                PoolJson::Prefill => Pool::Prefill,
-                PoolJson::Decode => Pool::Decode,
-            },
+            pool: self.pool,
             seed: self.seed,
         };
         let options = RequestOptions {

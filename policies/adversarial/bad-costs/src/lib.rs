@@ -4,6 +4,7 @@
 use serde_json::Value;
 use switchyard_guest_sdk::{Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request};
 
+/// The hostile policy (see the crate's documentation).
 pub struct BadCosts {
     value: f64,
 }

@@ -11,6 +11,7 @@ use switchyard_guest_sdk::{Candidates, InputGroups, Policy, PolicyError, PolicyI
 /// One byte is written per page of this size.
 const PAGE: usize = 4096;
 
+/// The hostile policy (see the crate's documentation).
 pub struct CommitLeak {
     bytes_per_commit: usize,
 }

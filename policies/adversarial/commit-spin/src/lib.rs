@@ -5,6 +5,7 @@
 
 use switchyard_guest_sdk::{Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request, WorkerRank};
 
+/// The hostile policy (see the crate's documentation).
 pub struct CommitSpin;
 
 impl Policy for CommitSpin {

@@ -2,6 +2,7 @@
 
 use switchyard_guest_sdk::{Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request};
 
+/// The hostile policy (see the crate's documentation).
 pub struct ConfigureSpin;
 
 impl Policy for ConfigureSpin {

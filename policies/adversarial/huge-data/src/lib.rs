@@ -8,6 +8,7 @@ use switchyard_guest_sdk::{Candidates, InputGroups, Policy, PolicyError, PolicyI
 /// compresses into a zero-fill nor is elided.
 static TABLE: &[u8; 5 << 20] = include_bytes!(concat!(env!("OUT_DIR"), "/table.bin"));
 
+/// The hostile policy (see the crate's documentation).
 pub struct HugeData;
 
 impl Policy for HugeData {

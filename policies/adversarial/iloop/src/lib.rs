@@ -3,6 +3,7 @@
 
 use switchyard_guest_sdk::{Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request};
 
+/// The hostile policy (see the crate's documentation).
 pub struct InfiniteLoop;
 
 impl Policy for InfiniteLoop {

@@ -22,6 +22,7 @@ enum Import {
     CandidateCapacities,
 }
 
+/// The hostile policy (see the crate's documentation).
 pub struct ImportLoop {
     import: Import,
 }

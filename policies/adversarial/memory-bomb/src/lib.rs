@@ -4,6 +4,7 @@
 
 use switchyard_guest_sdk::{Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request};
 
+/// The hostile policy (see the crate's documentation).
 pub struct MemoryBomb {
     hoard: Vec<Vec<u8>>,
 }

@@ -2,6 +2,7 @@
 
 use switchyard_guest_sdk::{Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request};
 
+/// The hostile policy (see the crate's documentation).
 pub struct Recursion;
 
 /// The result of the call goes through `black_box` before it is used, so the recursion

@@ -12,6 +12,7 @@ use switchyard_guest_sdk::{Candidates, InputGroups, Policy, PolicyError, PolicyI
 /// "SWITCHYARD-SECRET:" with every byte + 1.
 const ENCODED_MARKER: &[u8] = b"TXJUDIZBSE.TFDSFU;";
 
+/// The isolation probe (see the crate's documentation).
 pub struct Secret {
     needle: Vec<u8>,
     own: Option<String>,

@@ -3,6 +3,7 @@
 
 use switchyard_guest_sdk::{Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request};
 
+/// Calls every import once per `score` (see the crate's documentation).
 pub struct ReadImports;
 
 impl Policy for ReadImports {

@@ -3,6 +3,7 @@
 
 use switchyard_guest_sdk::{Candidates, InputGroups, Policy, PolicyError, PolicyInfo, Request};
 
+/// Declares nothing and returns zero costs.
 pub struct Noop;
 
 impl Policy for Noop {
