@@ -42,10 +42,14 @@ impl GuestCrate {
 /// ancestor holding the `CACHEDIR.TAG` cargo writes into every target directory; failing
 /// that, `<workspace>/target`.
 pub fn guest_target_dir(workspace: &Path) -> PathBuf {
-    let from_out_dir = std::env::var_os("OUT_DIR").and_then(|out| {
-        PathBuf::from(out).ancestors().find(|dir| dir.join("CACHEDIR.TAG").is_file()).map(Path::to_path_buf)
-    });
-    from_out_dir.unwrap_or_else(|| workspace.join("target")).join("guests")
+    target_dir_of(std::env::var_os("OUT_DIR").map(PathBuf::from).as_deref(), workspace).join("guests")
+}
+
+/// The target directory that holds `out_dir`, else `<workspace>/target`.
+fn target_dir_of(out_dir: Option<&Path>, workspace: &Path) -> PathBuf {
+    out_dir
+        .and_then(|out| out.ancestors().find(|dir| dir.join("CACHEDIR.TAG").is_file()))
+        .map_or_else(|| workspace.join("target"), Path::to_path_buf)
 }
 
 /// Builds guest crates of the workspace at `workspace` into `target_dir` (kept apart from
@@ -127,4 +131,26 @@ fn build_one(workspace: &Path, target_dir: &Path, guest: &GuestCrate) -> Result<
         bail!("building the guest {} failed: {status}", guest.package);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guests_go_to_the_target_dir_that_holds_out_dir_wherever_it_is() {
+        let elsewhere = std::env::temp_dir().join(format!("switchyard-target-{}", std::process::id()));
+        let out = elsewhere.join("wasm32-unknown-unknown/debug/build/pkg-0123/out");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(elsewhere.join("CACHEDIR.TAG"), "Signature: 8a477f597d28d172789f06886806bc55")
+            .unwrap();
+        let workspace = Path::new("/nonexistent/workspace");
+        assert_eq!(target_dir_of(Some(&out), workspace), elsewhere, "CARGO_TARGET_DIR honoured");
+        assert_eq!(target_dir_of(None, workspace), workspace.join("target"), "no OUT_DIR: the default");
+        let untagged = std::env::temp_dir().join(format!("switchyard-untagged-{}", std::process::id()));
+        std::fs::create_dir_all(&untagged).unwrap();
+        assert_eq!(target_dir_of(Some(&untagged), workspace), workspace.join("target"));
+        let _ = std::fs::remove_dir_all(elsewhere);
+        let _ = std::fs::remove_dir_all(untagged);
+    }
 }
