@@ -22,26 +22,43 @@ const FIXTURES: usize = 10_000;
 
 #[test]
 fn switchyard_default_guest_picks_what_dynamo_default_picks() {
-    let file = component_file("contract-default", switchyard_test_guests::DEFAULT_POLICY);
-    let factory = resolve(
-        "contract",
-        &format!(
-            "        policy: {{file: {}}}\n        on_fault: closed\n        temperature: 0",
-            file.display()
-        ),
-    )
-    .expect("the default guest loads");
+    contract("contract", "{}", KvRouterConfig::default(), FIXTURES, 0x5eed_d1a0);
+}
+
+/// Every weight of the cost away from its default (decay on), set the same on both sides:
+/// Dynamo's through its router config, Switchyard's through the instance's `params`.
+#[test]
+fn the_same_with_every_weight_changed() {
+    let config = KvRouterConfig {
+        overlap_score_credit: 0.75,
+        overlap_score_credit_decay: 0.5,
+        prefill_load_scale: 1.5,
+        decode_active_request_weight: 0.25,
+        host_cache_hit_weight: 0.5,
+        disk_cache_hit_weight: 0.125,
+        ..KvRouterConfig::default()
+    };
+    let params = "{overlap_score_credit: 0.75, overlap_score_credit_decay: 0.5, prefill_load_scale: 1.5, \
+                  decode_active_request_weight: 0.25, host_cache_hit_weight: 0.5, disk_cache_hit_weight: 0.125}";
+    contract("contract-weights", params, config, 2_000, 0x00de_c0de);
+}
+
+fn contract(name: &str, params: &str, config: KvRouterConfig, fixtures: usize, seed: u64) {
+    let file = component_file(name, switchyard_test_guests::DEFAULT_POLICY);
+    let parameters = format!(
+        "        policy: {{file: {}}}\n        params: {params}\n        on_fault: closed\n        temperature: 0",
+        file.display()
+    );
+    let factory = resolve(name, &parameters).expect("the default guest loads");
     let types = [WorkerType::Aggregated, WorkerType::Prefill, WorkerType::Decode];
     let ours: Vec<_> = types.iter().map(|&t| policy(&factory, t)).collect();
-    let theirs: Vec<_> = types
-        .iter()
-        .map(|&t| DefaultWorkerSelector::new(Some(KvRouterConfig::default()), t.as_str()))
-        .collect();
+    let theirs: Vec<_> =
+        types.iter().map(|&t| DefaultWorkerSelector::new(Some(config.clone()), t.as_str())).collect();
 
-    let mut rng = Rng::new(0x5eed_d1a0);
+    let mut rng = Rng::new(seed);
     let (mut exact, mut tied, mut errors_both) = (0, 0, 0);
     let mut mismatches = Vec::new();
-    for i in 0..FIXTURES {
+    for i in 0..fixtures {
         let fixture = random_fixture(&mut rng);
         let k = types.iter().position(|&t| t == fixture.worker_type).unwrap();
         let dynamo = fixture.select(&theirs[k]);
@@ -53,7 +70,7 @@ fn switchyard_default_guest_picks_what_dynamo_default_picks() {
                 let mut picks = BTreeSet::new();
                 for seed in 0..4096 {
                     let seeded = DefaultWorkerSelector::new_seeded(
-                        Some(KvRouterConfig::default()),
+                        Some(config.clone()),
                         fixture.worker_type.as_str(),
                         seed,
                     );
@@ -78,7 +95,7 @@ fn switchyard_default_guest_picks_what_dynamo_default_picks() {
         }
     }
     eprintln!(
-        "{FIXTURES} fixtures: {exact} same worker and rank, {tied} ties (Switchyard's pick in Dynamo's tied set), \
+        "{name}: {fixtures} fixtures: {exact} same worker and rank, {tied} ties (Switchyard's pick in Dynamo's tied set), \
          {errors_both} refused by both, {} mismatches",
         mismatches.len()
     );
@@ -88,5 +105,5 @@ fn switchyard_default_guest_picks_what_dynamo_default_picks() {
         mismatches.len(),
         mismatches[..mismatches.len().min(10)].join("\n")
     );
-    assert!(exact > FIXTURES / 2, "too few fixtures picked alike to mean anything: {exact}");
+    assert!(exact > fixtures / 2, "too few fixtures picked alike to mean anything: {exact}");
 }
