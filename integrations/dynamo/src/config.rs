@@ -1,0 +1,217 @@
+//! The `parameters` of a `switchyard` worker-selection instance, validated once at
+//! start-up (Dynamo's factory cannot fail later).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use dynamo_kv_router::plugins::{WorkerSelectionPolicyParameters, WorkerSelectionPolicyProviderError};
+use serde::Deserialize;
+use switchyard::{FailMode, GuardConfig, Limits};
+
+/// A bad `parameters` field: which one, and why. Its `Display` is `field: reason`
+/// (`temperature: must be finite and ≥ 0, got -1`); Dynamo prefixes it with the policy
+/// type when it refuses the router configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    field: String,
+    message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+
+    /// The path of the bad field (`policy.file`, `limits.fuel_base`), or `parameters` for
+    /// the mapping as a whole.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// Why it was refused.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<ConfigError> for WorkerSelectionPolicyProviderError {
+    fn from(e: ConfigError) -> Self {
+        WorkerSelectionPolicyProviderError::new(e.to_string())
+    }
+}
+
+/// Where the policy's component comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicySource {
+    /// A component file, read once at start-up (`policy: {file: /path/policy.wasm}`).
+    File(PathBuf),
+}
+
+/// What a fault of the policy does to the selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum OnFault {
+    #[default]
+    Open,
+    Closed,
+}
+
+/// The YAML mapping as written; every field is checked again in [`SwitchyardConfig`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    policy: RawSource,
+    #[serde(default)]
+    params: Option<serde_json::Value>,
+    #[serde(default)]
+    on_fault: OnFault,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    limits: Option<Limits>,
+    #[serde(default)]
+    guard: Option<GuardConfig>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+enum RawSource {
+    File(PathBuf),
+}
+
+/// A validated `switchyard` instance configuration.
+///
+/// ```yaml
+/// worker_selection:
+///   aggregated: tenant-a
+///   instances:
+///     - name: tenant-a
+///       type: switchyard
+///       parameters:
+///         policy: {file: /etc/switchyard/tenant-a.wasm}   # required
+///         params: {overlap_score_credit: 0.5}             # the policy's own; default {}
+///         on_fault: open                                  # open (default) | closed
+///         temperature: 0.0                                # default 0: argmin
+///         limits: {fuel_base: 2000000}                    # Switchyard's [limits]; optional
+///         guard: {quarantine_after: 3}                    # Switchyard's [guard]; optional
+/// ```
+#[derive(Debug, Clone)]
+pub struct SwitchyardConfig {
+    source: PolicySource,
+    params: String,
+    fail_mode: FailMode,
+    temperature: f64,
+    limits: Limits,
+    guard: GuardConfig,
+}
+
+impl SwitchyardConfig {
+    /// Parses and checks Dynamo's `parameters` for this instance.
+    pub fn from_parameters(parameters: &WorkerSelectionPolicyParameters) -> Result<Self, ConfigError> {
+        // Through a JSON value, so a refusal can name the field's path.
+        let value: serde_json::Value = parameters
+            .deserialize()
+            .map_err(|e| ConfigError::new("parameters", format!("not a mapping Switchyard can read: {e}")))?;
+        Self::from_json(value)
+    }
+
+    /// Parses and checks the parameters given as a JSON value (the same fields as the
+    /// YAML).
+    pub fn from_json(value: serde_json::Value) -> Result<Self, ConfigError> {
+        if value.is_null() {
+            return Err(ConfigError::new("parameters", "missing: at least `policy` is required"));
+        }
+        let raw: Raw = serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path.is_empty() || path == "." { "parameters".to_string() } else { path };
+            ConfigError::new(field, e.into_inner().to_string())
+        })?;
+        let source = match raw.policy {
+            RawSource::File(path) if path.as_os_str().is_empty() => {
+                return Err(ConfigError::new("policy.file", "empty path"));
+            }
+            RawSource::File(path) => PolicySource::File(path),
+        };
+        let params = match raw.params {
+            None => "{}".to_string(),
+            Some(v) => serde_json::to_string(&v).map_err(|e| ConfigError::new("params", e.to_string()))?,
+        };
+        let temperature = raw.temperature.unwrap_or(0.0);
+        if !(temperature.is_finite() && temperature >= 0.0) {
+            return Err(ConfigError::new(
+                "temperature",
+                format!("must be finite and ≥ 0, got {temperature}"),
+            ));
+        }
+        let limits = raw.limits.unwrap_or_default();
+        check_limits(&limits)?;
+        let fail_mode = match raw.on_fault {
+            OnFault::Open => FailMode::Open,
+            OnFault::Closed => FailMode::Closed,
+        };
+        Ok(Self { source, params, fail_mode, temperature, limits, guard: raw.guard.unwrap_or_default() })
+    }
+
+    /// Where the component comes from.
+    pub fn source(&self) -> &PolicySource {
+        &self.source
+    }
+
+    /// The component file, for a file source.
+    pub fn file(&self) -> Option<&Path> {
+        match &self.source {
+            PolicySource::File(path) => Some(path),
+        }
+    }
+
+    /// The policy's own parameters, as the JSON text its `configure` receives.
+    pub fn params(&self) -> &str {
+        &self.params
+    }
+
+    /// Fail-open (Switchyard's native default decides) or fail-closed (Dynamo's policy
+    /// error).
+    pub fn fail_mode(&self) -> FailMode {
+        self.fail_mode
+    }
+
+    /// The picker's temperature when the request carries no override.
+    pub fn temperature(&self) -> f64 {
+        self.temperature
+    }
+
+    /// The sandbox's limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The quarantine breaker's thresholds.
+    pub fn guard(&self) -> &GuardConfig {
+        &self.guard
+    }
+}
+
+/// The limits a zero would break (`serve` refuses the same); the engine checks the rest.
+fn check_limits(limits: &Limits) -> Result<(), ConfigError> {
+    let positive: [(&str, u64); 7] = [
+        ("max_component_bytes", limits.max_component_bytes as u64),
+        ("max_memory_bytes", limits.max_memory_bytes as u64),
+        ("max_wasm_stack_bytes", limits.max_wasm_stack_bytes as u64),
+        ("max_fuel_per_call", limits.max_fuel_per_call),
+        ("call_deadline_ms", limits.call_deadline_ms),
+        ("epoch_tick_ms", limits.epoch_tick_ms),
+        ("max_instances", u64::from(limits.max_instances)),
+    ];
+    match positive.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => Err(ConfigError::new(format!("limits.{name}"), "must be at least 1")),
+        None => Ok(()),
+    }
+}

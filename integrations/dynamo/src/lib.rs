@@ -1,0 +1,231 @@
+//! Switchyard inside Dynamo's own router: the worker-selection plugin type `switchyard`
+//! for `dynamo-kv-router` 1.6.1, which runs a tenant's policy component, sandboxed, as
+//! Dynamo's picker.
+//!
+//! # Registration
+//!
+//! A Dynamo image links this crate and adds the type to its plugin catalog at start-up:
+//!
+//! ```no_run
+//! let mut registry = dynamo_kv_router::plugins::RouterPluginRegistry::default();
+//! switchyard_dynamo::register(&mut registry).expect("`switchyard` registered once");
+//! ```
+//!
+//! and its router policy file selects an instance of it (see [`SwitchyardConfig`] for
+//! every field):
+//!
+//! ```yaml
+//! worker_selection:
+//!   aggregated: tenant-a
+//!   instances:
+//!     - name: tenant-a
+//!       type: switchyard
+//!       parameters:
+//!         policy: {file: /etc/switchyard/tenant-a.wasm}
+//!         params: {overlap_score_credit: 0.5}
+//!         on_fault: open
+//! ```
+//!
+//! Dynamo calls the provider once per instance when it resolves its plugins, and the
+//! factory it returns once per routing partition and pool, later, where nothing may fail.
+//! So the provider does everything that can fail: it checks every field (each refusal
+//! names it: `policy.file: wrong-world: …`, `temperature: must be finite and ≥ 0`), reads
+//! and compiles the component, and instantiates and configures it once with `params`. A
+//! factory call then only makes a sibling instance, created on its first selection.
+//!
+//! # Picker mode
+//!
+//! Each policy Dynamo builds is a [`WorkerSelectionPolicy`] with no filters or scorers of
+//! Dynamo's and a [`SwitchyardPicker`]: Dynamo applies its own eligibility (allowed
+//! workers, required taints, overload, pins, an exclusive affinity target as its default
+//! selector does) and hands the picker the eligible rows. The picker
+//!
+//! 1. declares the inputs the guest reads (`cache` → `CACHE`, `load` → `LOAD`,
+//!    `affinity` → `PREFERRED_TAINT`; in fail-open mode all three, which the native
+//!    default that then decides reads);
+//! 2. sorts Dynamo's rows, which arrive in hash-map order, into the contract's ascending
+//!    (worker id, dp rank), builds a [`switchyard::WorkerTable`] and the columns;
+//! 3. runs the guest's filter and score and Switchyard's picker through a
+//!    [`switchyard::GuardedSelector`] (fault containment, quarantine breaker shared by
+//!    every partition of the instance), commits the pick through `on-selected`;
+//! 4. maps the chosen slot back to Dynamo's row.
+//!
+//! # What maps, and how
+//!
+//! | Switchyard | from Dynamo 1.6.1's picker view |
+//! | --- | --- |
+//! | `worker-id` | `ScoredWorkerCandidate::worker().worker_id` |
+//! | `dp-rank` | the worker's candidate ranks in ascending order, numbered 0..k: Dynamo's own rank whenever the candidates are ranks 0..k (the usual case); renumbered when they start elsewhere (`data_parallel_start_rank` > 0) or a rank was filtered out; the pick is mapped back to Dynamo's rank |
+//! | `device-overlap-blocks` | `device_overlap_blocks()` when the lookup reported tiers (`has_tier_matches()`), else the effective overlap (`accounting_cache_estimate().0`), as Dynamo's default does; rounded to whole blocks |
+//! | `host-overlap-blocks`, `disk-overlap-blocks` | `host_overlap_blocks()`, `disk_overlap_blocks()` (whole blocks) |
+//! | `cached-tokens` | `accounting_cache_estimate().1` |
+//! | `active-prefill-tokens` | `load.active_prefill_tokens()` (0 when `!is_available()`) |
+//! | `decode-blocks` | `load.decode_cost_blocks()` (whole blocks) |
+//! | `active-requests` | `load.active_requests()` |
+//! | `preferred-multiplier` | `preferred_taint_multiplier()`, bit for bit: Switchyard derives multipliers from taints, so each worker gets one synthetic taint whose weight reproduces Dynamo's multiplier exactly |
+//! | `prompt-tokens`, `block-size`, `request-blocks`, `expected-output-tokens` | the context's, saturated to u32 |
+//! | `pinned` | `pinned_worker()` |
+//! | `pool` | the pool Dynamo builds the policy for: aggregated, prefill, decode (encode routes as aggregated) |
+//! | temperature | the request's `router_temperature_override()`, else the instance's `temperature` |
+//!
+//! What 1.6.1 does not give a plugin, and how the adapter fills it:
+//!
+//! - **prefix hashes**: `prefix-hashes()` answers `none` (the request's token sequence
+//!   and block hashes are crate-private to Dynamo). Hash-affinity policies (CHWBL,
+//!   two-choice, SGLang's cache-aware) then fall back to whatever they do without
+//!   hashes.
+//! - **policy class**: `policy-class()` answers `none` (`SchedulingRequest::policy_class`
+//!   is not on `WorkerSelectionContext`).
+//! - **capacities**: `worker-capacity()` and `candidate-capacities()` answer `none`
+//!   (workers' `total_kv_blocks` / `max_num_batched_tokens` stay with the host).
+//! - **the per-request seed**: derived deterministically from the request's data (prompt
+//!   tokens, block size, request blocks, expected output, session id) and the candidate
+//!   rows (ids, ranks, loads), so the same request over the same state picks the same
+//!   worker, and ties spread as the loads move.
+//! - **shared-cache hits** (`shared_hits()`) and Dynamo's per-request overrides of the
+//!   cost's weights (`router_config_override`: credit, prefill scale): not visible
+//!   either; the policy's `params` hold its weights. A decode pool whose Dynamo host
+//!   forces `overlap_score_credit = 0` per request needs `params: {overlap_score_credit:
+//!   0}` on its instance.
+//!
+//! A newer Dynamo that put these on `WorkerSelectionContext` (the token blocks' hashes,
+//! the policy class, the workers' configs, a request id or seed, the overrides) would let
+//! the adapter pass each one through unchanged; the sections above then shrink to the
+//! table.
+//!
+//! # Faults
+//!
+//! Contained as everywhere in Switchyard: a guest that spins, traps, exhausts memory or
+//! answers garbage is stopped by the sandbox's limits; fail-open (the default) lets
+//! Switchyard's native default policy decide over the same columns, fail-closed returns
+//! Dynamo's [`WorkerSelectionPolicyError`] naming the fault. The picker never panics on
+//! a guest's behalf.
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod picker;
+
+use std::sync::{Arc, Mutex};
+
+use dynamo_kv_router::plugins::{
+    RouterPluginRegistry, WorkerSelectionPolicyProvider, WorkerSelectionPolicyRegistryError,
+};
+use dynamo_kv_router::{WorkerSelectionPolicy, WorkerSelectionPolicyFactory, WorkerType};
+use switchyard::selection::Scorer;
+use switchyard::{GuestScorer, LoadErrorKind, PolicyComponent, PolicyEngine, SharedBreaker};
+use switchyard_guest_sdk::{InputGroups, Pool};
+
+pub use config::{ConfigError, PolicySource, SwitchyardConfig};
+pub use picker::SwitchyardPicker;
+
+/// The worker-selection policy type this crate registers.
+pub const POLICY_TYPE: &str = "switchyard";
+
+/// Adds the worker-selection type `switchyard` to Dynamo's plugin catalog. Fails only if
+/// the catalog has a type of that name already.
+pub fn register(registry: &mut RouterPluginRegistry) -> Result<(), WorkerSelectionPolicyRegistryError> {
+    registry.register_worker_selection(POLICY_TYPE, provider())
+}
+
+/// The provider behind `switchyard`: parameters → a checked, loaded policy → the factory
+/// Dynamo calls per routing partition.
+pub fn provider() -> WorkerSelectionPolicyProvider {
+    Arc::new(|parameters| {
+        let config = SwitchyardConfig::from_parameters(parameters)?;
+        let loaded = LoadedPolicy::load(&config)?;
+        Ok(loaded.factory())
+    })
+}
+
+/// A policy loaded and configured once at start-up, from which every partition's picker
+/// is made.
+pub struct LoadedPolicy {
+    config: SwitchyardConfig,
+    /// Instantiated and configured once (so a bad `params` is refused at start-up); each
+    /// picker gets a sibling. Behind a lock only because a Store is not `Sync` and
+    /// Dynamo's factory must be; it is taken once per factory call.
+    guest: Mutex<GuestScorer>,
+    groups: InputGroups,
+    breaker: Arc<SharedBreaker>,
+}
+
+impl LoadedPolicy {
+    /// Reads, compiles, instantiates and configures the policy of `config`; each failure
+    /// names the field at fault.
+    pub fn load(config: &SwitchyardConfig) -> Result<Arc<Self>, ConfigError> {
+        let engine = PolicyEngine::new(config.limits().clone())
+            .map_err(|e| ConfigError::new("limits", format!("{e:#}")))?;
+        let (bytes, name) = match config.source() {
+            PolicySource::File(path) => {
+                let bytes = std::fs::read(path).map_err(|e| {
+                    ConfigError::new("policy.file", format!("cannot read {}: {e}", path.display()))
+                })?;
+                let name =
+                    path.file_stem().map_or_else(|| "policy".into(), |s| s.to_string_lossy().into_owned());
+                (bytes, name)
+            }
+        };
+        Self::from_bytes(config, &engine, &bytes, name)
+    }
+
+    /// As [`LoadedPolicy::load`], with the component's bytes given (`name` names it in
+    /// faults).
+    pub fn from_bytes(
+        config: &SwitchyardConfig,
+        engine: &PolicyEngine,
+        bytes: &[u8],
+        name: String,
+    ) -> Result<Arc<Self>, ConfigError> {
+        let component = PolicyComponent::load(engine, bytes)
+            .map_err(|e| ConfigError::new("policy.file", e.to_string()))?;
+        let guest = GuestScorer::new(name, component, config.params()).map_err(|e| {
+            let field = if e.kind == LoadErrorKind::ConfigureFailed { "params" } else { "policy.file" };
+            ConfigError::new(field, e.to_string())
+        })?;
+        let groups = guest.info().inputs;
+        Ok(Arc::new(Self {
+            config: config.clone(),
+            guest: Mutex::new(guest),
+            groups,
+            breaker: Arc::new(SharedBreaker::new(config.guard().clone())),
+        }))
+    }
+
+    /// A picker for `pool`: a sibling instance of the guest (created on its first
+    /// selection), guarded with the native default as fallback.
+    pub fn picker(&self, pool: Pool) -> SwitchyardPicker {
+        let guest = self.guest.lock().unwrap_or_else(|p| p.into_inner()).sibling();
+        let guard = switchyard_builtins::guarded(
+            Box::new(guest),
+            self.config.fail_mode(),
+            self.config.guard().clone(),
+        )
+        .with_breaker(Arc::clone(&self.breaker));
+        SwitchyardPicker::new(guard, self.groups, self.config.fail_mode(), pool, self.config.temperature())
+    }
+
+    /// The factory Dynamo calls once per routing partition and pool.
+    pub fn factory(self: Arc<Self>) -> WorkerSelectionPolicyFactory {
+        Arc::new(move |router_config, worker_type, _partition| {
+            WorkerSelectionPolicy::new(
+                router_config.clone(),
+                worker_type.as_str(),
+                Vec::new(),
+                Box::new(self.picker(pool_of(worker_type))),
+            )
+            // As Dynamo's default selector: an eligible affinity target is the only
+            // candidate.
+            .with_exclusive_affinity(true)
+        })
+    }
+}
+
+/// The Switchyard pool a Dynamo worker pool routes as.
+pub fn pool_of(worker_type: WorkerType) -> Pool {
+    match worker_type {
+        WorkerType::Prefill => Pool::Prefill,
+        WorkerType::Decode => Pool::Decode,
+        WorkerType::Aggregated | WorkerType::Encode => Pool::Aggregated,
+    }
+}

@@ -1,0 +1,91 @@
+//! The provider checks every field at start-up, and each refusal names it.
+
+mod common;
+
+use common::{component_file, resolve};
+
+fn refusal(name: &str, parameters: &str) -> String {
+    match resolve(name, parameters) {
+        Ok(_) => panic!("{name}: accepted"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn each_bad_field_is_refused_by_name() {
+    let good = component_file("config-default", switchyard_test_guests::DEFAULT_POLICY);
+    let policy = format!("        policy: {{file: {}}}\n", good.display());
+    let cases = [
+        ("no-policy", "        on_fault: open".to_string(), "missing field `policy`"),
+        ("unknown-field", format!("{policy}        tempreature: 1"), "unknown field `tempreature`"),
+        ("source", "        policy: {store: acme}".to_string(), "policy: unknown variant `store`"),
+        (
+            "missing-file",
+            "        policy: {file: /nonexistent/p.wasm}".to_string(),
+            "policy.file: cannot read /nonexistent/p.wasm",
+        ),
+        ("on-fault", format!("{policy}        on_fault: sometimes"), "on_fault: unknown variant `sometimes`"),
+        (
+            "temperature",
+            format!("{policy}        temperature: -1"),
+            "temperature: must be finite and ≥ 0, got -1",
+        ),
+        ("temperature-type", format!("{policy}        temperature: hot"), "temperature: invalid type"),
+        (
+            "limits-field",
+            format!("{policy}        limits: {{fuel_bas: 1}}"),
+            "limits.fuel_bas: unknown field `fuel_bas`",
+        ),
+        (
+            "limits-zero",
+            format!("{policy}        limits: {{call_deadline_ms: 0}}"),
+            "limits.call_deadline_ms: must be at least 1",
+        ),
+        (
+            "limits-small",
+            format!("{policy}        limits: {{max_component_bytes: 1000}}"),
+            "policy.file: too-large",
+        ),
+        (
+            "guard",
+            format!("{policy}        guard: {{quarantine_after: many}}"),
+            "guard.quarantine_after: invalid type",
+        ),
+        (
+            "params",
+            format!("{policy}        params: {{overlap_score_credit: 7}}"),
+            "params: configure-failed",
+        ),
+        ("params-unknown", format!("{policy}        params: {{overlap: 1}}"), "params: configure-failed"),
+    ];
+    for (name, parameters, expected) in cases {
+        let e = refusal(&format!("config-{name}"), &parameters);
+        assert!(e.contains("\"switchyard\""), "{name}: Dynamo names the type: {e}");
+        assert!(e.contains(expected), "{name}: expected `{expected}` in: {e}");
+    }
+    let not_wasm = component_file("config-not-wasm", b"hello");
+    let e = refusal("config-not-wasm", &format!("        policy: {{file: {}}}", not_wasm.display()));
+    assert!(e.contains("policy.file: not-wasm"), "{e}");
+    let core = component_file("config-core", switchyard_test_guests::hostile::CORE_MODULE);
+    let e = refusal("config-core", &format!("        policy: {{file: {}}}", core.display()));
+    assert!(e.contains("policy.file: core-module"), "{e}");
+}
+
+#[test]
+fn good_parameters_resolve() {
+    let good = component_file("config-good", switchyard_test_guests::DEFAULT_POLICY);
+    let parameters = format!(
+        "        policy: {{file: {}}}\n        params: {{overlap_score_credit: 0.5}}\n        on_fault: closed\n        temperature: 0.25\n        limits: {{fuel_base: 3000000}}\n        guard: {{quarantine_after: 5}}",
+        good.display()
+    );
+    resolve("config-good", &parameters).expect("valid parameters resolve");
+}
+
+#[test]
+fn registering_twice_is_refused() {
+    let mut registry = dynamo_kv_router::plugins::RouterPluginRegistry::default();
+    switchyard_dynamo::register(&mut registry).unwrap();
+    assert!(
+        switchyard_dynamo::register(&mut registry).unwrap_err().to_string().contains("already registered")
+    );
+}
