@@ -2,11 +2,9 @@
 //! Switchyard's native default deciding), fail-closed returns Dynamo's policy error;
 //! nothing panics, and each selection stays within the sandbox's bound.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Rng, component_file, policy, random_fixture, resolve};
+use crate::common::{Rng, component_file, policy, random_fixture, resolve};
 use switchyard_test_guests::hostile;
 
 /// Selections per guest.

@@ -1,8 +1,6 @@
 //! The provider checks every field at start-up, and each refusal names it.
 
-mod common;
-
-use common::{component_file, resolve};
+use crate::common::{component_file, resolve};
 
 fn refusal(name: &str, parameters: &str) -> String {
     match resolve(name, parameters) {

@@ -1,7 +1,5 @@
 //! Dynamo fixtures and the registry path a Dynamo image takes, shared by the tests.
 
-#![allow(dead_code)]
-
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 

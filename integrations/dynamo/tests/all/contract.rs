@@ -10,11 +10,9 @@
 //! seeds. Large tied sets are common in the decode pool, where Dynamo clamps
 //! `decode − credit` at 0 and every worker whose cache covers its decode load costs 0.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::{Rng, component_file, policy, random_fixture, resolve};
+use crate::common::{Rng, component_file, policy, random_fixture, resolve};
 use dynamo_kv_router::{DefaultWorkerSelector, KvRouterConfig, WorkerType};
 
 /// Fixtures checked: the issue asks for at least 10,000.
