@@ -159,11 +159,43 @@ impl Limits {
         self.fuel_per_import_call.saturating_add(self.fuel_per_import_byte.saturating_mul(bytes as u64))
     }
 
+    /// Refuses the limits a zero would break (every instantiation refused, every call out
+    /// of budget at once, no ticking clock), naming the field: the engine's callers (the
+    /// CLI, `serve`, an embedding router) all get the same refusal.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive: [(&str, u64); 7] = [
+            ("max_component_bytes", self.max_component_bytes as u64),
+            ("max_memory_bytes", self.max_memory_bytes as u64),
+            ("max_wasm_stack_bytes", self.max_wasm_stack_bytes as u64),
+            ("max_fuel_per_call", self.max_fuel_per_call),
+            ("call_deadline_ms", self.call_deadline_ms),
+            ("epoch_tick_ms", self.epoch_tick_ms),
+            ("max_instances", u64::from(self.max_instances)),
+        ];
+        match positive.iter().find(|(_, v)| *v == 0) {
+            Some((name, _)) => Err(format!("limits.{name}: must be at least 1")),
+            None => Ok(()),
+        }
+    }
+
     /// Deadline in epoch ticks (at least one).
     pub fn deadline_ticks(&self) -> u64 {
-        (self.call_deadline_ms / self.epoch_tick_ms.max(1)).max(1)
+        (self.call_deadline_ms / self.epoch_tick_ms).max(1)
     }
 }
+
+/// What one component instance may hold. A policy component built by `wit-component`
+/// has its main module, a shim and a fixup module (three core instances), one memory
+/// and two tables (its own and the shim's); one spare core instance. The pool's totals
+/// and each Store's limits both come from here.
+pub(crate) struct PerComponent {
+    pub(crate) core_instances: u32,
+    pub(crate) memories: u32,
+    pub(crate) tables: u32,
+}
+
+/// The caps of [`PerComponent`].
+pub(crate) const PER_COMPONENT: PerComponent = PerComponent { core_instances: 4, memories: 1, tables: 2 };
 
 /// The wasmtime engine with Switchyard's settings, and its epoch ticker.
 #[derive(Clone)]
@@ -178,6 +210,7 @@ impl PolicyEngine {
     /// ticking its epoch every `epoch_tick_ms` when the budget has a deadline. Fails if
     /// wasmtime refuses the configuration.
     pub fn new(limits: Limits) -> Result<Self> {
+        limits.validate().map_err(anyhow::Error::msg)?;
         let mut config = Config::new();
         // Cranelift at speed: policies are small, scoring is the hot path.
         config.cranelift_opt_level(OptLevel::Speed);
@@ -195,22 +228,32 @@ impl PolicyEngine {
         config.wasm_backtrace_max_frames(std::num::NonZeroUsize::new(4));
         // Pooling: instantiation is a few µs (slots are pre-reserved and reused), which is
         // what makes "drop the Store after a trap, instantiate fresh" cheap.
+        // Each total is `max_instances` times what one component instance may hold, so
+        // `max_instances` instances always fit, whatever their shape: a component bigger
+        // than the caps is refused when it is loaded, never a cause of another tenant's
+        // `overloaded`.
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(limits.max_instances)
-            .total_core_instances(limits.max_instances.saturating_mul(4))
-            .total_memories(limits.max_instances)
-            .total_tables(limits.max_instances.saturating_mul(2))
-            .max_memories_per_component(2)
-            .max_tables_per_component(4)
+            .total_core_instances(limits.max_instances.saturating_mul(PER_COMPONENT.core_instances))
+            .total_memories(limits.max_instances.saturating_mul(PER_COMPONENT.memories))
+            .total_tables(limits.max_instances.saturating_mul(PER_COMPONENT.tables))
+            .max_core_instances_per_component(PER_COMPONENT.core_instances)
+            .max_memories_per_component(PER_COMPONENT.memories)
+            .max_tables_per_component(PER_COMPONENT.tables)
             .max_memory_size(limits.max_memory_bytes)
             .table_elements(limits.max_table_elements);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine =
             Engine::new(&config).map_err(|e| anyhow::anyhow!("configuring the wasmtime engine: {e:#}"))?;
         if limits.budget.uses_epoch() {
-            spawn_epoch_ticker(&engine, Duration::from_millis(limits.epoch_tick_ms.max(1)));
+            spawn_epoch_ticker(&engine, Duration::from_millis(limits.epoch_tick_ms));
         }
         Ok(Self { engine, limits: Arc::new(limits), cache: None })
+    }
+
+    /// The limits, shared (a Store's state keeps them for the import charges).
+    pub(crate) fn shared_limits(&self) -> Arc<Limits> {
+        Arc::clone(&self.limits)
     }
 
     /// Caches compiled components in `cache` (see [`ArtifactCache`]).
@@ -248,4 +291,19 @@ fn spawn_epoch_ticker(engine: &Engine, tick: Duration) {
             }
         })
         .expect("spawning the epoch thread");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zero_that_would_break_the_engine_is_refused_by_name() {
+        assert!(Limits::default().validate().is_ok());
+        let zero = Limits { max_instances: 0, ..Limits::default() };
+        let e = PolicyEngine::new(zero).err().expect("no pool slot at all");
+        assert_eq!(e.to_string(), "limits.max_instances: must be at least 1");
+        let zero = Limits { epoch_tick_ms: 0, ..Limits::default() };
+        assert_eq!(zero.validate().unwrap_err(), "limits.epoch_tick_ms: must be at least 1");
+    }
 }

@@ -467,25 +467,23 @@ impl GuardedSelector {
                 }
                 Ok(None)
             }
-            Err(SelectError::Fault { fault, .. }) if !fault.kind.is_policy_fault() => {
-                // No instance could be had for the commit: the policy's state is gone
-                // already, and that is not the policy's fault.
-                drop(attempt);
-                self.counters.overloaded += 1;
-                match self.mode {
-                    FailMode::Open => Ok(Some(fault)),
-                    FailMode::Closed => Err(SelectError::Fault { scorer: self.name.clone(), fault }),
-                }
-            }
             Err(SelectError::Fault { fault, .. }) => {
-                self.counters.commit_faults += 1;
-                match attempt {
-                    Some(attempt) => self.fault(attempt, &fault),
-                    None => {
-                        *self.counters.faults.entry(fault.kind).or_default() += 1;
-                        self.policy.reset();
+                if fault.kind.is_policy_fault() {
+                    self.counters.commit_faults += 1;
+                    match attempt {
+                        Some(attempt) => self.fault(attempt, &fault),
+                        None => {
+                            *self.counters.faults.entry(fault.kind).or_default() += 1;
+                            self.policy.reset();
+                        }
                     }
+                } else {
+                    // No instance could be had for the commit: the policy's state is gone
+                    // already, and that is not the policy's fault.
+                    drop(attempt);
+                    self.counters.overloaded += 1;
                 }
+                // Contained as a selection's fault is (`contain`), counted the same way.
                 match self.mode {
                     FailMode::Open => Ok(Some(fault)),
                     FailMode::Closed => {

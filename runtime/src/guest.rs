@@ -11,7 +11,7 @@ use wasmtime::component::{ComponentType, Func, Lower, TypedFunc};
 use wasmtime::{Store, StoreLimitsBuilder, Trap};
 
 use crate::component::{LoadError, LoadErrorKind, PolicyComponent};
-use crate::engine::{Limits, WorkUnits};
+use crate::engine::{Limits, PER_COMPONENT, WorkUnits};
 use crate::selection::{Call, Fault, FaultKind, Scorer};
 
 use crate::host::{HostState, bindings, wit};
@@ -174,9 +174,10 @@ impl GuestScorer {
         let store_limits = StoreLimitsBuilder::new()
             .memory_size(limits.max_memory_bytes)
             .table_elements(limits.max_table_elements)
-            .instances(16)
-            .memories(4)
-            .tables(8)
+            // One component per Store: its caps are the pool's (`PER_COMPONENT`).
+            .instances(PER_COMPONENT.core_instances as usize)
+            .memories(PER_COMPONENT.memories as usize)
+            .tables(PER_COMPONENT.tables as usize)
             // An out-of-memory guest traps cleanly instead of seeing `memory.grow` fail.
             .trap_on_grow_failure(true)
             .build();
@@ -184,8 +185,7 @@ impl GuestScorer {
             limits: store_limits,
             facts: None,
             candidates: 0,
-            import_call_fuel: limits.fuel_per_import_call,
-            import_byte_fuel: limits.fuel_per_import_byte,
+            engine_limits: engine.shared_limits(),
         };
         let mut store = Store::new(engine.engine(), state);
         store.limiter(|s| &mut s.limits);

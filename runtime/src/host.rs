@@ -4,10 +4,13 @@
 //! which sets the facts of each call) use it; it uses neither.
 
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use switchyard_guest_sdk::Facts;
 use wasmtime::component::Linker;
 use wasmtime::{StoreContextMut, StoreLimits, Trap};
+
+use crate::engine::Limits;
 
 pub(crate) mod bindings {
     wasmtime::component::bindgen!({
@@ -28,9 +31,8 @@ pub struct HostState {
     pub(crate) facts: Option<NonNull<dyn Facts + 'static>>,
     /// Candidate rows of the call in progress (what `candidate-capacities` answers for).
     pub(crate) candidates: usize,
-    /// Fuel per import call and per byte an import copies (from [`Limits`]).
-    pub(crate) import_call_fuel: u64,
-    pub(crate) import_byte_fuel: u64,
+    /// The engine's limits: what an import costs ([`Limits::import_fuel`]).
+    pub(crate) engine_limits: Arc<Limits>,
 }
 
 // SAFETY: `facts` is only set for the duration of a call made on the thread that owns
@@ -50,8 +52,7 @@ impl HostState {
 /// the work: a loop of imports runs out of fuel like a loop of instructions. Without a
 /// fuel budget the call deadline bounds such a loop.
 fn charge(store: &mut StoreContextMut<'_, HostState>, bytes: usize) -> wasmtime::Result<()> {
-    let data = store.data();
-    let cost = data.import_call_fuel.saturating_add(data.import_byte_fuel.saturating_mul(bytes as u64));
+    let cost = store.data().engine_limits.import_fuel(bytes);
     match store.get_fuel() {
         Ok(left) if left >= cost => store.set_fuel(left - cost),
         Ok(_) => {

@@ -297,3 +297,31 @@ fn the_fuel_of_a_call_grows_with_what_the_host_passes_up_to_the_ceiling() {
     assert_eq!(decision.fallback.map(|f| f.kind), Some(FaultKind::Fuel));
     assert_eq!(stats.last_fuel(), 3_000_000, "spent exactly the ceiling");
 }
+
+/// The instance pool's totals are `max_instances` times what one component may hold, so
+/// a component shaped to hold more (here five core instances, where a policy built by
+/// `wit-component` needs three) is refused on its own account; it can never take
+/// other tenants' share of the pool and leave them `overloaded`. (The engine used to
+/// cap only the totals, at four core instances per component on average, and let one
+/// component hold sixteen.)
+#[test]
+fn a_component_holding_more_than_its_share_of_the_pool_is_refused() {
+    let instances = "(core instance (instantiate $m))".repeat(5);
+    let bytes = wat::parse_str(format!("(component (core module $m) {instances})")).expect("valid WAT");
+    let engine = engine().engine();
+    let refused = wasmtime::component::Component::new(engine, &bytes).and_then(|component| {
+        let mut store = wasmtime::Store::new(engine, ());
+        wasmtime::component::Linker::new(engine).instantiate(&mut store, &component).map(drop)
+    });
+    let error = format!("{:#}", refused.expect_err("five core instances exceed the per-component cap"));
+    assert!(error.contains("core module instances"), "{error}");
+    // Four fit.
+    let four = wat::parse_str(format!(
+        "(component (core module $m) {})",
+        "(core instance (instantiate $m))".repeat(4)
+    ))
+    .expect("valid WAT");
+    let component = wasmtime::component::Component::new(engine, &four).expect("four core instances compile");
+    let mut store = wasmtime::Store::new(engine, ());
+    wasmtime::component::Linker::new(engine).instantiate(&mut store, &component).expect("four fit");
+}
