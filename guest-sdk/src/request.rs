@@ -7,7 +7,7 @@ use std::borrow::Cow;
 pub struct WorkerRank {
     /// The worker's id, as in the host's worker table.
     pub worker_id: u64,
-    /// Its data-parallel rank, below the worker's `dp_size`.
+    /// Its data-parallel rank: one of the worker's ranks (`0..dp_size` unless the host lists them).
     pub dp_rank: u32,
 }
 

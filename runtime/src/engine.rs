@@ -184,10 +184,9 @@ impl Limits {
     }
 }
 
-/// What one component instance may hold. A policy component built by `wit-component`
-/// has its main module, a shim and a fixup module (three core instances), one memory
-/// and two tables (its own and the shim's); one spare core instance. The pool's totals
-/// and each Store's limits both come from here.
+/// What one component instance may hold. Every shipped and test guest built by
+/// `wit-component` fits (the test suite instantiates each); the pool's totals and each
+/// Store's limits both come from here.
 pub(crate) struct PerComponent {
     pub(crate) core_instances: u32,
     pub(crate) memories: u32,

@@ -18,9 +18,6 @@ pub struct ColumnBuffers {
     preferred_multiplier: Vec<f64>,
     /// Merge path scratch: the eligible slots and their input rows (`None`: no row).
     rows: Vec<(usize, Option<usize>)>,
-    /// Per worker of the table, its preferred-taint multiplier once computed (NaN: not
-    /// yet): computed once per worker, not once per slot.
-    worker_multiplier: Vec<f64>,
     /// Scratch for [`SelectionRequest::preferred_multiplier`].
     taint_matches: Vec<usize>,
 }
@@ -33,7 +30,7 @@ impl ColumnBuffers {
         self.packed.clear();
         self.preferred_multiplier.clear();
         let inputs = request.inputs();
-        let tainted = groups.contains(InputGroups::AFFINITY) && request.has_preferred_taints();
+        let tainted = groups.contains(InputGroups::AFFINITY) && request.has_preferences();
         if request.is_dense_for(table) {
             // Every slot is a candidate and has a row: the columns are copies.
             self.worker_id.extend_from_slice(&inputs.worker_id);
@@ -86,15 +83,20 @@ impl ColumnBuffers {
         request: &SelectionRequest,
         slots: impl Iterator<Item = usize>,
     ) {
-        self.worker_multiplier.clear();
-        self.worker_multiplier.resize(table.workers().len(), f64::NAN);
+        // Slots come in ascending order, so a worker's ranks are adjacent: remembering the
+        // last worker's multiplier computes each once.
+        let mut last: Option<(usize, f64)> = None;
         for slot in slots {
             let worker = table.slot_worker_index(slot);
-            let mut m = self.worker_multiplier[worker];
-            if m.is_nan() {
-                m = request.preferred_multiplier(table.workers()[worker].taints(), &mut self.taint_matches);
-                self.worker_multiplier[worker] = m;
-            }
+            let m = match last {
+                Some((w, m)) if w == worker => m,
+                _ => {
+                    let taints = table.workers()[worker].taints();
+                    let m = request.preferred_multiplier(worker, taints, &mut self.taint_matches);
+                    last = Some((worker, m));
+                    m
+                }
+            };
             self.preferred_multiplier.push(m);
         }
     }
@@ -177,7 +179,7 @@ fn key_of(slot: WorkerRank) -> (u64, u32) {
 mod tests {
     use std::collections::BTreeMap;
 
-    use switchyard_guest_sdk::{Column, InputGroups, Pool, RequestFacts};
+    use switchyard_guest_sdk::{Column, InputGroups, Pool, RequestFacts, WorkerRank};
 
     use super::ColumnBuffers;
     use crate::{RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable};
@@ -273,5 +275,62 @@ mod tests {
             let expected = reference(&preferred, table.slot_worker(slot).taints());
             assert_eq!(m.to_bits(), expected.to_bits(), "slot {slot}");
         }
+    }
+
+    #[test]
+    fn a_callers_own_multipliers_are_used_as_given_for_every_rank() {
+        let table = WorkerTable::new(vec![Worker::new(1, 2, 0, None), Worker::new(4, 1, 0, None)]).unwrap();
+        let given = 0.736_257_851_882_003_6;
+        let options = RequestOptions { worker_multipliers: Some(vec![(1, given)]), ..Default::default() };
+        let request = SelectionRequest::new(&table, facts(), options, WorkerInputs::default()).unwrap();
+        let mut buffers = ColumnBuffers::default();
+        buffers.materialise(&table, &request, InputGroups::ALL);
+        let multipliers = buffers.view().unwrap().preferred_multiplier().unwrap().to_vec();
+        assert_eq!(
+            multipliers.iter().map(|m| m.to_bits()).collect::<Vec<_>>(),
+            [given, given, 1.0].map(f64::to_bits)
+        );
+
+        let refused = |options: RequestOptions| {
+            SelectionRequest::new(&table, facts(), options, WorkerInputs::default()).unwrap_err().to_string()
+        };
+        let both = RequestOptions {
+            worker_multipliers: Some(vec![(1, 0.5)]),
+            preferred_taints: BTreeMap::from([("a".to_string(), 1.0)]),
+            ..Default::default()
+        };
+        assert!(refused(both).contains("not both"));
+        for m in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let bad = RequestOptions { worker_multipliers: Some(vec![(4, m)]), ..Default::default() };
+            assert!(refused(bad).contains("must be finite and > 0"), "{m}");
+        }
+        let unknown = RequestOptions { worker_multipliers: Some(vec![(9, 0.5)]), ..Default::default() };
+        assert!(refused(unknown).contains("worker 9"));
+    }
+
+    #[test]
+    fn a_worker_with_listed_ranks_has_exactly_those_slots() {
+        let table = WorkerTable::new(vec![
+            Worker::new(3, 1, 0, None).with_ranks(vec![6, 2, 4, 2]),
+            Worker::new(5, 2, 0, None),
+        ])
+        .unwrap();
+        let slots: Vec<(u64, u32)> = table.slots().iter().map(|s| (s.worker_id, s.dp_rank)).collect();
+        assert_eq!(slots, [(3, 2), (3, 4), (3, 6), (5, 0), (5, 1)]);
+        assert_eq!(table.worker(3).unwrap().dp_size(), 3);
+        // Ranks 0..n listed are the default shape.
+        assert_eq!(Worker::new(7, 1, 0, None).with_ranks(vec![1, 0]), Worker::new(7, 2, 0, None));
+        let inputs = |rank: u32| WorkerInputs::new(vec![3]).with(Column::DpRank, vec![rank]);
+        let request =
+            |rank: u32| SelectionRequest::new(&table, facts(), RequestOptions::default(), inputs(rank));
+        assert!(request(4).is_ok());
+        let e = request(0).unwrap_err().to_string();
+        assert!(e.contains("rank 0 does not exist"), "{e}");
+        let mut pinned = facts();
+        pinned.pinned = Some(WorkerRank { worker_id: 3, dp_rank: 3 });
+        assert!(
+            SelectionRequest::new(&table, pinned, RequestOptions::default(), WorkerInputs::default())
+                .is_err()
+        );
     }
 }

@@ -74,7 +74,7 @@ impl WorkerInputs {
             let worker = table.worker(id).ok_or_else(|| {
                 InputError::new(format!("row {row}: worker {id} is not in the worker table"))
             })?;
-            if rank >= worker.dp_size() {
+            if !worker.has_rank(rank) {
                 return Err(InputError::new(format!(
                     "row {row}: worker {id} has {} dp ranks, rank {rank} does not exist",
                     worker.dp_size()
@@ -117,12 +117,13 @@ pub struct SelectionRequest {
     facts: RequestFacts,
     prefix_hashes: Option<Vec<u64>>,
     policy_class: Option<String>,
-    preferred_taints: BTreeMap<String, f64>,
-    /// Each preferred taint's position in `preferred_taints` (the map's order, which is
-    /// the order its weights are summed in), for one lookup per worker taint.
+    /// Each preferred taint's position in the caller's map (its order, which is the
+    /// order the weights are summed in), for one lookup per worker taint.
     preferred_position: HashMap<String, usize>,
-    /// The weights of `preferred_taints`, in the map's order.
+    /// The preferred taints' weights, in the map's order.
     preferred_weights: Vec<f64>,
+    /// The caller's own multiplier per worker of the table, by index (empty: none given).
+    worker_multipliers: Vec<f64>,
     allowed_workers: Option<Vec<u64>>,
     temperature: Option<f64>,
     inputs: WorkerInputs,
@@ -142,6 +143,11 @@ pub struct RequestOptions {
     pub classifier_class: Option<String>,
     /// Taint label → weight; a worker's multiplier is exp(−tanh(Σ matching weights)).
     pub preferred_taints: BTreeMap<String, f64>,
+    /// Each worker's multiplier as the caller computed it, `(worker id, multiplier)`,
+    /// finite and > 0 (a router such as Dynamo hands over the multiplier, not the taints
+    /// it came from); a worker not listed gets 1. Instead of `preferred_taints`, not with
+    /// them.
+    pub worker_multipliers: Option<Vec<(u64, f64)>>,
     /// Only these workers may be chosen (`None`: all).
     pub allowed_workers: Option<Vec<u64>>,
     /// Picker temperature for this request; `None` uses the selector's.
@@ -160,7 +166,7 @@ impl SelectionRequest {
             return Err(InputError::new("block_size must be at least 1 token"));
         }
         if let Some(pinned) = facts.pinned {
-            let known = table.worker(pinned.worker_id).is_some_and(|w| pinned.dp_rank < w.dp_size());
+            let known = table.worker(pinned.worker_id).is_some_and(|w| w.has_rank(pinned.dp_rank));
             if !known {
                 return Err(InputError::new(format!(
                     "pinned worker {} rank {} is not in the worker table",
@@ -189,16 +195,42 @@ impl SelectionRequest {
             ids.sort_unstable();
             ids.dedup();
         }
-        let preferred_position =
-            options.preferred_taints.keys().enumerate().map(|(i, taint)| (taint.clone(), i)).collect();
-        let preferred_weights = options.preferred_taints.values().copied().collect();
+        let worker_multipliers = match options.worker_multipliers {
+            None => Vec::new(),
+            Some(_) if !options.preferred_taints.is_empty() => {
+                return Err(InputError::new("give preferred taints or worker multipliers, not both"));
+            }
+            Some(given) => {
+                let mut by_worker = vec![1.0; table.workers().len()];
+                for (id, m) in given {
+                    let worker = table.worker_index(id).ok_or_else(|| {
+                        InputError::new(format!(
+                            "worker multiplier for worker {id}, which is not in the table"
+                        ))
+                    })?;
+                    if !(m.is_finite() && m > 0.0) {
+                        return Err(InputError::new(format!(
+                            "worker {id}'s multiplier is {m}; it must be finite and > 0"
+                        )));
+                    }
+                    by_worker[worker] = m;
+                }
+                by_worker
+            }
+        };
+        let mut preferred_position = HashMap::with_capacity(options.preferred_taints.len());
+        let mut preferred_weights = Vec::with_capacity(options.preferred_taints.len());
+        for (i, (taint, weight)) in options.preferred_taints.into_iter().enumerate() {
+            preferred_position.insert(taint, i);
+            preferred_weights.push(weight);
+        }
         Ok(Self {
             facts,
             prefix_hashes: options.prefix_hashes,
             policy_class: options.classifier_class.or(options.policy_class),
-            preferred_taints: options.preferred_taints,
             preferred_position,
             preferred_weights,
+            worker_multipliers,
             allowed_workers: allowed,
             temperature: options.temperature,
             inputs,
@@ -226,9 +258,10 @@ impl SelectionRequest {
     pub fn inputs(&self) -> &WorkerInputs {
         &self.inputs
     }
-    /// Whether any preferred taint is set (the `affinity` multipliers then apply).
-    pub fn has_preferred_taints(&self) -> bool {
-        !self.preferred_taints.is_empty()
+    /// Whether any preference is set, as taints or as the caller's multipliers (the
+    /// `affinity` multipliers then apply).
+    pub fn has_preferences(&self) -> bool {
+        !self.preferred_weights.is_empty() || !self.worker_multipliers.is_empty()
     }
 
     /// Whether every slot of `table` is a candidate and has a row, in slot order.
@@ -256,8 +289,17 @@ impl SelectionRequest {
     /// preferred taints' map order, each once (a taint listed twice counts once), so the
     /// result is bit-identical to summing over the map and testing membership.
     /// `scratch` is reused between calls.
-    pub(super) fn preferred_multiplier(&self, taints: &[String], scratch: &mut Vec<usize>) -> f64 {
-        if self.preferred_taints.is_empty() {
+    /// The caller's own multiplier for the table's worker `worker` replaces it, if given.
+    pub(super) fn preferred_multiplier(
+        &self,
+        worker: usize,
+        taints: &[String],
+        scratch: &mut Vec<usize>,
+    ) -> f64 {
+        if let Some(&m) = self.worker_multipliers.get(worker) {
+            return m;
+        }
+        if self.preferred_weights.is_empty() {
             return 1.0;
         }
         scratch.clear();

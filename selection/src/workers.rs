@@ -12,6 +12,8 @@ use crate::error::InputError;
 pub struct Worker {
     id: u64,
     dp_size: u32,
+    /// The ranks, when they are not `0..dp_size` (ascending, unique; `dp_size` of them).
+    ranks: Option<Box<[u32]>>,
     capacity: Option<Capacity>,
     taints: Vec<String>,
 }
@@ -20,7 +22,22 @@ impl Worker {
     /// `dp_size` data-parallel ranks (at least 1). `total_kv_blocks` 0 means unknown.
     pub fn new(id: u64, dp_size: u32, total_kv_blocks: u32, max_num_batched_tokens: Option<u32>) -> Self {
         let capacity = (total_kv_blocks > 0).then_some(Capacity { total_kv_blocks, max_num_batched_tokens });
-        Self { id, dp_size: dp_size.max(1), capacity, taints: Vec::new() }
+        Self { id, dp_size: dp_size.max(1), ranks: None, capacity, taints: Vec::new() }
+    }
+
+    /// Exactly these data-parallel ranks, not `0..dp_size`: for a router whose ranks start
+    /// above 0, or that hands over only some of a worker's ranks. Sorted and deduplicated;
+    /// `dp_size` becomes their number. Empty: unchanged.
+    pub fn with_ranks(mut self, mut ranks: Vec<u32>) -> Self {
+        ranks.sort_unstable();
+        ranks.dedup();
+        if ranks.is_empty() {
+            return self;
+        }
+        self.dp_size = ranks.len() as u32;
+        // `0..dp_size` is the default shape: no list to keep.
+        self.ranks = (!ranks.iter().copied().eq(0..self.dp_size)).then(|| ranks.into());
+        self
     }
 
     /// Labels a request's preferred taints can match.
@@ -36,6 +53,19 @@ impl Worker {
     /// Data-parallel ranks (at least 1): the worker has one slot per rank.
     pub fn dp_size(&self) -> u32 {
         self.dp_size
+    }
+    /// Its ranks, ascending: `0..dp_size` unless given ([`Worker::with_ranks`]).
+    pub fn ranks(&self) -> impl Iterator<Item = u32> + '_ {
+        let listed = self.ranks.as_deref();
+        let counted = if listed.is_some() { 0 } else { self.dp_size };
+        (0..counted).chain(listed.into_iter().flatten().copied())
+    }
+    /// Whether `rank` is one of its ranks.
+    pub fn has_rank(&self, rank: u32) -> bool {
+        match &self.ranks {
+            Some(ranks) => ranks.binary_search(&rank).is_ok(),
+            None => rank < self.dp_size,
+        }
     }
     /// Advertised capacity; `None` when unknown or advertised as zero.
     pub fn capacity(&self) -> Option<Capacity> {
@@ -72,7 +102,7 @@ impl WorkerTable {
         let mut by_id = HashMap::with_capacity(workers.len());
         for (index, worker) in workers.iter().enumerate() {
             by_id.insert(worker.id, index as u32);
-            for dp_rank in 0..worker.dp_size {
+            for dp_rank in worker.ranks() {
                 slots.push(WorkerRank { worker_id: worker.id, dp_rank });
                 slot_worker.push(index as u32);
             }
@@ -94,7 +124,12 @@ impl WorkerTable {
 
     /// The worker with id `id`, if the table has one.
     pub fn worker(&self, id: u64) -> Option<&Worker> {
-        self.by_id.get(&id).map(|&i| &self.workers[i as usize])
+        self.worker_index(id).map(|i| &self.workers[i])
+    }
+
+    /// The index in [`WorkerTable::workers`] of the worker with id `id`.
+    pub fn worker_index(&self, id: u64) -> Option<usize> {
+        self.by_id.get(&id).map(|&i| i as usize)
     }
 
     /// The worker owning slot `slot`.

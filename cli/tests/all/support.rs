@@ -175,6 +175,7 @@ pub fn random_request(rng: &mut Rng, table: &WorkerTable, max_prompt: u64) -> Se
         preferred_taints,
         allowed_workers: allowed,
         temperature: Some(temperature),
+        worker_multipliers: None,
     };
     SelectionRequest::new(table, facts, options, inputs).expect("valid random request")
 }

@@ -55,15 +55,6 @@ pub enum PolicySource {
     File(PathBuf),
 }
 
-/// What a fault of the policy does to the selection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum OnFault {
-    #[default]
-    Open,
-    Closed,
-}
-
 /// The YAML mapping as written; every field is checked again in [`SwitchyardConfig`].
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -72,7 +63,7 @@ struct Raw {
     #[serde(default)]
     params: Option<serde_json::Value>,
     #[serde(default)]
-    on_fault: OnFault,
+    on_fault: FailMode,
     #[serde(default)]
     temperature: Option<f64>,
     #[serde(default)]
@@ -99,7 +90,7 @@ enum RawSource {
 ///         policy: {file: /etc/switchyard/tenant-a.wasm}   # required
 ///         params: {overlap_score_credit: 0.5}             # the policy's own; default {}
 ///         on_fault: open                                  # open (default) | closed
-///         temperature: 0.0                                # default 0: argmin
+///         temperature: 0.0                                # default: Dynamo's router_temperature
 ///         limits: {fuel_base: 2000000}                    # Switchyard's [limits]; optional
 ///         guard: {quarantine_after: 3}                    # Switchyard's [guard]; optional
 /// ```
@@ -108,7 +99,7 @@ pub struct SwitchyardConfig {
     source: PolicySource,
     params: String,
     fail_mode: FailMode,
-    temperature: f64,
+    temperature: Option<f64>,
     limits: Limits,
     guard: GuardConfig,
 }
@@ -144,20 +135,26 @@ impl SwitchyardConfig {
             None => "{}".to_string(),
             Some(v) => serde_json::to_string(&v).map_err(|e| ConfigError::new("params", e.to_string()))?,
         };
-        let temperature = raw.temperature.unwrap_or(0.0);
-        if !(temperature.is_finite() && temperature >= 0.0) {
-            return Err(ConfigError::new(
-                "temperature",
-                format!("must be finite and ≥ 0, got {temperature}"),
-            ));
+        let temperature = raw.temperature;
+        if let Some(t) = temperature
+            && !(t.is_finite() && t >= 0.0)
+        {
+            return Err(ConfigError::new("temperature", format!("must be finite and ≥ 0, got {t}")));
         }
         let limits = raw.limits.unwrap_or_default();
-        check_limits(&limits)?;
-        let fail_mode = match raw.on_fault {
-            OnFault::Open => FailMode::Open,
-            OnFault::Closed => FailMode::Closed,
-        };
-        Ok(Self { source, params, fail_mode, temperature, limits, guard: raw.guard.unwrap_or_default() })
+        // The runtime's own check (the engine refuses the same); its message names the field.
+        limits.validate().map_err(|e| match e.split_once(": ") {
+            Some((field, why)) => ConfigError::new(field, why),
+            None => ConfigError::new("limits", e),
+        })?;
+        Ok(Self {
+            source,
+            params,
+            fail_mode: raw.on_fault,
+            temperature,
+            limits,
+            guard: raw.guard.unwrap_or_default(),
+        })
     }
 
     /// Where the component comes from.
@@ -183,8 +180,9 @@ impl SwitchyardConfig {
         self.fail_mode
     }
 
-    /// The picker's temperature when the request carries no override.
-    pub fn temperature(&self) -> f64 {
+    /// The picker's temperature when the request carries no override; `None`: the
+    /// router's own `router_temperature`, as Dynamo's default selector uses.
+    pub fn temperature(&self) -> Option<f64> {
         self.temperature
     }
 
@@ -196,22 +194,5 @@ impl SwitchyardConfig {
     /// The quarantine breaker's thresholds.
     pub fn guard(&self) -> &GuardConfig {
         &self.guard
-    }
-}
-
-/// The limits a zero would break (`serve` refuses the same); the engine checks the rest.
-fn check_limits(limits: &Limits) -> Result<(), ConfigError> {
-    let positive: [(&str, u64); 7] = [
-        ("max_component_bytes", limits.max_component_bytes as u64),
-        ("max_memory_bytes", limits.max_memory_bytes as u64),
-        ("max_wasm_stack_bytes", limits.max_wasm_stack_bytes as u64),
-        ("max_fuel_per_call", limits.max_fuel_per_call),
-        ("call_deadline_ms", limits.call_deadline_ms),
-        ("epoch_tick_ms", limits.epoch_tick_ms),
-        ("max_instances", u64::from(limits.max_instances)),
-    ];
-    match positive.iter().find(|(_, v)| *v == 0) {
-        Some((name, _)) => Err(ConfigError::new(format!("limits.{name}"), "must be at least 1")),
-        None => Ok(()),
     }
 }

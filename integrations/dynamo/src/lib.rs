@@ -55,14 +55,14 @@
 //! | Switchyard | from Dynamo 1.6.1's picker view |
 //! | --- | --- |
 //! | `worker-id` | `ScoredWorkerCandidate::worker().worker_id` |
-//! | `dp-rank` | the worker's candidate ranks in ascending order, numbered 0..k: Dynamo's own rank whenever the candidates are ranks 0..k (the usual case); renumbered when they start elsewhere (`data_parallel_start_rank` > 0) or a rank was filtered out; the pick is mapped back to Dynamo's rank |
+//! | `dp-rank` | Dynamo's own rank: each worker's slots are exactly its candidate ranks (`Worker::with_ranks`), wherever they start (`data_parallel_start_rank`) and whichever Dynamo's filters left |
 //! | `device-overlap-blocks` | `device_overlap_blocks()` when the lookup reported tiers (`has_tier_matches()`), else the effective overlap (`accounting_cache_estimate().0`), as Dynamo's default does; rounded to whole blocks |
 //! | `host-overlap-blocks`, `disk-overlap-blocks` | `host_overlap_blocks()`, `disk_overlap_blocks()` (whole blocks) |
 //! | `cached-tokens` | `accounting_cache_estimate().1` |
 //! | `active-prefill-tokens` | `load.active_prefill_tokens()` (0 when `!is_available()`) |
 //! | `decode-blocks` | `load.decode_cost_blocks()` (whole blocks) |
 //! | `active-requests` | `load.active_requests()` |
-//! | `preferred-multiplier` | `preferred_taint_multiplier()`, bit for bit: Switchyard derives multipliers from taints, so each worker gets one synthetic taint whose weight reproduces Dynamo's multiplier exactly |
+//! | `preferred-multiplier` | `preferred_taint_multiplier()`, as given (`RequestOptions::worker_multipliers`) |
 //! | `prompt-tokens`, `block-size`, `request-blocks`, `expected-output-tokens` | the context's, saturated to u32 |
 //! | `pinned` | `pinned_worker()` |
 //! | `pool` | the pool Dynamo builds the policy for: aggregated, prefill, decode (encode routes as aggregated) |
@@ -88,6 +88,10 @@
 //!   forces `overlap_score_credit = 0` per request needs `params: {overlap_score_credit:
 //!   0}` on its instance.
 //!
+//! - **whether the selection is a dry run**: Dynamo's query-only schedules reach the
+//!   picker like any other, so the picker commits every pick through `on-selected`; a
+//!   stateful guest inside Dynamo also learns of requests that were never sent.
+//!
 //! A newer Dynamo that put these on `WorkerSelectionContext` (the token blocks' hashes,
 //! the policy class, the workers' configs, a request id or seed, the overrides) would let
 //! the adapter pass each one through unchanged; the sections above then shrink to the
@@ -98,8 +102,8 @@
 //! Contained as everywhere in Switchyard: a guest that spins, traps, exhausts memory or
 //! answers garbage is stopped by the sandbox's limits; fail-open (the default) lets
 //! Switchyard's native default policy decide over the same columns, fail-closed returns
-//! Dynamo's [`WorkerSelectionPolicyError`] naming the fault. The picker never panics on
-//! a guest's behalf.
+//! Dynamo's [`WorkerSelectionPolicyError`](dynamo_kv_router::WorkerSelectionPolicyError)
+//! naming the fault. The picker never panics on a guest's behalf.
 
 #![forbid(unsafe_code)]
 
@@ -142,9 +146,10 @@ pub fn provider() -> WorkerSelectionPolicyProvider {
 /// is made.
 pub struct LoadedPolicy {
     config: SwitchyardConfig,
-    /// Instantiated and configured once (so a bad `params` is refused at start-up); each
-    /// picker gets a sibling. Behind a lock only because a Store is not `Sync` and
-    /// Dynamo's factory must be; it is taken once per factory call.
+    /// The configured guest's template: configured once at start-up (so a bad `params`
+    /// is refused then), holding no instance; each picker gets a sibling. Behind a lock
+    /// only because a scorer is not `Sync` and Dynamo's factory must be; it is taken once
+    /// per factory call.
     guest: Mutex<GuestScorer>,
     groups: InputGroups,
     breaker: Arc<SharedBreaker>,
@@ -186,15 +191,18 @@ impl LoadedPolicy {
         let groups = guest.info().inputs;
         Ok(Arc::new(Self {
             config: config.clone(),
-            guest: Mutex::new(guest),
+            // Only a template: the configured instance goes (its pool slot and memory with
+            // it); each picker's sibling instantiates on its first selection.
+            guest: Mutex::new(guest.sibling()),
             groups,
             breaker: Arc::new(SharedBreaker::new(config.guard().clone())),
         }))
     }
 
     /// A picker for `pool`: a sibling instance of the guest (created on its first
-    /// selection), guarded with the native default as fallback.
-    pub fn picker(&self, pool: Pool) -> SwitchyardPicker {
+    /// selection), guarded with the native default as fallback; at the configured
+    /// temperature, else `router_temperature`.
+    pub fn picker(&self, pool: Pool, router_temperature: f64) -> SwitchyardPicker {
         let guest = self.guest.lock().unwrap_or_else(|p| p.into_inner()).sibling();
         let guard = switchyard_builtins::guarded(
             Box::new(guest),
@@ -202,7 +210,8 @@ impl LoadedPolicy {
             self.config.guard().clone(),
         )
         .with_breaker(Arc::clone(&self.breaker));
-        SwitchyardPicker::new(guard, self.groups, self.config.fail_mode(), pool, self.config.temperature())
+        let temperature = self.config.temperature().unwrap_or(router_temperature);
+        SwitchyardPicker::new(guard, self.groups, self.config.fail_mode(), pool, temperature)
     }
 
     /// The factory Dynamo calls once per routing partition and pool.
@@ -212,7 +221,7 @@ impl LoadedPolicy {
                 router_config.clone(),
                 worker_type.as_str(),
                 Vec::new(),
-                Box::new(self.picker(pool_of(worker_type))),
+                Box::new(self.picker(pool_of(worker_type), router_config.router_temperature)),
             )
             // As Dynamo's default selector: an eligible affinity target is the only
             // candidate.

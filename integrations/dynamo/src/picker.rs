@@ -1,8 +1,6 @@
 //! Picker mode: Dynamo's candidate table → Switchyard's worker table and columns → the
 //! guarded guest → the pick, mapped back to Dynamo's row.
 
-use std::collections::{BTreeMap, HashMap};
-
 use dynamo_kv_router::{
     WorkerInputView, WorkerInputs as DynamoInputs, WorkerPicker, WorkerSelectionContext,
     WorkerSelectionPolicyError,
@@ -12,9 +10,6 @@ use switchyard::{FailMode, GuardedSelector, SelectError, SelectionRequest, Worke
 use switchyard_guest_sdk::hash::hash2;
 use switchyard_guest_sdk::{Column, InputGroups, Pool, RequestFacts, WorkerRank};
 
-/// The preferred-taint weights found for a multiplier, at most this many remembered.
-const MAX_REMEMBERED_MULTIPLIERS: usize = 4096;
-
 /// A [`WorkerPicker`] that runs a Switchyard policy (a guarded guest) over Dynamo's
 /// eligible candidates. One per routing partition and pool (Dynamo calls it serially).
 pub struct SwitchyardPicker {
@@ -22,12 +17,8 @@ pub struct SwitchyardPicker {
     pool: Pool,
     temperature: f64,
     inputs: DynamoInputs,
-    /// Multiplier bits → a synthetic taint weight that reproduces them exactly.
-    weights: HashMap<u64, f64>,
     /// Dynamo's rows in ascending (worker id, dp rank): scratch, reused.
     order: Vec<usize>,
-    /// For each entry of `order`, the rank Switchyard sees (dense per worker).
-    ranks: Vec<u32>,
 }
 
 impl SwitchyardPicker {
@@ -55,53 +46,12 @@ impl SwitchyardPicker {
         if groups.contains(InputGroups::AFFINITY) {
             inputs = inputs | DynamoInputs::PREFERRED_TAINT;
         }
-        Self {
-            guard,
-            pool,
-            temperature,
-            inputs,
-            weights: HashMap::new(),
-            order: Vec::new(),
-            ranks: Vec::new(),
-        }
+        Self { guard, pool, temperature, inputs, order: Vec::new() }
     }
 
     /// The guarded selector (its counters, its breaker).
     pub fn guard(&self) -> &GuardedSelector {
         &self.guard
-    }
-
-    /// A taint weight `w` with `exp(−tanh(w))` bit-identical to `m` (Switchyard computes
-    /// the multiplier from taints; Dynamo hands the picker the multiplier only).
-    fn weight_for(&mut self, m: f64) -> f64 {
-        if let Some(&w) = self.weights.get(&m.to_bits()) {
-            return w;
-        }
-        let multiplier = |w: f64| (-w.tanh()).exp();
-        let start = (-m.ln()).clamp(-1.0, 1.0).atanh().clamp(-40.0, 40.0);
-        // atanh(−ln m) lands within a few ulps of a weight that reproduces m; search
-        // outwards for one (Dynamo computed m from such a weight, so one exists unless
-        // its sum saturated tanh). The nearest multiplier otherwise.
-        let mut best = (start, (multiplier(start) - m).abs());
-        let (mut up, mut down) = (start, start);
-        for _ in 0..256 {
-            if best.1 == 0.0 {
-                break;
-            }
-            up = up.next_up();
-            down = down.next_down();
-            for w in [up, down] {
-                let d = (multiplier(w) - m).abs();
-                if d < best.1 {
-                    best = (w, d);
-                }
-            }
-        }
-        if self.weights.len() >= MAX_REMEMBERED_MULTIPLIERS {
-            self.weights.clear();
-        }
-        self.weights.insert(m.to_bits(), best.0);
-        best.0
     }
 
     fn build(
@@ -119,38 +69,27 @@ impl SwitchyardPicker {
         self.order.clear();
         self.order.extend(0..n);
         self.order.sort_unstable_by_key(|&row| key(row));
-        // Per worker, its candidate ranks renumbered 0..k (the identity when they are
-        // 0..k already, the usual case): Switchyard's slots are 0..dp_size.
-        self.ranks.clear();
+        // One worker per id with exactly Dynamo's candidate ranks (they need not start
+        // at 0 nor be all of the worker's), and the multiplier Dynamo computed for it.
         let mut workers: Vec<Worker> = Vec::new();
-        let mut preferred: BTreeMap<String, f64> = BTreeMap::new();
-        let mut i = 0;
-        while i < n {
-            let id = key(self.order[i]).0;
-            let mut j = i;
-            while j < n && key(self.order[j]).0 == id {
-                if j > i && key(self.order[j]) == key(self.order[j - 1]) {
-                    return Err(WorkerSelectionPolicyError::failed(format!(
-                        "worker {id} rank {} is listed twice",
-                        key(self.order[j]).1
-                    )));
-                }
-                self.ranks.push((j - i) as u32);
-                j += 1;
+        let mut multipliers: Vec<(u64, f64)> = Vec::new();
+        for group in self.order.chunk_by(|&a, &b| key(a).0 == key(b).0) {
+            let id = key(group[0]).0;
+            if let Some(pair) = group.windows(2).find(|p| key(p[0]) == key(p[1])) {
+                return Err(WorkerSelectionPolicyError::failed(format!(
+                    "worker {id} rank {} is listed twice",
+                    key(pair[0]).1
+                )));
             }
-            let mut worker = Worker::new(id, (j - i) as u32, 0, None);
-            if let Some(m) = candidates[self.order[i]].preferred_taint_multiplier()
+            let ranks = group.iter().map(|&row| key(row).1).collect();
+            workers.push(Worker::new(id, 1, 0, None).with_ranks(ranks));
+            if let Some(m) = candidates[group[0]].preferred_taint_multiplier()
                 && m != 1.0
                 && m.is_finite()
                 && m > 0.0
             {
-                let taint = format!("m{:016x}", m.to_bits());
-                let weight = self.weight_for(m);
-                preferred.insert(taint.clone(), weight);
-                worker = worker.with_taints(vec![taint]);
+                multipliers.push((id, m));
             }
-            workers.push(worker);
-            i = j;
         }
         let table =
             WorkerTable::new(workers).map_err(|e| WorkerSelectionPolicyError::failed(e.to_string()))?;
@@ -165,8 +104,9 @@ impl SwitchyardPicker {
                 seed = hash2(seed, u64::from_le_bytes(word));
             }
         }
-        let ids: Vec<u64> = self.order.iter().map(|&row| key(row).0).collect();
-        let mut columns = WorkerInputs::new(ids).with(Column::DpRank, self.ranks.clone());
+        let ids = self.order.iter().map(|&row| key(row).0).collect();
+        let ranks = self.order.iter().map(|&row| key(row).1).collect();
+        let mut columns = WorkerInputs::new(ids).with(Column::DpRank, ranks);
         if let Some(cache) = input.cache() {
             let tiers = cache.get(0).is_some_and(|c| c.has_tier_matches());
             let mut dev = Vec::with_capacity(n);
@@ -215,12 +155,11 @@ impl SwitchyardPicker {
             seed = hash2(seed, hash2(id, u64::from(rank)));
         }
 
-        let pinned = match context.pinned_worker() {
-            Some(p) => self
-                .position(candidates, p.worker_id, p.dp_rank)
-                .map(|pos| WorkerRank { worker_id: p.worker_id, dp_rank: self.ranks[pos] }),
-            None => None,
-        };
+        // A pin on a worker Dynamo did not hand over pins nothing here, as in Dynamo.
+        let pinned = context
+            .pinned_worker()
+            .map(|p| WorkerRank { worker_id: p.worker_id, dp_rank: p.dp_rank })
+            .filter(|p| self.order.binary_search_by(|&row| key(row).cmp(&(p.worker_id, p.dp_rank))).is_ok());
         let prompt_tokens = saturate(context.prompt_tokens());
         let facts = RequestFacts {
             prompt_tokens,
@@ -236,28 +175,13 @@ impl SwitchyardPicker {
             .filter(|t| t.is_finite() && *t >= 0.0)
             .unwrap_or(self.temperature);
         let options = RequestOptions {
-            preferred_taints: preferred,
+            worker_multipliers: (!multipliers.is_empty()).then_some(multipliers),
             temperature: Some(temperature),
             ..Default::default()
         };
         let request = SelectionRequest::new(&table, facts, options, columns)
             .map_err(|e| WorkerSelectionPolicyError::failed(format!("switchyard: {e}")))?;
         Ok((table, request))
-    }
-
-    /// The index in `order` of Dynamo's (worker, rank).
-    fn position(
-        &self,
-        candidates: &[dynamo_kv_router::ScoredWorkerCandidate],
-        worker_id: u64,
-        dp_rank: u32,
-    ) -> Option<usize> {
-        self.order
-            .binary_search_by(|&row| {
-                let w = candidates[row].worker();
-                (w.worker_id, w.dp_rank).cmp(&(worker_id, dp_rank))
-            })
-            .ok()
     }
 }
 
@@ -293,8 +217,8 @@ impl WorkerPicker for SwitchyardPicker {
         // The pick stands whatever the commit does in fail-open mode (its fault is
         // counted and the instance dropped); fail-closed fails the selection.
         self.guard.commit(&table, &request, chosen).map_err(|e| refused(&self.guard, e))?;
-        // Switchyard's slots are exactly our rows in sorted order (ranks renumbered
-        // in order), so the chosen slot's index is its position in `order`.
+        // Switchyard's slots are exactly Dynamo's rows in sorted order, so the chosen
+        // slot's index is its position in `order`.
         let pos = table
             .slots()
             .binary_search(&chosen)

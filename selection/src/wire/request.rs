@@ -36,7 +36,7 @@ pub struct RequestLimits {
 /// | `max_taints_per_worker` | 1,024 | labels (zone, GPU model, one per LoRA adapter served); matching is linear |
 /// | `max_preferred_taints` | 1,024 | as many as a worker may carry |
 /// | `max_prefix_hashes` | 65,536 | one per block: a 1M-token prompt at 16 tokens a block |
-/// | `max_prompt_blocks` | 65,536 | `ceil(prompt_tokens / block_size)`, a guest's fuel grows with it: the same 1M-token prompt |
+/// | `max_prompt_blocks` | 65,536 | `ceil(prompt_tokens / block_size)` of the same 1M-token prompt; past it no request is real (a guest's fuel does not grow with it: its budget counts candidates and hashes) |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RequestLimitsConfig {
@@ -308,6 +308,8 @@ impl RequestJson {
             preferred_taints: self.preferred_taints,
             allowed_workers: self.allowed_workers,
             temperature: self.temperature,
+            // The JSON names taints; the caller's own multipliers are an embedding's API.
+            worker_multipliers: None,
         };
         let request = SelectionRequest::new(&table, facts, options, self.inputs)?;
         Ok((table, request))

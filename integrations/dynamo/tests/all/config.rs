@@ -76,7 +76,12 @@ fn good_parameters_resolve() {
         "        policy: {{file: {}}}\n        params: {{overlap_score_credit: 0.5}}\n        on_fault: closed\n        temperature: 0.25\n        limits: {{fuel_base: 3000000}}\n        guard: {{quarantine_after: 5}}",
         good.display()
     );
-    resolve("config-good", &parameters).expect("valid parameters resolve");
+    let factory = resolve("config-good", &parameters).expect("valid parameters resolve");
+    // And they take effect: the instance selects (a bad field would have been refused).
+    let fixture = crate::common::random_fixture(&mut crate::common::Rng::new(5));
+    let ours = crate::common::policy(&factory, fixture.worker_type);
+    let picked = fixture.select(&ours).expect("the configured policy answers");
+    assert!(fixture.workers.contains_key(&picked.worker_id));
 }
 
 #[test]
