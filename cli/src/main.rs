@@ -12,6 +12,7 @@ mod policy;
 mod replay;
 mod select;
 mod serve;
+mod source;
 mod tenant;
 
 use std::process::ExitCode;

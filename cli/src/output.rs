@@ -5,6 +5,7 @@
 //! command ends quietly with status 0 instead of panicking in `println!`.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 use switchyard::selection::wire::ErrorKind;
 
@@ -35,6 +36,24 @@ impl CliError {
         eprintln!("error: {}: {message}", self.kind);
         ExitCode::from(self.code)
     }
+}
+
+impl From<switchyard::LoadError> for CliError {
+    /// A refused component, with the kind `policy check` prints.
+    fn from(e: switchyard::LoadError) -> Self {
+        Self::new(e.kind, e.message)
+    }
+}
+
+/// Reads a file the command was given (`io` on failure, naming it).
+pub fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path).map_err(|e| CliError::new(ErrorKind::Io, format!("reading {}: {e}", path.display())))
+}
+
+/// Writes a file the command was asked for (`io` on failure, naming it).
+pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    std::fs::write(path, bytes)
+        .map_err(|e| CliError::new(ErrorKind::Io, format!("writing {}: {e}", path.display())))
 }
 
 /// Writes one line to stdout. A closed pipe ends the process with status 0: the reader

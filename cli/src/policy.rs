@@ -12,7 +12,7 @@ use switchyard_builtins as builtin;
 
 use super::client::{Method, ServerArgs, encode_query};
 use super::config::LimitArgs;
-use crate::output::{CliError, print_json};
+use crate::output::{CliError, print_json, read_file, write_file};
 
 #[derive(Subcommand)]
 pub enum PolicyCommand {
@@ -101,7 +101,7 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
             Ok(())
         }
         PolicyCommand::Upload { file, tenant, name, params, server } => {
-            let bytes = read(&file)?;
+            let bytes = read_file(&file)?;
             let name = match name {
                 Some(n) => n,
                 None => file
@@ -141,12 +141,10 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
             Ok(())
         }
         PolicyCommand::Check { file, params, limits } => {
-            let bytes = read(&file)?;
+            let bytes = read_file(&file)?;
             let engine = limits.engine()?;
-            let component =
-                PolicyComponent::load(&engine, &bytes).map_err(|e| CliError::new(e.kind, e.message))?;
-            let scorer = GuestScorer::new("check", component.clone(), &params)
-                .map_err(|e| CliError::new(e.kind, e.message))?;
+            let component = PolicyComponent::load(&engine, &bytes)?;
+            let scorer = GuestScorer::new("check", component.clone(), &params)?;
             let info = switchyard::selection::Scorer::info(&scorer);
             print_json(&json!({
                 "ok": true,
@@ -167,7 +165,7 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
             Ok(())
         }
         PolicyCommand::Wrap { core, output } => {
-            let bytes = read(&core)?;
+            let bytes = read_file(&core)?;
             let component = switchyard_guest_sdk::build::componentize(&bytes)
                 .map_err(|e| CliError::new(ErrorKind::Componentize, format!("{e:#}")))?;
             write(&output, &component)
@@ -184,13 +182,9 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
     }
 }
 
-fn read(path: &PathBuf) -> Result<Vec<u8>, CliError> {
-    std::fs::read(path).map_err(|e| CliError::new(ErrorKind::Io, format!("reading {}: {e}", path.display())))
-}
-
+/// Writes `bytes` to `path` and says so on stdout.
 fn write(path: &PathBuf, bytes: &[u8]) -> Result<(), CliError> {
-    std::fs::write(path, bytes)
-        .map_err(|e| CliError::new(ErrorKind::Io, format!("writing {}: {e}", path.display())))?;
+    write_file(path, bytes)?;
     print_json(&json!({ "written": path, "bytes": bytes.len() }));
     Ok(())
 }

@@ -3,21 +3,20 @@
 //! with `--svg`. Progress goes to stderr, only when it is a terminal.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
-use switchyard::selection::Scorer;
 use switchyard::selection::wire::ErrorKind;
-use switchyard::{FailMode, GuestScorer, PolicyComponent, PolicyEngine};
-use switchyard_builtins as builtin;
+use switchyard::{FailMode, PolicyEngine};
 use switchyard_replay::{Mode, PolicyLabel, ReplayConfig, ReplayError, Report, Trace, canonical_json};
 
 use super::chart;
 use super::config::LimitArgs;
-use crate::output::CliError;
+use crate::output::{CliError, read_file, write_file};
+use crate::source::load_policy;
 
 /// The conversation trace the project ships (`traces/`, see its README).
 const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../traces/conversation_trace.jsonl");
@@ -100,8 +99,7 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
             path
         }
     };
-    let bytes = std::fs::read(&path)
-        .map_err(|e| CliError::new(ErrorKind::Io, format!("reading {}: {e}", path.display())))?;
+    let bytes = read_file(&path)?;
     let trace = Trace::parse(&bytes, args.block_size, args.limit)
         .map_err(|e| CliError::new(ErrorKind::InvalidTrace, format!("{}: {e}", path.display())))?;
     let parameters: Value = serde_json::from_str(&args.params)
@@ -116,14 +114,28 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
     };
     config.validate().map_err(|e| CliError::new(ErrorKind::InvalidConfig, e.to_string()))?;
     let policies = if args.compare.is_empty() { vec![args.policy.clone()] } else { args.compare.clone() };
-    let mut engine = None;
+    let guard = args.limits.guard()?;
+    let mut engine: Option<PolicyEngine> = None;
     let mut runs = Vec::new();
     for policy in &policies {
-        let (scorer, label, build) =
-            load(policy, args.guest, &args.params, &parameters, &args.limits, &mut engine)?;
+        // One engine for every policy compared, made when a component first needs it.
+        let mut shared_engine = || -> Result<PolicyEngine, CliError> {
+            if engine.is_none() {
+                engine = Some(args.limits.engine()?);
+            }
+            Ok(engine.clone().expect("just set"))
+        };
+        let loaded = load_policy(policy, args.guest, &args.params, &mut shared_engine)?;
+        let label = PolicyLabel {
+            name: loaded.name,
+            parameters: parameters.clone(),
+            // A builtin is named by its source; an uploaded component by its bytes.
+            component_sha256: loaded.sha256.filter(|_| loaded.from_file),
+        };
+        let build = loaded.build;
         let mode = if args.fail_closed { FailMode::Closed } else { FailMode::Open };
         // As production runs it: faults contained by the runtime's guard.
-        let mut selector = switchyard_builtins::guarded(scorer, mode, args.limits.guard()?);
+        let mut selector = switchyard_builtins::guarded(loaded.scorer, mode, guard.clone());
         let bar = progress(format!("{policy} ({build})"), trace.rows().len());
         let started = Instant::now();
         let report = switchyard_replay::replay(&trace, &mut selector, &label, &config, &mut |done| {
@@ -154,7 +166,7 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
                 .and_then(|reports| canonical_json(&json!({ "reports": reports })))
         }
         .map_err(|e| CliError::new(ErrorKind::Report, e.to_string()))?;
-        write(out, text.as_bytes())?;
+        write_file(out, text.as_bytes())?;
         outln!("report: {}", out.display());
     }
     if let Some(out) = &args.svg {
@@ -169,58 +181,10 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         // Drawing writes to a string: a failure is a bug of ours, not of the input.
         let svg = chart::ttft_cdf(&title, &series)
             .map_err(|e| CliError::new(ErrorKind::Internal, format!("drawing the chart: {e}")))?;
-        write(out, svg.as_bytes())?;
+        write_file(out, svg.as_bytes())?;
         outln!("chart: {}", out.display());
     }
     Ok(())
-}
-
-/// Builds the scorer for `policy` and the label the report names it by.
-fn load(
-    policy: &str,
-    guest: bool,
-    params: &str,
-    parameters: &Value,
-    limits: &LimitArgs,
-    engine: &mut Option<PolicyEngine>,
-) -> Result<(Box<dyn Scorer>, PolicyLabel, &'static str), CliError> {
-    let load_error = |e: switchyard::LoadError| CliError::new(e.kind, e.message);
-    let mut engine = |limits: &LimitArgs| -> Result<PolicyEngine, CliError> {
-        if engine.is_none() {
-            *engine = Some(limits.engine()?);
-        }
-        Ok(engine.clone().expect("just set"))
-    };
-    let path = Path::new(policy);
-    if policy.ends_with(".wasm") || path.is_file() {
-        let bytes = std::fs::read(path)
-            .map_err(|e| CliError::new(ErrorKind::Io, format!("reading {}: {e}", path.display())))?;
-        let component = PolicyComponent::load(&engine(limits)?, &bytes).map_err(load_error)?;
-        let sha = component.digest().to_string();
-        let name = path.file_stem().map_or("policy".into(), |s| s.to_string_lossy().into_owned());
-        let scorer = GuestScorer::new(name.clone(), component, params).map_err(load_error)?;
-        let label = PolicyLabel { name, parameters: parameters.clone(), component_sha256: Some(sha) };
-        return Ok((Box::new(scorer), label, "guest"));
-    }
-    let builtin = builtin::find(policy).ok_or_else(|| {
-        CliError::new(
-            ErrorKind::UnknownPolicy,
-            format!("`{policy}` is neither a builtin ({}) nor a .wasm file", builtin::names().join(", ")),
-        )
-    })?;
-    let label = PolicyLabel {
-        name: builtin.name.to_string(),
-        parameters: parameters.clone(),
-        component_sha256: None,
-    };
-    if guest {
-        let scorer = builtin.guest(&engine(limits)?, params).map_err(load_error)?;
-        Ok((Box::new(scorer), label, "guest"))
-    } else {
-        let scorer =
-            builtin.native(params).map_err(|e| CliError::new(ErrorKind::ConfigureFailed, e.to_string()))?;
-        Ok((scorer, label, "native"))
-    }
 }
 
 fn replay_error(e: ReplayError) -> CliError {
@@ -228,11 +192,6 @@ fn replay_error(e: ReplayError) -> CliError {
         ReplayError::Config(m) => CliError::new(ErrorKind::InvalidConfig, m),
         e @ ReplayError::Selection { .. } => CliError::new(ErrorKind::SelectionFailed, e.to_string()),
     }
-}
-
-fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    std::fs::write(path, bytes)
-        .map_err(|e| CliError::new(ErrorKind::Io, format!("writing {}: {e}", path.display())))
 }
 
 fn print_summary(run: &Run, trace: &str, config: &ReplayConfig) {

@@ -1,17 +1,16 @@
 //! `switchyard select`: one selection, printed as JSON.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 use serde_json::json;
-use switchyard::selection::Scorer;
 use switchyard::selection::wire::ErrorKind;
 use switchyard::selection::wire::{DecidedBy, RequestJson, SAMPLE_REQUEST, SelectionAnswer};
-use switchyard::{FailMode, GuestScorer, PolicyComponent, SelectError};
-use switchyard_builtins as builtin;
+use switchyard::{FailMode, SelectError};
 
 use super::config::LimitArgs;
 use crate::output::{CliError, print_json};
+use crate::source::load_policy;
 
 #[derive(Args)]
 pub struct SelectArgs {
@@ -39,49 +38,6 @@ pub struct SelectArgs {
     limits: LimitArgs,
 }
 
-/// Which build decided.
-struct Built {
-    scorer: Box<dyn Scorer>,
-    build: &'static str,
-    version: Option<String>,
-}
-
-fn build_scorer(args: &SelectArgs) -> Result<Built, CliError> {
-    let as_path = Path::new(&args.policy);
-    let is_file = args.policy.ends_with(".wasm") || as_path.is_file();
-    if is_file {
-        let bytes = std::fs::read(as_path)
-            .map_err(|e| CliError::new(ErrorKind::Io, format!("reading {}: {e}", as_path.display())))?;
-        let engine = args.limits.engine()?;
-        let component = PolicyComponent::load(&engine, &bytes).map_err(load_error)?;
-        let version = component.digest().to_string();
-        let name = as_path.file_stem().map_or("policy".into(), |s| s.to_string_lossy().into_owned());
-        let scorer = GuestScorer::new(name, component, &args.params).map_err(load_error)?;
-        return Ok(Built { scorer: Box::new(scorer), build: "guest", version: Some(version) });
-    }
-    let Some(builtin) = builtin::find(&args.policy) else {
-        return Err(CliError::new(
-            ErrorKind::UnknownPolicy,
-            format!(
-                "`{}` is neither a builtin ({}) nor a .wasm file",
-                args.policy,
-                builtin::names().join(", ")
-            ),
-        ));
-    };
-    if args.guest {
-        let engine = args.limits.engine()?;
-        let scorer = builtin.guest(&engine, &args.params).map_err(load_error)?;
-        let version = scorer.component().digest().to_string();
-        Ok(Built { scorer: Box::new(scorer), build: "guest", version: Some(version) })
-    } else {
-        let scorer = builtin
-            .native(&args.params)
-            .map_err(|e| CliError::new(ErrorKind::ConfigureFailed, e.to_string()))?;
-        Ok(Built { scorer, build: "native", version: None })
-    }
-}
-
 /// No eligible worker (exit 2), or a fail-closed fault (exit 3, named by its kind).
 fn select_error(e: SelectError) -> CliError {
     match e {
@@ -94,10 +50,6 @@ fn select_error(e: SelectError) -> CliError {
     }
 }
 
-fn load_error(e: switchyard::LoadError) -> CliError {
-    CliError::new(e.kind, e.message)
-}
-
 pub fn run(args: SelectArgs) -> Result<(), CliError> {
     let text = match &args.input {
         Some(path) => std::fs::read_to_string(path)
@@ -108,7 +60,7 @@ pub fn run(args: SelectArgs) -> Result<(), CliError> {
         .and_then(RequestJson::into_parts)
         .map_err(|e| CliError::new(ErrorKind::InvalidInput, e.to_string()))?;
     let guard = args.limits.guard()?;
-    let built = build_scorer(&args)?;
+    let built = load_policy(&args.policy, args.guest, &args.params, &mut || args.limits.engine())?;
     let mode = if args.fail_closed { FailMode::Closed } else { FailMode::Open };
     // Faults are contained by the guard: fail-open, the native default policy decides.
     let mut selector = switchyard_builtins::guarded(built.scorer, mode, guard);
@@ -122,7 +74,7 @@ pub fn run(args: SelectArgs) -> Result<(), CliError> {
     }
     let (decision, commit_fault) = last.expect("at least one selection ran");
     let by = match decision.fallback {
-        None => DecidedBy { policy: selector.name().to_string(), build: built.build, version: built.version },
+        None => DecidedBy { policy: selector.name().to_string(), build: built.build, version: built.sha256 },
         Some(_) => DecidedBy { policy: selector.fallback_name().to_string(), build: "native", version: None },
     };
     let costs = selector.last_candidates().zip(selector.last_costs().iter().copied());
