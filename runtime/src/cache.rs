@@ -76,10 +76,15 @@ impl ArtifactCache {
 
     /// The file an artifact for `bytes` compiled by `engine` lives in.
     pub fn path_for(&self, engine: &Engine, bytes: &[u8]) -> PathBuf {
+        self.path_for_digest(engine, &hex::encode(Sha256::digest(bytes)))
+    }
+
+    /// As [`ArtifactCache::path_for`], for component bytes whose sha256 (hex) is
+    /// `sha256`: the caller hashed them once already.
+    pub fn path_for_digest(&self, engine: &Engine, sha256: &str) -> PathBuf {
         let mut settings = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut settings);
-        let content = hex::encode(Sha256::digest(bytes));
-        self.dir.join(format!("{content}-{:016x}-{WASMTIME_MAJOR}.cwasm", settings.finish()))
+        self.dir.join(format!("{sha256}-{:016x}-{WASMTIME_MAJOR}.cwasm", settings.finish()))
     }
 
     /// Where the sha256 of the artifact at `artifact` is recorded.
@@ -89,11 +94,11 @@ impl ArtifactCache {
         PathBuf::from(name)
     }
 
-    /// The cached compilation of `bytes`, if there is a usable one. A missing entry is a
+    /// The cached compilation of the bytes whose sha256 is `sha256`, if there is a usable one. A missing entry is a
     /// miss; an entry that fails a check is rejected (removed, counted, logged) and is a
     /// miss too; never an error.
-    pub fn load(&self, engine: &Engine, bytes: &[u8]) -> Option<Component> {
-        let path = self.path_for(engine, bytes);
+    pub fn load(&self, engine: &Engine, sha256: &str) -> Option<Component> {
+        let path = self.path_for_digest(engine, sha256);
         let artifact = match read_private(&path, MAX_ARTIFACT_BYTES) {
             Ok(artifact) => artifact,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
@@ -138,14 +143,14 @@ impl ArtifactCache {
         }
     }
 
-    /// Saves `component` (compiled here from `bytes`), with the sha256 of the artifact
+    /// Saves `component` (compiled here from bytes whose sha256 is `sha256`), with the sha256 of the artifact
     /// recorded beside it (first, so a crash between the two leaves a digest without an
     /// artifact: a miss). Each file is written owner-only under a temp name unique to
     /// this write, then renamed into place. Failure to cache is not an error for the
     /// caller: the component is already compiled.
-    pub fn store(&self, engine: &Engine, bytes: &[u8], component: &Component) -> std::io::Result<()> {
+    pub fn store(&self, engine: &Engine, sha256: &str, component: &Component) -> std::io::Result<()> {
         let serialized = component.serialize().map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-        let path = self.path_for(engine, bytes);
+        let path = self.path_for_digest(engine, sha256);
         let digest = hex::encode(Sha256::digest(&serialized));
         let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         write_private(&self.dir, &name(&Self::digest_path(&path)), format!("{digest}\n").as_bytes())?;

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 
@@ -21,9 +20,9 @@ pub const POLICY_EXPORT: &str = "switchyard:policy/policy@0.2.0";
 /// The world a policy targets.
 pub const WORLD: &str = "switchyard:policy/selection-policy@0.2.0";
 
-/// Why a component was refused. The kind names are a stable interface.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// Why a component was refused. Named (and serialised) as its [`ErrorKind`]: a stable
+/// interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoadErrorKind {
     /// Not WebAssembly (no wasm magic number, or an unknown encoding).
     NotWasm,
@@ -152,7 +151,9 @@ impl PolicyComponent {
             return Err(LoadError::new(LoadErrorKind::NotWasm, "unknown wasm encoding version"));
         }
         let started = Instant::now();
-        let cached = engine.artifact_cache().and_then(|cache| cache.load(engine.engine(), bytes));
+        // Hashed once: the cache's key and the component's digest.
+        let digest = hex::encode(Sha256::digest(bytes));
+        let cached = engine.artifact_cache().and_then(|cache| cache.load(engine.engine(), &digest));
         let from_cache = cached.is_some();
         let component = match cached {
             Some(component) => component,
@@ -160,7 +161,7 @@ impl PolicyComponent {
                 let component = compile_with_timeout(engine, bytes, held)?;
                 if let Some(cache) = engine.artifact_cache() {
                     // Caching is an optimisation: a full disk must not refuse the upload.
-                    let _ = cache.store(engine.engine(), bytes, &component);
+                    let _ = cache.store(engine.engine(), &digest, &component);
                 }
                 component
             }
@@ -198,7 +199,7 @@ impl PolicyComponent {
             inner: Arc::new(Inner {
                 engine: engine.clone(),
                 pre,
-                digest: hex::encode(Sha256::digest(bytes)),
+                digest,
                 size: bytes.len(),
                 imports,
                 exports,

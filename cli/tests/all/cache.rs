@@ -83,12 +83,11 @@ fn symlinks_and_permissive_modes_are_rejected() {
 fn concurrent_stores_of_the_same_bytes_use_their_own_temp_files() {
     let dir = temp("concurrent");
     let (engine, cache) = engine(&dir);
-    let component = PolicyComponent::load(&engine, policy()).unwrap();
-    drop(component);
+    let digest = PolicyComponent::load(&engine, policy()).unwrap().digest().to_string();
     let compiled = Component::new(engine.engine(), policy()).unwrap();
     std::thread::scope(|s| {
         for _ in 0..4 {
-            s.spawn(|| cache.store(engine.engine(), policy(), &compiled).unwrap());
+            s.spawn(|| cache.store(engine.engine(), &digest, &compiled).unwrap());
         }
     });
     let leftovers: Vec<_> = std::fs::read_dir(&dir)
