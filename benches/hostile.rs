@@ -8,52 +8,16 @@
 //! a plain loop (iloop) and of a loop on each import, at the same ceiling.
 
 use std::time::Instant;
-use switchyard_guest_sdk::Column;
 
-use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
 use switchyard::{
     FailMode, GuardConfig, GuestScorer, Limits, PolicyComponent, PolicyEngine, SelectionRequest, WorkerTable,
 };
 use switchyard_builtins as builtin;
-use switchyard_guest_sdk::{Pool, RequestFacts};
 use switchyard_test_guests::hostile;
+use switchyard_test_guests::requests::fleet;
 
 /// Selections timed per (case, request); the median is printed.
 const REPEATS: usize = 7;
-
-/// A fleet of `workers` (capacities advertised, every slot a row) and a prompt of
-/// `prompt_tokens` in `block_size` blocks carrying `hashes` prefix hashes.
-fn request(
-    workers: u64,
-    prompt_tokens: u32,
-    block_size: u32,
-    hashes: u64,
-) -> (WorkerTable, SelectionRequest) {
-    let table = WorkerTable::new(
-        (0..workers).map(|id| Worker::new(id, 1, 100_000 + id as u32, Some(8192))).collect(),
-    )
-    .expect("unique ids");
-    let n = workers as usize;
-    let inputs = WorkerInputs::new((0..workers).collect())
-        .with(Column::DeviceOverlapBlocks, (0..n).map(|i| (i % 97) as u32).collect())
-        .with(Column::DecodeBlocks, (0..n).map(|i| (i * 7 % 1000) as u32).collect())
-        .with(Column::ActiveRequests, (0..n).map(|i| (i % 5) as u32).collect());
-    let facts = RequestFacts {
-        prompt_tokens,
-        block_size,
-        request_blocks: prompt_tokens.div_ceil(block_size),
-        expected_output_tokens: None,
-        pinned: None,
-        pool: Pool::Aggregated,
-        seed: 7,
-    };
-    let options = RequestOptions {
-        prefix_hashes: Some((0..hashes).map(|h| h.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect()),
-        policy_class: Some("gold".into()),
-        ..RequestOptions::default()
-    };
-    (table.clone(), SelectionRequest::new(&table, facts, options, inputs).expect("valid request"))
-}
 
 struct Outcome {
     median_ms: f64,
@@ -119,13 +83,8 @@ fn main() {
         ("5M-entry cost list", load(hostile::HUGE_RESULT), "{}"),
         ("NaN on every 6th call", load(hostile::NAN_ONCE), r#"{"at": 6}"#),
     ];
-    let requests: Vec<(&str, (WorkerTable, SelectionRequest))> = vec![
-        ("16 workers, 4K tokens", request(16, 4096, 16, 256)),
-        ("1,024 w, 128K tok, 8,192 hashes", request(1024, 131_072, 16, 8192)),
-        ("16 w, u32::MAX tokens, block 1", request(16, u32::MAX, 1, 0)),
-        ("16 w, 50,000 hashes", request(16, 800_000, 16, 50_000)),
-        ("10,000 w, 8,192 hashes", request(10_000, 131_072, 16, 8192)),
-    ];
+    let mut requests = vec![("16 workers, 4K tokens", fleet(16, 4096, 16, 256))];
+    requests.extend(switchyard_test_guests::requests::hostile());
 
     println!(
         "\n### One selection (select + commit), default limits (fuel + {} ms deadline), median of {REPEATS}\n",
@@ -157,7 +116,7 @@ fn main() {
     let fuel_load = |bytes: &[u8]| PolicyComponent::load(&fuel_only, bytes).expect("compiles");
     let iloop = fuel_load(hostile::ILOOP);
     let import_loop = fuel_load(hostile::IMPORT_LOOP);
-    let case = request(1024, 131_072, 16, 8192);
+    let case = fleet(1024, 131_072, 16, 8192);
     println!(
         "\n### Nanoseconds per unit of fuel, fuel alone, 1,024 workers, 8,192 hashes (median of {REPEATS})\n"
     );

@@ -1,11 +1,14 @@
-//! The guests the tests and benchmarks load: real components built from source by
+//! The guests the tests and benchmarks load (and the requests hostile guests meet,
+//! [`requests`]): real components built from source by
 //! `build.rs` (Rust guests from `policies/testing` and `policies/adversarial`, wrapped
 //! like any tenant's policy; WAT guests for shapes Rust cannot produce).
 //!
-//! A dev-dependency of the CLI's test suite and of the benchmarks only, so
+//! A dev-dependency only (the CLI's test suite, the Dynamo adapter's, the benchmarks), so
 //! `cargo build --bin switchyard` compiles none of them.
 
 #![forbid(unsafe_code)]
+
+pub mod requests;
 
 macro_rules! out_dir_file {
     ($file:literal) => {

@@ -7,59 +7,24 @@
 //! (tens of ms), so they only catch an unbounded one (seconds to hours before the fix).
 
 use std::time::{Duration, Instant};
-use switchyard_guest_sdk::Column;
 
-use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
 use switchyard::{
     Budget, Decider, FailMode, FaultKind, GuardConfig, GuardedSelector, GuestScorer, GuestStats, Limits,
     PolicyComponent, PolicyEngine, SelectionRequest, WorkerTable,
 };
-use switchyard_guest_sdk::Pool;
+use switchyard_test_guests::requests::fleet;
 
-use crate::support::{component, engine, engine_with, facts, hostile, native_default_pick, sample};
+use crate::support::{component, engine, engine_with, hostile, native_default_pick, sample};
 
 /// Far above any bounded call, far below an unbounded one.
 const UNBOUNDED: Duration = Duration::from_secs(10);
 
-/// A fleet of `workers` with capacities, every slot a row, and a prompt of
-/// `prompt_tokens` in `block_size` blocks carrying `hashes` prefix hashes.
-fn request(
-    workers: u64,
-    prompt_tokens: u32,
-    block_size: u32,
-    hashes: usize,
-) -> (WorkerTable, SelectionRequest) {
-    let table = WorkerTable::new(
-        (0..workers).map(|id| Worker::new(id, 1, 100_000 + id as u32, Some(8192))).collect(),
-    )
-    .unwrap();
-    let n = workers as usize;
-    let inputs = WorkerInputs::new((0..workers).collect())
-        .with(Column::DeviceOverlapBlocks, (0..n).map(|i| (i % 97) as u32).collect())
-        .with(Column::DecodeBlocks, (0..n).map(|i| (i * 7 % 1000) as u32).collect())
-        .with(Column::ActiveRequests, (0..n).map(|i| (i % 5) as u32).collect());
-    let options = RequestOptions {
-        prefix_hashes: Some((0..hashes as u64).map(|h| h.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect()),
-        policy_class: Some("gold".into()),
-        ..RequestOptions::default()
-    };
-    let request =
-        SelectionRequest::new(&table, facts(prompt_tokens, block_size, Pool::Aggregated, 7), options, inputs)
-            .unwrap();
-    (table, request)
-}
-
-/// The requests every hostile guest meets: the sample, a long-context prompt over 1,024
-/// workers, a 4-billion-token prompt in 1-token blocks, tens of thousands of hashes, and
-/// 10,000 workers.
+/// The requests every hostile guest meets: the sample, and the tenant's own hostile
+/// ones (`switchyard_test_guests::requests`, which `--bench hostile` times).
 fn requests() -> Vec<(&'static str, (WorkerTable, SelectionRequest))> {
-    vec![
-        ("sample", sample()),
-        ("128K tokens, 8,192 hashes, 1,024 workers", request(1024, 131_072, 16, 8192)),
-        ("u32::MAX tokens in 1-token blocks, 16 workers", request(16, u32::MAX, 1, 0)),
-        ("50,000 hashes, 16 workers", request(16, 800_000, 16, 50_000)),
-        ("10,000 workers", request(10_000, 131_072, 16, 8192)),
-    ]
+    let mut all = vec![("sample", sample())];
+    all.extend(switchyard_test_guests::requests::hostile());
+    all
 }
 
 /// An engine with fuel alone, for verdicts that must be the fuel's and not the deadline's
@@ -162,7 +127,7 @@ fn a_loop_on_any_import_is_charged_and_runs_out_of_fuel() {
 
 #[test]
 fn with_the_default_budget_an_import_loop_is_stopped_by_fuel_or_the_deadline() {
-    let case = request(1024, 131_072, 16, 8192);
+    let case = fleet(1024, 131_072, 16, 8192);
     for import in ["prefix-hashes", "candidate-capacities"] {
         let params = format!(r#"{{"import": "{import}"}}"#);
         let kinds = [FaultKind::Fuel, FaultKind::Deadline];
@@ -215,7 +180,7 @@ fn a_huge_error_message_is_refused_before_copying_and_a_long_one_cut_to_1_kib() 
         let what = format!("huge error, {name}");
         assert_bounded(&what, hostile::HUGE_ERROR, "{}", &case, &BUILDS_OR_REFUSED, &[]);
     }
-    let (table, request) = request(1024, 131_072, 16, 8192);
+    let (table, request) = fleet(1024, 131_072, 16, 8192);
     let (mut selector, _) = guarded_on(fuel_only_guest(hostile::HUGE_ERROR), "{}");
     let fault = selector.select(&table, &request).unwrap().fallback.unwrap();
     assert_eq!(fault.kind, FaultKind::InvalidOutput, "{}", fault.message);
@@ -234,7 +199,7 @@ fn a_huge_result_list_is_refused_before_copying_and_a_wrong_length_one_named() {
         let what = format!("huge result, {name}");
         assert_bounded(&what, hostile::HUGE_RESULT, "{}", &case, &BUILDS_OR_REFUSED, &[]);
     }
-    let (table, request) = request(1024, 131_072, 16, 8192);
+    let (table, request) = fleet(1024, 131_072, 16, 8192);
     let (mut selector, _) = guarded_on(fuel_only_guest(hostile::HUGE_RESULT), "{}");
     let fault = selector.select(&table, &request).unwrap().fallback.unwrap();
     assert_eq!(fault.kind, FaultKind::InvalidOutput, "{}", fault.message);
@@ -292,7 +257,7 @@ fn the_fuel_of_a_call_grows_with_what_the_host_passes_up_to_the_ceiling() {
         GuestScorer::new("iloop", PolicyComponent::load(&tight, hostile::ILOOP).unwrap(), "{}").unwrap();
     let stats = guest.stats();
     let mut selector = switchyard_builtins::guarded(Box::new(guest), FailMode::Open, GuardConfig::default());
-    let (table, request) = request(1024, 131_072, 16, 8192);
+    let (table, request) = fleet(1024, 131_072, 16, 8192);
     let decision = selector.select(&table, &request).unwrap();
     assert_eq!(decision.fallback.map(|f| f.kind), Some(FaultKind::Fuel));
     assert_eq!(stats.last_fuel(), 3_000_000, "spent exactly the ceiling");
