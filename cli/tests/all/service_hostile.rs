@@ -8,12 +8,12 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::server::{ADMIN, Body, Client, select_body, temp_dir};
+use crate::server::{ADMIN, Body, Client, Server, select_body, temp_dir};
 use crate::support::DEFAULT_POLICY;
 
 /// What a healthy server answers /healthz within, whatever else it is doing: a generous
@@ -28,71 +28,14 @@ fn message(v: &Value) -> &str {
     v["error"]["message"].as_str().unwrap_or_else(|| panic!("an error answer: {v}"))
 }
 
-/// A `switchyard serve` whose process id the test reads (for its memory), killed when
-/// dropped.
-struct Serve {
-    child: Child,
-    url: String,
-}
-
-impl Serve {
-    fn start(data_dir: &Path, config: Option<&str>) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
-        command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir);
-        if let Some(text) = config {
-            let path = data_dir.with_extension("toml");
-            std::fs::write(&path, text).unwrap();
-            command.arg("--config").arg(path);
-        }
-        let mut child = command
-            .env("SWITCHYARD_ADMIN_TOKEN", ADMIN)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting switchyard serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("the server did not start: {line:?}"))
-            .to_string();
-        Self { child, url }
-    }
-
-    fn client(&self) -> Client {
-        Client::at(&self.url)
-    }
-
-    fn addr(&self) -> String {
-        self.url.strip_prefix("http://").unwrap().to_string()
-    }
-
-    /// A kilobyte figure of the server's /proc/<pid>/status (`VmRSS`, `VmHWM`).
-    fn memory_kb(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':')))
-            .and_then(|r| r.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {field} in\n{status}"))
-    }
-
-    /// Asserts the process is still running.
-    fn assert_alive(&mut self) {
-        assert!(self.child.try_wait().unwrap().is_none(), "the server exited");
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// A kilobyte figure of the server's /proc/<pid>/status (`VmRSS`, `VmHWM`).
+fn memory_kb(server: &Server, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':')))
+        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in\n{status}"))
 }
 
 /// `/healthz` answers `ok`, and how long it took.
@@ -166,27 +109,11 @@ fn read_response(stream: &mut TcpStream, within: Duration) -> Result<(u16, Strin
     Ok((status, body))
 }
 
-/// Polls `series` in /metrics until it reads `value` (at most 5 s); whether it did.
-fn wait_for_metric(c: &Client, series: &str, value: f64) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        let (_, text) = c.call("GET", "/metrics", None, Body::None);
-        let now = text.as_str().unwrap_or("").lines().find_map(|l| {
-            l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')).and_then(|n| n.parse::<f64>().ok())
-        });
-        if now == Some(value) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
-
 #[test]
 fn a_dp_size_bomb_is_refused_naming_the_limit_and_the_server_stays_up() {
     let dir = temp_dir("hostile-dp-bomb");
-    let mut server = Serve::start(&dir, None);
-    let c = server.client();
+    let mut server = Server::start(&dir, None, Some(ADMIN));
+    let c = Client::new(&server);
     let token = c.add_tenant("acme");
     // One rank per slot: 4,294,967,295 slots would be built from these few bytes.
     let bomb = json!({
@@ -210,15 +137,15 @@ fn a_dp_size_bomb_is_refused_naming_the_limit_and_the_server_stays_up() {
 
     server.assert_alive();
     assert_healthy(&c, "after the refused requests");
-    let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", None)));
+    let (status, v) = c.select(&token, "acme", None);
     assert_eq!((status, v["worker_id"].as_u64()), (200, Some(3)), "{v}");
 }
 
 #[test]
 fn preferred_taints_are_matched_in_time_linear_in_the_request() {
     let dir = temp_dir("hostile-taints");
-    let server = Serve::start(&dir, None);
-    let c = server.client();
+    let server = Server::start(&dir, None, Some(ADMIN));
+    let c = Client::new(&server);
     let token = c.add_tenant("acme");
     // 10 workers × 1,000 ranks × 1,000 taints each, and 1,000 preferred taints: a
     // scan of each slot's taints per preferred taint is 10^10 comparisons; matching
@@ -243,7 +170,7 @@ fn preferred_taints_are_matched_in_time_linear_in_the_request() {
     body["tenant"] = json!("acme");
     println!("body: {} bytes", body.to_string().len());
 
-    let url = format!("{}/v1/select", server.url);
+    let url = format!("{}/v1/select", server.url());
     let select = std::thread::spawn(move || {
         // A client-side bound, so a server that takes minutes fails here instead of hanging.
         let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -288,13 +215,13 @@ fn preferred_taints_are_matched_in_time_linear_in_the_request() {
 #[test]
 fn stalled_tokenless_connections_are_refused_without_their_bodies_being_held() {
     let dir = temp_dir("hostile-stalled");
-    let mut server = Serve::start(&dir, None);
-    let c = server.client();
+    let mut server = Server::start(&dir, None, Some(ADMIN));
+    let c = Client::new(&server);
     c.add_tenant("acme");
     for _ in 0..5 {
         healthz(&c);
     }
-    let (rss, peak) = (server.memory_kb("VmRSS"), server.memory_kb("VmHWM"));
+    let (rss, peak) = (memory_kb(&server, "VmRSS"), memory_kb(&server, "VmHWM"));
     // 40 connections without a token, each declaring an 8 MiB body, sending 4 MiB of it
     // and then nothing: on every route that takes a body.
     let routes = [
@@ -336,7 +263,7 @@ fn stalled_tokenless_connections_are_refused_without_their_bodies_being_held() {
         assert!(body.contains("unauthorized"), "{body}");
         held.push((feeder, stream));
     }
-    let (rss_after, peak_after) = (server.memory_kb("VmRSS"), server.memory_kb("VmHWM"));
+    let (rss_after, peak_after) = (memory_kb(&server, "VmRSS"), memory_kb(&server, "VmHWM"));
     println!("RSS {rss} → {rss_after} kB, peak {peak} → {peak_after} kB");
     assert!(rss_after.saturating_sub(rss) < 64 << 10, "RSS grew from {rss} to {rss_after} kB");
     assert!(peak_after.saturating_sub(rss) < 64 << 10, "the peak RSS grew from {rss} to {peak_after} kB");
@@ -348,11 +275,11 @@ fn stalled_tokenless_connections_are_refused_without_their_bodies_being_held() {
 #[test]
 fn a_select_body_over_its_limit_is_413_naming_the_limit_and_held_nowhere() {
     let dir = temp_dir("hostile-big-select");
-    let mut server = Serve::start(&dir, None);
-    let c = server.client();
+    let mut server = Server::start(&dir, None, Some(ADMIN));
+    let c = Client::new(&server);
     let token = c.add_tenant("acme");
     healthz(&c);
-    let rss = server.memory_kb("VmRSS");
+    let rss = memory_kb(&server, "VmRSS");
     // 3 MiB of prefix hashes: over `max_select_body_bytes` (2 MiB), under the uploads' 8 MiB.
     let mut body = select_body("acme", None);
     body["prefix_hashes"] = json!(vec![1u8; 3 << 19]);
@@ -384,7 +311,7 @@ fn a_select_body_over_its_limit_is_413_naming_the_limit_and_held_nowhere() {
     assert_eq!(status, 413, "{answer}");
     assert!(answer.contains("max_select_body_bytes"), "{answer}");
 
-    let (rss_after, peak_after) = (server.memory_kb("VmRSS"), server.memory_kb("VmHWM"));
+    let (rss_after, peak_after) = (memory_kb(&server, "VmRSS"), memory_kb(&server, "VmHWM"));
     println!("RSS {rss} → {rss_after} kB, peak {peak_after} kB");
     assert!(peak_after.saturating_sub(rss) < 64 << 10, "the peak RSS grew from {rss} to {peak_after} kB");
     server.assert_alive();
@@ -399,15 +326,15 @@ fn a_select_body_over_its_limit_is_413_naming_the_limit_and_held_nowhere() {
 #[test]
 fn selections_in_flight_are_capped_with_a_503_overloaded() {
     let dir = temp_dir("hostile-inflight");
-    let mut server = Serve::start(&dir, None);
-    let c = server.client();
+    let mut server = Server::start(&dir, None, Some(ADMIN));
+    let c = Client::new(&server);
     let token = c.add_tenant("acme");
     // 64 selections (the default cap) whose bodies never finish arriving.
     let addr = server.addr();
     let stalled: Vec<TcpStream> =
         (0..64).map(|_| send_head(&addr, &head("POST", "/v1/select", Some(&token), 1000), b"{")).collect();
-    let full = wait_for_metric(&c, "switchyard_selections_in_flight", 64.0);
-    let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", None)));
+    let full = c.wait_for_metric("switchyard_selections_in_flight", 64.0);
+    let (status, v) = c.select(&token, "acme", None);
     assert_eq!((status, kind(&v)), (503, "overloaded"), "{v}");
     assert!(full, "64 selections in flight");
     assert!(message(&v).contains("`max_inflight_selections`"), "{v}");
@@ -415,8 +342,8 @@ fn selections_in_flight_are_capped_with_a_503_overloaded() {
     assert_healthy(&c, "with every selection slot taken");
     // The callers give up: their slots come back.
     drop(stalled);
-    assert!(wait_for_metric(&c, "switchyard_selections_in_flight", 0.0), "the slots are released");
-    let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", None)));
+    assert!(c.wait_for_metric("switchyard_selections_in_flight", 0.0), "the slots are released");
+    let (status, v) = c.select(&token, "acme", None);
     assert_eq!((status, v["worker_id"].as_u64()), (200, Some(3)), "{v}");
     server.assert_alive();
 }
@@ -424,8 +351,9 @@ fn selections_in_flight_are_capped_with_a_503_overloaded() {
 #[test]
 fn connections_are_capped_and_slow_bodies_time_out() {
     let dir = temp_dir("hostile-connections");
-    let mut server = Serve::start(&dir, Some("[service]\nmax_connections = 4\nbody_read_timeout_ms = 500\n"));
-    let c = server.client();
+    let mut server =
+        Server::with_config(&dir, "[service]\nmax_connections = 4\nbody_read_timeout_ms = 500\n");
+    let c = Client::new(&server);
     let token = c.add_tenant("acme");
     drop(c); // its pooled connection would count against the cap
     let addr = server.addr();
@@ -444,7 +372,7 @@ fn connections_are_capped_and_slow_bodies_time_out() {
     assert!(answer.contains("overloaded") && answer.contains("`max_connections`"), "{answer}");
     drop(idle);
     std::thread::sleep(Duration::from_millis(300));
-    let c = server.client();
+    let c = Client::new(&server);
     assert_healthy(&c, "once the idle connections closed");
     assert!(c.metric("switchyard_overloaded_total{limit=\"max_connections\"}") >= 1.0);
     server.assert_alive();
@@ -483,16 +411,15 @@ fn artifacts(dir: &Path) -> Vec<PathBuf> {
 fn a_tampered_compiled_artifact_is_recompiled_and_counted_never_run() {
     use std::os::unix::fs::PermissionsExt;
     let dir = temp_dir("hostile-tamper");
-    let mut server = Serve::start(&dir, None);
-    let c = server.client();
+    let mut server = Server::start(&dir, None, Some(ADMIN));
+    let c = Client::new(&server);
     let token = c.add_tenant("acme");
-    let (status, v) = c.upload(&token, "acme", "p", DEFAULT_POLICY);
+    let (status, v) = c.upload(&token, "acme", "p", DEFAULT_POLICY, None);
     assert_eq!(status, 201, "{v}");
     let version = v["version"].as_str().unwrap().to_string();
     let assign = json!({ "policy": "p", "on_fault": "closed" });
-    assert_eq!(c.call("PUT", "/v1/tenants/acme/classes/c", Some(&token), Body::Json(assign)).0, 200);
-    let select =
-        |c: &Client| c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", Some("c"))));
+    assert_eq!(c.assign(&token, "acme", "c", assign).0, 200);
+    let select = |c: &Client| c.select(&token, "acme", Some("c"));
     let (status, before) = select(&c);
     assert_eq!((status, before["build"].as_str()), (200, Some("guest")), "{before}");
     server.kill();
@@ -505,8 +432,8 @@ fn a_tampered_compiled_artifact_is_recompiled_and_counted_never_run() {
     bytes[text..text + 64].fill(0xCC);
     std::fs::write(&found[0], &bytes).unwrap();
 
-    let mut server = Serve::start(&dir, None);
-    let c = server.client();
+    let mut server = Server::start(&dir, None, Some(ADMIN));
+    let c = Client::new(&server);
     let (status, after) = select(&c);
     assert_eq!(status, 200, "{after}");
     for field in ["worker_id", "dp_rank", "cost", "version", "build", "fallback"] {
@@ -519,8 +446,8 @@ fn a_tampered_compiled_artifact_is_recompiled_and_counted_never_run() {
     assert_ne!(std::fs::read(&found[0]).unwrap(), bytes, "the artifact was written again");
 
     // The rewritten artifact is whole: the next start loads it.
-    let server = Serve::start(&dir, None);
-    let c = server.client();
+    let server = Server::start(&dir, None, Some(ADMIN));
+    let c = Client::new(&server);
     assert_eq!(c.metric("switchyard_artifacts_rejected_total"), 0.0);
     assert_eq!(c.metric("switchyard_components_from_cache_total"), 1.0);
     assert_eq!(select(&c).1["cost"], before["cost"]);
@@ -535,8 +462,8 @@ fn a_tampered_compiled_artifact_is_recompiled_and_counted_never_run() {
 #[test]
 fn a_second_server_on_the_same_data_dir_refuses_to_start() {
     let dir = temp_dir("hostile-lock");
-    let mut first = Serve::start(&dir, None);
-    let token = first.client().add_tenant("acme");
+    let mut first = Server::start(&dir, None, Some(ADMIN));
+    let token = Client::new(&first).add_tenant("acme");
     let mut second = Command::new(env!("CARGO_BIN_EXE_switchyard"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&dir)
@@ -560,10 +487,10 @@ fn a_second_server_on_the_same_data_dir_refuses_to_start() {
         "{stderr}"
     );
     // The first is untouched; once it is gone, the directory can be served again.
-    let c = first.client();
-    let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", None)));
+    let c = Client::new(&first);
+    let (status, v) = c.select(&token, "acme", None);
     assert_eq!(status, 200, "{v}");
     first.kill();
-    let again = Serve::start(&dir, None);
-    assert_healthy(&again.client(), "after a restart on the same dir");
+    let again = Server::start(&dir, None, Some(ADMIN));
+    assert_healthy(&Client::new(&again), "after a restart on the same dir");
 }
