@@ -41,6 +41,23 @@ pub fn serve_command(data_dir: &Path, config: Option<&Path>, admin_token: Option
     command
 }
 
+/// Runs `command` (a [`serve_command`]) expecting `switchyard serve` to refuse to start:
+/// (its exit code, its stderr). If it starts listening instead, it is killed and the test
+/// fails, instead of waiting forever for a server that does not exit.
+pub fn serve_refused(mut command: Command) -> (Option<i32>, String) {
+    let mut child =
+        command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("starting switchyard serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).expect("reading stdout");
+    if line.starts_with("listening on") {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("switchyard serve started instead of refusing: {line}");
+    }
+    let out = child.wait_with_output().expect("waiting for switchyard serve");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 /// A running server process; killed when dropped (also when an assertion fails).
 pub struct Server {
     child: Child,

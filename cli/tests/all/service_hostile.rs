@@ -5,15 +5,14 @@
 //! loopback port; every loop is bounded in count and time, and traffic goes only to
 //! 127.0.0.1.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::server::{ADMIN, Body, Client, Server, select_body, temp_dir};
+use crate::server::{ADMIN, Body, Client, Server, select_body, serve_command, serve_refused, temp_dir};
 use crate::support::DEFAULT_POLICY;
 
 /// What a healthy server answers /healthz within, whatever else it is doing: a generous
@@ -464,24 +463,8 @@ fn a_second_server_on_the_same_data_dir_refuses_to_start() {
     let dir = temp_dir("hostile-lock");
     let mut first = Server::start(&dir, None, Some(ADMIN));
     let token = Client::new(&first).add_tenant("acme");
-    let mut second = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&dir)
-        .env("SWITCHYARD_ADMIN_TOKEN", ADMIN)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(second.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    if line.starts_with("listening on") {
-        let _ = second.kill();
-        let _ = second.wait();
-        panic!("a second server started on the same data dir: {line}");
-    }
-    let out = second.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = serve_refused(serve_command(&dir, None, Some(ADMIN)));
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.starts_with("error: serve:") && stderr.contains("in use by another switchyard serve"),
         "{stderr}"

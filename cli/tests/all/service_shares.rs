@@ -8,7 +8,9 @@ use std::thread;
 
 use serde_json::{Value, json};
 
-use crate::server::{ADMIN, Body, Client, Server, serve_command, temp_dir, variant, write_config};
+use crate::server::{
+    ADMIN, Body, Client, Server, serve_command, serve_refused, temp_dir, variant, write_config,
+};
 use crate::support::DEFAULT_POLICY;
 
 #[test]
@@ -197,16 +199,8 @@ fn serve_refuses_limits_whose_instances_in_flight_and_idle_do_not_fit_the_pool()
         &dir,
         "[limits]\nmax_instances = 100\n[service]\nmax_inflight_selections = 64\nmax_idle_instances = 64\n",
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.join("data"))
-        .arg("--config")
-        .arg(&config)
-        .env("SWITCHYARD_ADMIN_TOKEN", ADMIN)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = serve_refused(serve_command(&dir.join("data"), Some(&config), Some(ADMIN)));
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("max_inflight_selections (64) + max_idle_instances (64) + compile_concurrency (1) = 129 exceed [limits] max_instances (100)"), "{stderr}");
 }
 
