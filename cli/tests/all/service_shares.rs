@@ -9,9 +9,37 @@ use std::thread;
 use serde_json::{Value, json};
 
 use crate::server::{
-    ADMIN, Body, Client, Server, serve_command, serve_refused, temp_dir, variant, write_config,
+    ADMIN, Body, Client, Server, select_body, serve_command, serve_refused, temp_dir, variant, write_config,
 };
 use crate::support::DEFAULT_POLICY;
+
+/// Attacker threads in one burst: 4 groups of 3. Threads and the victim's one connection
+/// stay under `max_inflight_selections` (16), so the global cap answers nobody 503.
+const FLOOD_GROUPS: usize = 4;
+const FLOOD_GROUP_SIZE: usize = 3;
+/// Workers in each of the attacker's requests.
+const FLOOD_WORKERS: u64 = 2000;
+
+/// A selection over `FLOOD_WORKERS` workers for mallory's `class`: long enough in the
+/// server that the attacker's selections overlap (with the 9-candidate sample, 12 threads
+/// seldom had 5 selections running at once).
+fn flood_request(class: &str) -> Value {
+    let mut body = select_body("mallory", Some(class));
+    let workers: Vec<Value> = (0..FLOOD_WORKERS).map(|id| json!({ "id": id })).collect();
+    body["workers"] = json!(workers);
+    body.as_object_mut().expect("an object").remove("inputs");
+    body
+}
+
+/// What answered a selection: `guest`, `fallback <kind>`, or the error's kind.
+fn outcome(v: &Value) -> String {
+    match (v["build"].as_str(), v["fallback"]["kind"].as_str(), v["error"]["kind"].as_str()) {
+        (Some("guest"), None, _) => "guest".into(),
+        (Some(build), Some(kind), _) => format!("{build}, fallback {kind}: {}", v["fallback"]["message"]),
+        (_, _, Some(kind)) => kind.into(),
+        _ => v.to_string(),
+    }
+}
 
 #[test]
 fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
@@ -19,7 +47,20 @@ fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
     // concurrent selections on each (there, 33 × 8 against 256 slots exhausted the pool and
     // another tenant's selections failed `instantiate …`, counted as its policy's faults).
     // Now the attacker holds at most its share in flight (429 beyond), idle instances are
-    // bounded in all, and the slots provably fit (see the test below).
+    // bounded in all, and the slots provably fit (see `serve_refuses_limits_…` below).
+    //
+    // What this checks, and how: 12 pinned versions; a burst is 12 threads in 4 groups of
+    // 3, the threads of a group selecting the same version together (4 selections on each
+    // of its 3 versions in turn), over 2,000 workers so that selections overlap in the
+    // server. So the tenant has more selections running than its share of 4 (429
+    // `tenant-busy` beyond), and each version needs several instances at once, which it
+    // would keep idle (up to `idle_instances_per_version`, 8) were idle instances not
+    // bounded in all (6 here): 12 versions × 3 outgrow the 24 slots, and selections find no
+    // instance (`overloaded`). At least 5 bursts, more (at most 20) until the attacker has
+    // been refused 429 once; the victim selects throughout each burst. Then: the share was
+    // reached (a 429); the victim was answered by its own guest every time; the attacker
+    // got only its own guest's answers or 429 `tenant-busy`; neither tenant was ever short
+    // of an instance (`switchyard_policy_overloaded`) or faulted.
     let dir = temp_dir("service-shares-flood");
     let server = Server::with_config(
         &dir,
@@ -30,30 +71,67 @@ fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
     let victim = c.add_tenant("acme");
     c.uploaded(&victim, "acme", "mine", DEFAULT_POLICY, None);
     c.assigned(&victim, "acme", "gold", json!({ "policy": "mine", "on_fault": "closed" }));
-    for i in 0..12 {
+    let versions = 12;
+    for i in 0..versions {
         let params = format!("%7B%22overlap_score_credit%22%3A0.{i}5%7D");
         let version = c.uploaded(&attacker, "mallory", "p", DEFAULT_POLICY, Some(&params));
         c.assigned(&attacker, "mallory", &format!("c{i}"), json!({ "policy": "p", "version": version }));
     }
     let url = server.url().to_string();
-    let flood: Vec<_> = (0..12)
-        .map(|i| {
-            let (url, token) = (url.clone(), attacker.clone());
-            thread::spawn(move || {
-                let c = Client::at(&url);
-                (0..6).map(|_| c.select(&token, "mallory", Some(&format!("c{i}"))).0).collect::<Vec<u16>>()
+    let mut flooded: Vec<(u16, String)> = Vec::new();
+    let mut victim_answers: Vec<(u16, Value)> = Vec::new();
+    let mut bursts = 0;
+    while bursts < 5 || (bursts < 20 && !flooded.iter().any(|(status, _)| *status == 429)) {
+        bursts += 1;
+        let flood: Vec<_> = (0..FLOOD_GROUPS * FLOOD_GROUP_SIZE)
+            .map(|t| {
+                let (url, token) = (url.clone(), attacker.clone());
+                let group = t / FLOOD_GROUP_SIZE;
+                thread::spawn(move || {
+                    let c = Client::at(&url);
+                    let mut answers = Vec::new();
+                    for class in (group..versions).step_by(FLOOD_GROUPS) {
+                        let body = flood_request(&format!("c{class}"));
+                        for _ in 0..4 {
+                            let (status, v) =
+                                c.call("POST", "/v1/select", Some(&token), Body::Json(body.clone()));
+                            answers.push((status, outcome(&v)));
+                        }
+                    }
+                    answers
+                })
             })
-        })
-        .collect();
-    let victim_answers: Vec<(u16, Value)> =
-        (0..40).map(|_| c.select(&victim, "acme", Some("gold"))).collect();
-    let flooded: Vec<u16> = flood.into_iter().flat_map(|t| t.join().unwrap()).collect();
+            .collect();
+        // The victim selects while the burst runs (at least once).
+        loop {
+            victim_answers.push(c.select(&victim, "acme", Some("gold")));
+            if flood.iter().all(|t| t.is_finished()) {
+                break;
+            }
+        }
+        flooded.extend(flood.into_iter().flat_map(|t| t.join().unwrap()));
+    }
+    let statuses: Vec<u16> = flooded.iter().map(|(status, _)| *status).collect();
+    println!(
+        "{bursts} burst(s): attacker {} answered, {} refused 429; victim {} answered",
+        statuses.iter().filter(|s| **s == 200).count(),
+        statuses.iter().filter(|s| **s == 429).count(),
+        victim_answers.len()
+    );
     for (status, v) in &victim_answers {
         assert_eq!(*status, 200, "the victim is answered by its own policy: {v}");
         assert_eq!((v["build"].as_str(), v["fallback"].is_null()), (Some("guest"), true), "{v}");
     }
     // The attacker got answers or its own 429s, never a 5xx, and no policy faults.
-    assert!(flooded.iter().all(|s| *s == 200 || *s == 429), "{flooded:?}");
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
+    assert!(statuses.contains(&429), "12 threads on a share of 4, {bursts} bursts: never refused");
+    assert!(statuses.contains(&200), "the attacker is served within its share");
+    for (status, answer) in &flooded {
+        match status {
+            200 => assert_eq!(answer, "guest", "the attacker is answered by its own guest"),
+            _ => assert_eq!(answer, "tenant-busy"),
+        }
+    }
     let faults = |tenant: &str, policy: &str| -> f64 {
         ["fuel", "deadline", "memory", "stack", "trap", "invalid-output", "policy-error", "quarantined"]
             .iter()
@@ -66,6 +144,10 @@ fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
     };
     assert_eq!(faults("acme", "mine"), 0.0);
     assert_eq!(faults("mallory", "p"), 0.0);
+    for (tenant, policy) in [("acme", "mine"), ("mallory", "p")] {
+        let series = format!("switchyard_policy_overloaded_total{{tenant=\"{tenant}\",policy=\"{policy}\"}}");
+        assert_eq!(c.metric(&series), 0.0, "{series}: the pool was never full");
+    }
     // The victim's next upload is configured and served as usual.
     c.uploaded(&victim, "acme", "mine", DEFAULT_POLICY, Some("%7B%22overlap_score_credit%22%3A0.99%7D"));
     assert_eq!(c.select(&victim, "acme", Some("gold")).0, 200);
