@@ -362,16 +362,23 @@ fn connections_are_capped_and_slow_bodies_time_out() {
     assert_eq!(status, 408, "{answer}");
     assert!(answer.contains("body-timeout") && answer.contains("`body_read_timeout_ms`"), "{answer}");
     drop(slow);
-    // Four idle connections take every slot; a fifth is answered 503 and closed.
+    // Four idle connections take every slot; a fifth is answered 503 and closed. No wait
+    // is needed: the accept loop takes a slot for each connection in the order they were
+    // accepted, so the four hold theirs before the fifth is looked at.
     let idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(&addr).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(300));
     let mut fifth = send_head(&addr, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"");
     let (status, answer) = read_response(&mut fifth, Duration::from_secs(5)).unwrap();
     assert_eq!(status, 503, "{answer}");
     assert!(answer.contains("overloaded") && answer.contains("`max_connections`"), "{answer}");
     drop(idle);
-    std::thread::sleep(Duration::from_millis(300));
+    // The server gives their slots back once it sees them closed: /healthz is answered
+    // again (each refused try is one more 503), within 5 s.
     let c = Client::new(&server);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !matches!(c.send("GET", "/healthz", None, Body::None), Ok((200, _))) {
+        assert!(Instant::now() < deadline, "no slot came back within 5 s of the idle connections closing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_healthy(&c, "once the idle connections closed");
     assert!(c.metric("switchyard_overloaded_total{limit=\"max_connections\"}") >= 1.0);
     server.assert_alive();
