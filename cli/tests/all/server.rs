@@ -3,6 +3,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -17,7 +18,47 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// A running server process; killed when dropped.
+/// Writes `text` as `<dir>/switchyard.toml`; its path.
+pub fn write_config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("switchyard.toml");
+    std::fs::write(&path, text).expect("writing switchyard.toml");
+    path
+}
+
+/// `switchyard serve --listen 127.0.0.1:0 --data-dir <data_dir> [--config <config>]`, with
+/// `SWITCHYARD_ADMIN_TOKEN` set to `admin_token` (or unset). Start it with
+/// [`Server::spawn`], or expect it to refuse with [`serve_refused`].
+pub fn serve_command(data_dir: &Path, config: Option<&Path>, admin_token: Option<&str>) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    match admin_token {
+        Some(token) => command.env("SWITCHYARD_ADMIN_TOKEN", token),
+        None => command.env_remove("SWITCHYARD_ADMIN_TOKEN"),
+    };
+    command
+}
+
+/// Runs `command` (a [`serve_command`]) expecting `switchyard serve` to refuse to start:
+/// (its exit code, its stderr). If it starts listening instead, it is killed and the test
+/// fails, instead of waiting forever for a server that does not exit.
+pub fn serve_refused(mut command: Command) -> (Option<i32>, String) {
+    let mut child =
+        command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("starting switchyard serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).expect("reading stdout");
+    if line.starts_with("listening on") {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("switchyard serve started instead of refusing: {line}");
+    }
+    let out = child.wait_with_output().expect("waiting for switchyard serve");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A running server process; killed when dropped (also when an assertion fails).
 pub struct Server {
     child: Child,
     url: String,
@@ -27,29 +68,50 @@ impl Server {
     /// Starts `switchyard serve --listen 127.0.0.1:0` on `data_dir` and reads the bound
     /// address from its first line of stdout.
     pub fn start(data_dir: &Path, config: Option<&Path>, admin_token: Option<&str>) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
-        command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir);
-        if let Some(config) = config {
-            command.arg("--config").arg(config);
-        }
-        match admin_token {
-            Some(token) => command.env("SWITCHYARD_ADMIN_TOKEN", token),
-            None => command.env_remove("SWITCHYARD_ADMIN_TOKEN"),
-        };
-        let mut child =
-            command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("starting switchyard serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).expect("reading stdout");
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("the server did not start: {line:?}"))
-            .to_string();
-        Self { child, url }
+        Self::spawn(serve_command(data_dir, config, admin_token), Stdio::null())
     }
 
+    /// A server with `config` as its config file (`<dir>/switchyard.toml`), its data dir
+    /// `<dir>/data`, and [`ADMIN`] as the admin token.
+    pub fn with_config(dir: &Path, config: &str) -> Self {
+        let path = write_config(dir, config);
+        Self::start(&dir.join("data"), Some(&path), Some(ADMIN))
+    }
+
+    /// Starts `command` (a [`serve_command`], perhaps with more environment) with its
+    /// stderr going to `stderr` (e.g. a log file), and reads the bound address from its
+    /// first line of stdout.
+    pub fn spawn(mut command: Command, stderr: impl Into<Stdio>) -> Self {
+        let mut child =
+            command.stdout(Stdio::piped()).stderr(stderr).spawn().expect("starting switchyard serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).expect("reading stdout");
+        let Some(url) = line.trim().strip_prefix("listening on ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server did not start: {line:?}");
+        };
+        Self { url: url.to_string(), child }
+    }
+
+    /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// `127.0.0.1:<port>`, for a raw TCP connection.
+    pub fn addr(&self) -> String {
+        self.url.strip_prefix("http://").expect("an http:// URL").to_string()
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Asserts the process is still running.
+    pub fn assert_alive(&mut self) {
+        assert!(self.child.try_wait().expect("checking the server process").is_none(), "the server exited");
     }
 
     /// `kill -9`.
@@ -80,18 +142,6 @@ pub enum Body<'a> {
 impl Client {
     pub fn new(server: &Server) -> Self {
         Self::at(server.url())
-    }
-
-    /// The value of the sample line `name{labels}` in `/metrics`.
-    pub fn metric(&self, series: &str) -> f64 {
-        let (status, text) = self.call("GET", "/metrics", None, Body::None);
-        assert_eq!(status, 200);
-        let text = text.as_str().expect("metrics are text");
-        text.lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
-            .unwrap_or_else(|| panic!("no `{series}` in\n{text}"))
-            .parse()
-            .expect("a number")
     }
 
     pub fn at(base: &str) -> Self {
@@ -144,6 +194,38 @@ impl Client {
         self.send(method, path, token, body).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// The text of `/metrics` (asserting it is answered 200).
+    pub fn metrics(&self) -> String {
+        let (status, text) = self.call("GET", "/metrics", None, Body::None);
+        assert_eq!(status, 200, "{text}");
+        text.as_str().expect("metrics are text").to_string()
+    }
+
+    /// The value of the sample line `name{labels}` in `/metrics`, if it is there.
+    pub fn try_metric(&self, series: &str) -> Option<f64> {
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+            .and_then(|n| n.parse().ok())
+    }
+
+    /// The value of the sample line `name{labels}` in `/metrics`.
+    pub fn metric(&self, series: &str) -> f64 {
+        self.try_metric(series).unwrap_or_else(|| panic!("no `{series}` as a number in\n{}", self.metrics()))
+    }
+
+    /// Polls `series` in /metrics until it reads `value` (at most 5 s); whether it did.
+    pub fn wait_for_metric(&self, series: &str, value: f64) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if self.try_metric(series) == Some(value) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
     /// Creates a tenant (as the admin) and returns its token.
     pub fn add_tenant(&self, name: &str) -> String {
         let (status, v) =
@@ -152,9 +234,50 @@ impl Client {
         v["token"].as_str().expect("a token").to_string()
     }
 
-    /// Uploads `bytes` as `tenant`'s policy `name`; returns (status, answer).
-    pub fn upload(&self, token: &str, tenant: &str, name: &str, bytes: &[u8]) -> (u16, Value) {
-        self.call("PUT", &format!("/v1/tenants/{tenant}/policies/{name}"), Some(token), Body::Bytes(bytes))
+    /// Uploads `bytes` as `tenant`'s policy `name`, with `params` (URL-encoded JSON) as
+    /// its parameters; returns (status, answer).
+    pub fn upload(
+        &self,
+        token: &str,
+        tenant: &str,
+        name: &str,
+        bytes: &[u8],
+        params: Option<&str>,
+    ) -> (u16, Value) {
+        let query = params.map(|p| format!("?params={p}")).unwrap_or_default();
+        let path = format!("/v1/tenants/{tenant}/policies/{name}{query}");
+        self.call("PUT", &path, Some(token), Body::Bytes(bytes))
+    }
+
+    /// [`Client::upload`], asserting it is answered 201; the new version.
+    pub fn uploaded(
+        &self,
+        token: &str,
+        tenant: &str,
+        name: &str,
+        bytes: &[u8],
+        params: Option<&str>,
+    ) -> String {
+        let (status, v) = self.upload(token, tenant, name, bytes, params);
+        assert_eq!(status, 201, "{v}");
+        v["version"].as_str().expect("a version").to_string()
+    }
+
+    /// Assigns `tenant`'s `class` (`body`: policy, version, on_fault); (status, answer).
+    pub fn assign(&self, token: &str, tenant: &str, class: &str, body: Value) -> (u16, Value) {
+        self.call("PUT", &format!("/v1/tenants/{tenant}/classes/{class}"), Some(token), Body::Json(body))
+    }
+
+    /// [`Client::assign`], asserting it is answered 200; the answer.
+    pub fn assigned(&self, token: &str, tenant: &str, class: &str, body: Value) -> Value {
+        let (status, v) = self.assign(token, tenant, class, body);
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+
+    /// `POST /v1/select` of the sample request for `tenant` and `class`; (status, answer).
+    pub fn select(&self, token: &str, tenant: &str, class: Option<&str>) -> (u16, Value) {
+        self.call("POST", "/v1/select", Some(token), Body::Json(select_body(tenant, class)))
     }
 }
 

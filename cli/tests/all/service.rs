@@ -44,7 +44,7 @@ fn service_endpoints_end_to_end() {
     let (status, v) = c.call("PUT", path, Some(&globex_token), Body::Bytes(DEFAULT_POLICY));
     assert_eq!((status, kind(&v)), (403, "forbidden"));
     let builtin = switchyard_builtins::find("default").unwrap().component;
-    let (status, v) = c.upload(&acme_token, "acme", "mine", builtin);
+    let (status, v) = c.upload(&acme_token, "acme", "mine", builtin, None);
     assert_eq!(status, 201, "{v}");
     let v1 = v["version"].as_str().unwrap().to_string();
     assert_eq!(v1.len(), 64);
@@ -134,7 +134,7 @@ fn service_endpoints_end_to_end() {
 
     // Faults: the probe always answers with its own error. Fail-open → the native
     // default decides and says why; fail-closed → 502 with the fault's kind.
-    assert_eq!(c.upload(&acme_token, "acme", "probe", PROBE).0, 201);
+    assert_eq!(c.upload(&acme_token, "acme", "probe", PROBE, None).0, 201);
     assert_eq!(assign("open", json!({ "policy": "probe", "on_fault": "open" }), &acme_token).0, 200);
     assert_eq!(assign("closed", json!({ "policy": "probe", "on_fault": "closed" }), &acme_token).0, 200);
     let (status, v) = select(&acme_token, "open");
@@ -206,22 +206,14 @@ fn wasi_importer() -> Vec<u8> {
     bytes
 }
 
-/// Writes a `switchyard.toml` into `dir`.
-fn config(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
-    let path = dir.join("switchyard.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 #[test]
 fn uploads_are_refused_with_the_validation_kind_and_limits_are_clear_errors() {
     let dir = temp_dir("service-refusals");
     // Components up to 200,000 bytes (the default policy is ~150 KB); bodies up to 300,000.
-    let cfg = config(
+    let server = Server::with_config(
         &dir,
         "[limits]\nmax_component_bytes = 200000\n[service]\nmax_body_bytes = 300000\nuploads_per_minute = 12\nmax_policies_per_tenant = 1\n",
     );
-    let server = Server::start(&dir.join("data"), Some(&cfg), Some(ADMIN));
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
     let empty_component: &[u8] = b"\0asm\x0d\0\x01\0";
@@ -234,35 +226,25 @@ fn uploads_are_refused_with_the_validation_kind_and_limits_are_clear_errors() {
         ("huge", &[0u8; 250_000], "too-large"),
     ];
     for (name, bytes, expected) in cases {
-        let (status, v) = c.upload(&token, "acme", name, bytes);
+        let (status, v) = c.upload(&token, "acme", name, bytes, None);
         assert_eq!((status, kind(&v)), (400, expected), "{name}: {v}");
     }
-    let (status, v) = c.call(
-        "PUT",
-        "/v1/tenants/acme/policies/p?params=%7B%22bogus%22%3A1%7D",
-        Some(&token),
-        Body::Bytes(DEFAULT_POLICY),
-    );
+    let (status, v) = c.upload(&token, "acme", "p", DEFAULT_POLICY, Some("%7B%22bogus%22%3A1%7D"));
     assert_eq!((status, kind(&v)), (400, "configure-failed"), "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("bogus"), "names the field: {v}");
-    let (status, v) = c.call(
-        "PUT",
-        "/v1/tenants/acme/policies/p?params=%5B1%5D",
-        Some(&token),
-        Body::Bytes(DEFAULT_POLICY),
-    );
+    let (status, v) = c.upload(&token, "acme", "p", DEFAULT_POLICY, Some("%5B1%5D"));
     assert_eq!((status, kind(&v)), (400, "invalid-params"));
-    let (status, v) = c.upload(&token, "acme", "default", DEFAULT_POLICY);
+    let (status, v) = c.upload(&token, "acme", "default", DEFAULT_POLICY, None);
     assert_eq!((status, kind(&v)), (400, "invalid-name"), "a builtin's name is reserved");
 
     // Over the body limit: 413, and the connection is answered, not reset.
-    let (status, v) = c.upload(&token, "acme", "p", &[0u8; 400_000]);
+    let (status, v) = c.upload(&token, "acme", "p", &[0u8; 400_000], None);
     assert_eq!((status, kind(&v)), (413, "body-too-large"));
     assert!(v["error"]["message"].as_str().unwrap().contains("max_body_bytes"), "{v}");
 
     // Policies per tenant: one.
-    assert_eq!(c.upload(&token, "acme", "one", DEFAULT_POLICY).0, 201);
-    let (status, v) = c.upload(&token, "acme", "two", DEFAULT_POLICY);
+    assert_eq!(c.upload(&token, "acme", "one", DEFAULT_POLICY, None).0, 201);
+    let (status, v) = c.upload(&token, "acme", "two", DEFAULT_POLICY, None);
     assert_eq!((status, kind(&v)), (409, "too-many-policies"));
     assert!(v["error"]["message"].as_str().unwrap().contains("max_policies_per_tenant"), "{v}");
 
@@ -270,22 +252,21 @@ fn uploads_are_refused_with_the_validation_kind_and_limits_are_clear_errors() {
     // past authentication, the name, the policy count and the parameters counts: it
     // may cost a compile), so four more are taken and the fifth is refused.
     for _ in 0..4 {
-        assert_eq!(kind(&c.upload(&token, "acme", "one", b"x").1), "not-wasm");
+        assert_eq!(kind(&c.upload(&token, "acme", "one", b"x", None).1), "not-wasm");
     }
-    let (status, v) = c.upload(&token, "acme", "one", b"x");
+    let (status, v) = c.upload(&token, "acme", "one", b"x", None);
     assert_eq!((status, kind(&v)), (429, "rate-limited"));
     assert!(v["error"]["message"].as_str().unwrap().contains("uploads_per_minute"), "{v}");
     // Another tenant has its own allowance.
     let other = c.add_tenant("other");
-    assert_eq!(kind(&c.upload(&other, "other", "x", b"x").1), "not-wasm");
+    assert_eq!(kind(&c.upload(&other, "other", "x", b"x", None).1), "not-wasm");
 
     // A compile that takes longer than allowed (1 ms here) is refused as such.
     let dir2 = temp_dir("service-compile-timeout");
-    let cfg = config(&dir2, "[limits]\ncompile_timeout_ms = 1\n");
-    let slow = Server::start(&dir2.join("data"), Some(&cfg), Some(ADMIN));
+    let slow = Server::with_config(&dir2, "[limits]\ncompile_timeout_ms = 1\n");
     let c = Client::new(&slow);
     let token = c.add_tenant("acme");
-    let (status, v) = c.upload(&token, "acme", "p", DEFAULT_POLICY);
+    let (status, v) = c.upload(&token, "acme", "p", DEFAULT_POLICY, None);
     assert_eq!((status, kind(&v)), (400, "compile-timeout"), "{v}");
 }
 

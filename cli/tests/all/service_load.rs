@@ -39,9 +39,8 @@ const VARIANTS: u32 = 4;
 fn hot_swap_under_load_fails_no_selection_and_answers_only_active_versions() {
     let dir = temp_dir("service-load");
     // Hundreds of uploads and writes a minute: lift the per-tenant rate limits for this test.
-    let cfg = dir.join("switchyard.toml");
-    std::fs::write(&cfg, "[service]\nuploads_per_minute = 100000\nwrites_per_minute = 100000\n").unwrap();
-    let server = Server::start(&dir.join("data"), Some(&cfg), Some(ADMIN));
+    let server =
+        Server::with_config(&dir, "[service]\nuploads_per_minute = 100000\nwrites_per_minute = 100000\n");
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
     let (_, router) = c.call("POST", "/v1/routers", Some(ADMIN), Body::Json(json!({ "name": "edge" })));
@@ -49,7 +48,7 @@ fn hot_swap_under_load_fails_no_selection_and_answers_only_active_versions() {
 
     let variants: Vec<Vec<u8>> = (0..VARIANTS).map(|i| variant(DEFAULT_POLICY, i)).collect();
     let sent = Instant::now();
-    let (status, v) = c.upload(&token, "acme", "p", &variants[0]);
+    let (status, v) = c.upload(&token, "acme", "p", &variants[0], None);
     assert_eq!(status, 201, "{v}");
     let assign = |body: Value| {
         let (status, v) = c.call("PUT", "/v1/tenants/acme/classes/load", Some(&token), Body::Json(body));
@@ -105,7 +104,7 @@ fn hot_swap_under_load_fails_no_selection_and_answers_only_active_versions() {
         let version = match step % 4 {
             0 => {
                 let bytes = &variants[(step / 4 + 1) % variants.len()];
-                let (status, v) = c.upload(&token, "acme", "p", bytes);
+                let (status, v) = c.upload(&token, "acme", "p", bytes, None);
                 assert_eq!(status, 201, "{v}");
                 let version = v["version"].as_str().unwrap().to_string();
                 if !uploaded.contains(&version) {
@@ -168,7 +167,7 @@ fn every_acknowledged_upload_survives_kill_9() {
     let mut server = Server::start(&dir, None, Some(ADMIN));
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
-    let (status, v) = c.upload(&token, "acme", "p", &variant(DEFAULT_POLICY, 1000));
+    let (status, v) = c.upload(&token, "acme", "p", &variant(DEFAULT_POLICY, 1000), None);
     assert_eq!(status, 201, "{v}");
     let assigned =
         c.call("PUT", "/v1/tenants/acme/classes/c", Some(&token), Body::Json(json!({ "policy": "p" })));

@@ -7,15 +7,12 @@
 
 use serde_json::{Value, json};
 
-use crate::server::{ADMIN, Body, Client, Server, select_body, temp_dir};
+use crate::server::{Body, Client, Server, temp_dir};
 use crate::support::{DEFAULT_POLICY, hostile, native_default_pick, sample};
 
 /// A server with `config` as its `switchyard.toml`.
 fn server_with_config(name: &str, config: &str) -> Server {
-    let dir = temp_dir(name);
-    let path = dir.join("switchyard.toml");
-    std::fs::write(&path, config).unwrap();
-    Server::start(&dir.join("data"), Some(&path), Some(ADMIN))
+    Server::with_config(&temp_dir(name), config)
 }
 
 /// A server whose `[guard]` table is `guard`.
@@ -42,26 +39,6 @@ fn breaker(c: &Client, token: &str, policy: &str, version: &str) -> Value {
     v["breaker"].clone()
 }
 
-/// Uploads `bytes` (with `params`, URL-encoded) as acme's `name`; its version.
-fn upload(c: &Client, token: &str, name: &str, bytes: &[u8], params: Option<&str>) -> String {
-    let query = params.map(|p| format!("?params={p}")).unwrap_or_default();
-    let path = format!("/v1/tenants/acme/policies/{name}{query}");
-    let (status, v) = c.call("PUT", &path, Some(token), Body::Bytes(bytes));
-    assert_eq!(status, 201, "{v}");
-    v["version"].as_str().unwrap().to_string()
-}
-
-fn assign(c: &Client, token: &str, class: &str, policy: &str, on_fault: &str) {
-    let body = json!({ "policy": policy, "on_fault": on_fault });
-    let (status, v) =
-        c.call("PUT", &format!("/v1/tenants/acme/classes/{class}"), Some(token), Body::Json(body));
-    assert_eq!(status, 200, "{v}");
-}
-
-fn select(c: &Client, token: &str, class: &str) -> (u16, Value) {
-    c.call("POST", "/v1/select", Some(token), Body::Json(select_body("acme", Some(class))))
-}
-
 /// A fail-open selection that the native default answered; the fallback's kind.
 fn fallback_kind(answer: (u16, Value)) -> String {
     let (status, v) = answer;
@@ -82,12 +59,13 @@ fn fail_open_quarantine_backs_off_probes_and_a_fixed_upload_recovers() {
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
     // The panic guest traps on every call.
-    let broken = upload(&c, &token, "flaky", hostile::PANIC, None);
-    assign(&c, &token, "latency", "flaky", "open");
+    let broken = c.uploaded(&token, "acme", "flaky", hostile::PANIC, None);
+    c.assigned(&token, "acme", "latency", json!({ "policy": "flaky", "on_fault": "open" }));
     assert_eq!(breaker(&c, &token, "flaky", &broken), json!({ "state": "closed", "consecutive_faults": 0 }));
 
     // Three faults in a row open the breaker.
-    let kinds: Vec<String> = (0..3).map(|_| fallback_kind(select(&c, &token, "latency"))).collect();
+    let kinds: Vec<String> =
+        (0..3).map(|_| fallback_kind(c.select(&token, "acme", Some("latency")))).collect();
     assert_eq!(kinds, ["trap"; 3]);
     assert_eq!(breaker(&c, &token, "flaky", &broken), json!({ "state": "open", "remaining": 4, "trips": 1 }));
     assert_eq!(quarantined_gauge(&c, "flaky"), 1.0);
@@ -95,7 +73,7 @@ fn fail_open_quarantine_backs_off_probes_and_a_fixed_upload_recovers() {
 
     // `backoff_initial` selections skip the guest: no new trap, the quarantined counter grows.
     for _ in 0..4 {
-        let (status, v) = select(&c, &token, "latency");
+        let (status, v) = c.select(&token, "acme", Some("latency"));
         assert!(v["fallback"]["message"].as_str().unwrap_or("").contains("quarantined"), "{v}");
         assert_eq!(fallback_kind((status, v)), "quarantined");
     }
@@ -104,7 +82,8 @@ fn fail_open_quarantine_backs_off_probes_and_a_fixed_upload_recovers() {
     assert_eq!(quarantined_gauge(&c, "flaky"), 1.0, "still quarantined until a probe succeeds");
 
     // Then one probe: it traps, and the wait doubles (8), then stays capped at backoff_max.
-    let kinds: Vec<String> = (0..19).map(|_| fallback_kind(select(&c, &token, "latency"))).collect();
+    let kinds: Vec<String> =
+        (0..19).map(|_| fallback_kind(c.select(&token, "acme", Some("latency")))).collect();
     let expected: Vec<&str> =
         [vec!["trap"], vec!["quarantined"; 8], vec!["trap"], vec!["quarantined"; 8], vec!["trap"]].concat();
     assert_eq!(kinds, expected);
@@ -115,8 +94,8 @@ fn fail_open_quarantine_backs_off_probes_and_a_fixed_upload_recovers() {
 
     // A fixed version (a new upload under the same name) has a fresh breaker: the guest
     // answers at once and the policy is no longer quarantined.
-    let fixed = upload(&c, &token, "flaky", DEFAULT_POLICY, None);
-    let (status, v) = select(&c, &token, "latency");
+    let fixed = c.uploaded(&token, "acme", "flaky", DEFAULT_POLICY, None);
+    let (status, v) = c.select(&token, "acme", Some("latency"));
     assert_eq!(status, 200, "{v}");
     assert_eq!(
         (v["policy"].as_str(), v["build"].as_str(), v["version"].as_str(), &v["fallback"]),
@@ -131,7 +110,7 @@ fn fail_open_quarantine_backs_off_probes_and_a_fixed_upload_recovers() {
     // quarantined, so the guest is not called.
     let (status, v) = c.call("POST", "/v1/tenants/acme/policies/flaky/rollback", Some(&token), Body::None);
     assert_eq!((status, v["version"].as_str()), (200, Some(broken.as_str())), "{v}");
-    assert_eq!(fallback_kind(select(&c, &token, "latency")), "quarantined");
+    assert_eq!(fallback_kind(c.select(&token, "acme", Some("latency"))), "quarantined");
     assert_eq!((faults(&c, "flaky", "trap"), faults(&c, "flaky", "quarantined")), (6.0, 21.0));
     assert_eq!(quarantined_gauge(&c, "flaky"), 1.0);
 }
@@ -150,9 +129,9 @@ fn fail_closed_quarantine_is_a_503_and_a_successful_probe_closes_the_breaker() {
     };
 
     // Always faulting, fail-closed: 502 for the guest's trap, 503 while quarantined.
-    upload(&c, &token, "strict", hostile::PANIC, None);
-    assign(&c, &token, "strict", "strict", "closed");
-    let got: Vec<(u16, String)> = (0..10).map(|_| kind(select(&c, &token, "strict"))).collect();
+    c.uploaded(&token, "acme", "strict", hostile::PANIC, None);
+    c.assigned(&token, "acme", "strict", json!({ "policy": "strict", "on_fault": "closed" }));
+    let got: Vec<(u16, String)> = (0..10).map(|_| kind(c.select(&token, "acme", Some("strict")))).collect();
     let (trap, quarantined) = ((502, "trap".to_string()), (503, "quarantined".to_string()));
     let expected = [
         vec![trap.clone()],           // quarantine_after = 1 opens it
@@ -169,18 +148,18 @@ fn fail_closed_quarantine_is_a_503_and_a_successful_probe_closes_the_breaker() {
 
     // Panics on every 2nd call of an instance; a trap replaces the instance, so the probe
     // (the first call of a fresh instance) succeeds and closes the breaker.
-    let every2 = upload(&c, &token, "every2", hostile::PANIC, Some("%7B%22every%22%3A2%7D"));
-    assign(&c, &token, "every2", "every2", "closed");
+    let every2 = c.uploaded(&token, "acme", "every2", hostile::PANIC, Some("%7B%22every%22%3A2%7D"));
+    c.assigned(&token, "acme", "every2", json!({ "policy": "every2", "on_fault": "closed" }));
     let guest = "answered by \"every2\" (\"guest\")".to_string();
-    let got: Vec<(u16, String)> = (0..4).map(|_| kind(select(&c, &token, "every2"))).collect();
+    let got: Vec<(u16, String)> = (0..4).map(|_| kind(c.select(&token, "acme", Some("every2")))).collect();
     assert_eq!(got, [(200, guest.clone()), trap.clone(), quarantined.clone(), quarantined.clone()]);
     assert_eq!(breaker(&c, &token, "every2", &every2), json!({ "state": "half-open", "trips": 1 }));
     assert_eq!(quarantined_gauge(&c, "every2"), 1.0);
-    assert_eq!(kind(select(&c, &token, "every2")), (200, guest), "the probe succeeds");
+    assert_eq!(kind(c.select(&token, "acme", Some("every2"))), (200, guest), "the probe succeeds");
     assert_eq!(breaker(&c, &token, "every2", &every2), json!({ "state": "closed", "consecutive_faults": 0 }));
     assert_eq!(quarantined_gauge(&c, "every2"), 0.0);
     // The next fault opens it afresh: the initial backoff again, not a doubled one.
-    assert_eq!(kind(select(&c, &token, "every2")), trap);
+    assert_eq!(kind(c.select(&token, "acme", Some("every2"))), trap);
     assert_eq!(
         breaker(&c, &token, "every2", &every2),
         json!({ "state": "open", "remaining": 2, "trips": 1 })
@@ -200,8 +179,8 @@ fn quarantine_is_shared_by_every_pooled_instance_and_thread() {
     );
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
-    let version = upload(&c, &token, "spin", hostile::ILOOP, None);
-    assign(&c, &token, "latency", "spin", "open");
+    let version = c.uploaded(&token, "acme", "spin", hostile::ILOOP, None);
+    c.assigned(&token, "acme", "latency", json!({ "policy": "spin", "on_fault": "open" }));
     const THREADS: usize = 4;
     const EACH: usize = 10;
     let start = std::sync::Barrier::new(THREADS);
@@ -211,7 +190,9 @@ fn quarantine_is_shared_by_every_pooled_instance_and_thread() {
                 s.spawn(|| {
                     let c = Client::at(server.url());
                     start.wait();
-                    (0..EACH).map(|_| fallback_kind(select(&c, &token, "latency"))).collect::<Vec<_>>()
+                    (0..EACH)
+                        .map(|_| fallback_kind(c.select(&token, "acme", Some("latency"))))
+                        .collect::<Vec<_>>()
                 })
             })
             .collect();
@@ -244,11 +225,11 @@ fn after_any_fault_the_service_drops_the_instance_like_the_cli_so_nan_at_call_si
     let server = server_with_guard("service-nan-once", "quarantine_after = 3\n");
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
-    upload(&c, &token, "nan", hostile::NAN_ONCE, Some("%7B%22at%22%3A6%7D"));
-    assign(&c, &token, "gold", "nan", "open");
+    c.uploaded(&token, "acme", "nan", hostile::NAN_ONCE, Some("%7B%22at%22%3A6%7D"));
+    c.assigned(&token, "acme", "gold", json!({ "policy": "nan", "on_fault": "open" }));
     let mut faulted = Vec::new();
     for i in 1..=60 {
-        let (status, v) = select(&c, &token, "gold");
+        let (status, v) = c.select(&token, "acme", Some("gold"));
         assert_eq!(status, 200, "{v}");
         if !v["fallback"].is_null() {
             assert_eq!(v["fallback"]["kind"], "invalid-output", "{v}");
@@ -264,15 +245,15 @@ fn a_commit_fault_in_the_service_is_contained_counted_and_the_pick_stands() {
     let server = server_with_guard("service-commit-spin", "quarantine_after = 100\n");
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
-    upload(&c, &token, "spin", hostile::COMMIT_SPIN, None);
-    assign(&c, &token, "open", "spin", "open");
-    assign(&c, &token, "closed", "spin", "closed");
-    let (status, v) = select(&c, &token, "open");
+    c.uploaded(&token, "acme", "spin", hostile::COMMIT_SPIN, None);
+    c.assigned(&token, "acme", "open", json!({ "policy": "spin", "on_fault": "open" }));
+    c.assigned(&token, "acme", "closed", json!({ "policy": "spin", "on_fault": "closed" }));
+    let (status, v) = c.select(&token, "acme", Some("open"));
     assert_eq!(status, 200, "{v}");
     assert_eq!((v["policy"].as_str(), v["build"].as_str()), (Some("spin"), Some("guest")), "{v}");
     assert_eq!(v["fallback"], Value::Null, "{v}");
     assert_eq!(v["commit_fault"]["kind"], "fuel", "{v}");
-    let (status, v) = select(&c, &token, "closed");
+    let (status, v) = c.select(&token, "acme", Some("closed"));
     assert_eq!((status, v["error"]["kind"].as_str()), (502, Some("fuel")), "{v}");
     assert_eq!(faults(&c, "spin", "fuel"), 2.0);
 }

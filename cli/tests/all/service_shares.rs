@@ -8,31 +8,37 @@ use std::thread;
 
 use serde_json::{Value, json};
 
-use crate::server::{ADMIN, Body, Client, Server, select_body, temp_dir, variant};
+use crate::server::{
+    ADMIN, Body, Client, Server, select_body, serve_command, serve_refused, temp_dir, variant, write_config,
+};
 use crate::support::DEFAULT_POLICY;
 
-fn config(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
-    let path = dir.join("switchyard.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+/// Attacker threads in one burst: 4 groups of 3. Threads and the victim's one connection
+/// stay under `max_inflight_selections` (16), so the global cap answers nobody 503.
+const FLOOD_GROUPS: usize = 4;
+const FLOOD_GROUP_SIZE: usize = 3;
+/// Workers in each of the attacker's requests.
+const FLOOD_WORKERS: u64 = 2000;
+
+/// A selection over `FLOOD_WORKERS` workers for mallory's `class`: long enough in the
+/// server that the attacker's selections overlap (with the 9-candidate sample, 12 threads
+/// seldom had 5 selections running at once).
+fn flood_request(class: &str) -> Value {
+    let mut body = select_body("mallory", Some(class));
+    let workers: Vec<Value> = (0..FLOOD_WORKERS).map(|id| json!({ "id": id })).collect();
+    body["workers"] = json!(workers);
+    body.as_object_mut().expect("an object").remove("inputs");
+    body
 }
 
-fn upload(c: &Client, token: &str, tenant: &str, name: &str, bytes: &[u8], params: Option<&str>) -> String {
-    let query = params.map(|p| format!("?params={p}")).unwrap_or_default();
-    let path = format!("/v1/tenants/{tenant}/policies/{name}{query}");
-    let (status, v) = c.call("PUT", &path, Some(token), Body::Bytes(bytes));
-    assert_eq!(status, 201, "{v}");
-    v["version"].as_str().unwrap().to_string()
-}
-
-fn assign(c: &Client, token: &str, tenant: &str, class: &str, body: Value) {
-    let (status, v) =
-        c.call("PUT", &format!("/v1/tenants/{tenant}/classes/{class}"), Some(token), Body::Json(body));
-    assert_eq!(status, 200, "{v}");
-}
-
-fn select(c: &Client, token: &str, tenant: &str, class: &str) -> (u16, Value) {
-    c.call("POST", "/v1/select", Some(token), Body::Json(select_body(tenant, Some(class))))
+/// What answered a selection: `guest`, `fallback <kind>`, or the error's kind.
+fn outcome(v: &Value) -> String {
+    match (v["build"].as_str(), v["fallback"]["kind"].as_str(), v["error"]["kind"].as_str()) {
+        (Some("guest"), None, _) => "guest".into(),
+        (Some(build), Some(kind), _) => format!("{build}, fallback {kind}: {}", v["fallback"]["message"]),
+        (_, _, Some(kind)) => kind.into(),
+        _ => v.to_string(),
+    }
 }
 
 #[test]
@@ -41,41 +47,91 @@ fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
     // concurrent selections on each (there, 33 × 8 against 256 slots exhausted the pool and
     // another tenant's selections failed `instantiate …`, counted as its policy's faults).
     // Now the attacker holds at most its share in flight (429 beyond), idle instances are
-    // bounded in all, and the slots provably fit (see the test below).
+    // bounded in all, and the slots provably fit (see `serve_refuses_limits_…` below).
+    //
+    // What this checks, and how: 12 pinned versions; a burst is 12 threads in 4 groups of
+    // 3, the threads of a group selecting the same version together (4 selections on each
+    // of its 3 versions in turn), over 2,000 workers so that selections overlap in the
+    // server. So the tenant has more selections running than its share of 4 (429
+    // `tenant-busy` beyond), and each version needs several instances at once, which it
+    // would keep idle (up to `idle_instances_per_version`, 8) were idle instances not
+    // bounded in all (6 here): 12 versions × 3 outgrow the 24 slots, and selections find no
+    // instance (`overloaded`). At least 5 bursts, more (at most 20) until the attacker has
+    // been refused 429 once; the victim selects throughout each burst. Then: the share was
+    // reached (a 429); the victim was answered by its own guest every time; the attacker
+    // got only its own guest's answers or 429 `tenant-busy`; neither tenant was ever short
+    // of an instance (`switchyard_policy_overloaded`) or faulted.
     let dir = temp_dir("service-shares-flood");
-    let config = config(
+    let server = Server::with_config(
         &dir,
         "[limits]\nmax_instances = 24\n[service]\nmax_inflight_selections = 16\nmax_in_flight_per_tenant = 4\nmax_idle_instances = 6\n",
     );
-    let server = Server::start(&dir.join("data"), Some(&config), Some(ADMIN));
     let c = Client::new(&server);
     let attacker = c.add_tenant("mallory");
     let victim = c.add_tenant("acme");
-    upload(&c, &victim, "acme", "mine", DEFAULT_POLICY, None);
-    assign(&c, &victim, "acme", "gold", json!({ "policy": "mine", "on_fault": "closed" }));
-    for i in 0..12 {
+    c.uploaded(&victim, "acme", "mine", DEFAULT_POLICY, None);
+    c.assigned(&victim, "acme", "gold", json!({ "policy": "mine", "on_fault": "closed" }));
+    let versions = 12;
+    for i in 0..versions {
         let params = format!("%7B%22overlap_score_credit%22%3A0.{i}5%7D");
-        let version = upload(&c, &attacker, "mallory", "p", DEFAULT_POLICY, Some(&params));
-        assign(&c, &attacker, "mallory", &format!("c{i}"), json!({ "policy": "p", "version": version }));
+        let version = c.uploaded(&attacker, "mallory", "p", DEFAULT_POLICY, Some(&params));
+        c.assigned(&attacker, "mallory", &format!("c{i}"), json!({ "policy": "p", "version": version }));
     }
     let url = server.url().to_string();
-    let flood: Vec<_> = (0..12)
-        .map(|i| {
-            let (url, token) = (url.clone(), attacker.clone());
-            thread::spawn(move || {
-                let c = Client::at(&url);
-                (0..6).map(|_| select(&c, &token, "mallory", &format!("c{i}")).0).collect::<Vec<u16>>()
+    let mut flooded: Vec<(u16, String)> = Vec::new();
+    let mut victim_answers: Vec<(u16, Value)> = Vec::new();
+    let mut bursts = 0;
+    while bursts < 5 || (bursts < 20 && !flooded.iter().any(|(status, _)| *status == 429)) {
+        bursts += 1;
+        let flood: Vec<_> = (0..FLOOD_GROUPS * FLOOD_GROUP_SIZE)
+            .map(|t| {
+                let (url, token) = (url.clone(), attacker.clone());
+                let group = t / FLOOD_GROUP_SIZE;
+                thread::spawn(move || {
+                    let c = Client::at(&url);
+                    let mut answers = Vec::new();
+                    for class in (group..versions).step_by(FLOOD_GROUPS) {
+                        let body = flood_request(&format!("c{class}"));
+                        for _ in 0..4 {
+                            let (status, v) =
+                                c.call("POST", "/v1/select", Some(&token), Body::Json(body.clone()));
+                            answers.push((status, outcome(&v)));
+                        }
+                    }
+                    answers
+                })
             })
-        })
-        .collect();
-    let victim_answers: Vec<(u16, Value)> = (0..40).map(|_| select(&c, &victim, "acme", "gold")).collect();
-    let flooded: Vec<u16> = flood.into_iter().flat_map(|t| t.join().unwrap()).collect();
+            .collect();
+        // The victim selects while the burst runs (at least once).
+        loop {
+            victim_answers.push(c.select(&victim, "acme", Some("gold")));
+            if flood.iter().all(|t| t.is_finished()) {
+                break;
+            }
+        }
+        flooded.extend(flood.into_iter().flat_map(|t| t.join().unwrap()));
+    }
+    let statuses: Vec<u16> = flooded.iter().map(|(status, _)| *status).collect();
+    println!(
+        "{bursts} burst(s): attacker {} answered, {} refused 429; victim {} answered",
+        statuses.iter().filter(|s| **s == 200).count(),
+        statuses.iter().filter(|s| **s == 429).count(),
+        victim_answers.len()
+    );
     for (status, v) in &victim_answers {
         assert_eq!(*status, 200, "the victim is answered by its own policy: {v}");
         assert_eq!((v["build"].as_str(), v["fallback"].is_null()), (Some("guest"), true), "{v}");
     }
     // The attacker got answers or its own 429s, never a 5xx, and no policy faults.
-    assert!(flooded.iter().all(|s| *s == 200 || *s == 429), "{flooded:?}");
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
+    assert!(statuses.contains(&429), "12 threads on a share of 4, {bursts} bursts: never refused");
+    assert!(statuses.contains(&200), "the attacker is served within its share");
+    for (status, answer) in &flooded {
+        match status {
+            200 => assert_eq!(answer, "guest", "the attacker is answered by its own guest"),
+            _ => assert_eq!(answer, "tenant-busy"),
+        }
+    }
     let faults = |tenant: &str, policy: &str| -> f64 {
         ["fuel", "deadline", "memory", "stack", "trap", "invalid-output", "policy-error", "quarantined"]
             .iter()
@@ -88,9 +144,13 @@ fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
     };
     assert_eq!(faults("acme", "mine"), 0.0);
     assert_eq!(faults("mallory", "p"), 0.0);
+    for (tenant, policy) in [("acme", "mine"), ("mallory", "p")] {
+        let series = format!("switchyard_policy_overloaded_total{{tenant=\"{tenant}\",policy=\"{policy}\"}}");
+        assert_eq!(c.metric(&series), 0.0, "{series}: the pool was never full");
+    }
     // The victim's next upload is configured and served as usual.
-    upload(&c, &victim, "acme", "mine", DEFAULT_POLICY, Some("%7B%22overlap_score_credit%22%3A0.99%7D"));
-    assert_eq!(select(&c, &victim, "acme", "gold").0, 200);
+    c.uploaded(&victim, "acme", "mine", DEFAULT_POLICY, Some("%7B%22overlap_score_credit%22%3A0.99%7D"));
+    assert_eq!(c.select(&victim, "acme", Some("gold")).0, 200);
     let (status, _) = c.call("GET", "/healthz", None, Body::None);
     assert_eq!(status, 200);
 }
@@ -98,12 +158,11 @@ fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
 #[test]
 fn a_tenant_over_its_in_flight_share_gets_its_own_429() {
     let dir = temp_dir("service-shares-in-flight");
-    let config = config(&dir, "[service]\nmax_in_flight_per_tenant = 1\n");
-    let server = Server::start(&dir.join("data"), Some(&config), Some(ADMIN));
+    let server = Server::with_config(&dir, "[service]\nmax_in_flight_per_tenant = 1\n");
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
-    upload(&c, &token, "acme", "mine", DEFAULT_POLICY, None);
-    assign(&c, &token, "acme", "gold", json!({ "policy": "mine" }));
+    c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
     let url = server.url().to_string();
     // Bursts of 8 threads on a share of one until two selections overlap: on a loaded
     // machine one burst can happen to run one selection at a time.
@@ -114,7 +173,7 @@ fn a_tenant_over_its_in_flight_share_gets_its_own_429() {
                 let (url, token) = (url.clone(), token.clone());
                 thread::spawn(move || {
                     let c = Client::at(&url);
-                    (0..20).map(|_| select(&c, &token, "acme", "gold").0).collect::<Vec<u16>>()
+                    (0..20).map(|_| c.select(&token, "acme", Some("gold")).0).collect::<Vec<u16>>()
                 })
             })
             .collect::<Vec<_>>()
@@ -129,7 +188,7 @@ fn a_tenant_over_its_in_flight_share_gets_its_own_429() {
     }
     assert!(seen.contains(&200));
     assert!(seen.contains(&429), "8 threads on a share of one: some wait their turn");
-    let (status, v) = select(&c, &token, "acme", "gold");
+    let (status, v) = c.select(&token, "acme", Some("gold"));
     assert_eq!(status, 200, "the share is given back: {v}");
 }
 
@@ -142,11 +201,11 @@ fn a_stored_version_that_no_longer_loads_is_unavailable_and_everything_else_serv
         let server = Server::start(&data, None, Some(ADMIN));
         let c = Client::new(&server);
         let token = c.add_tenant("acme");
-        let broken = upload(&c, &token, "acme", "broken", &broken_bytes, None);
-        upload(&c, &token, "acme", "fine", DEFAULT_POLICY, None);
-        assign(&c, &token, "acme", "open", json!({ "policy": "broken", "on_fault": "open" }));
-        assign(&c, &token, "acme", "closed", json!({ "policy": "broken", "on_fault": "closed" }));
-        assign(&c, &token, "acme", "fine", json!({ "policy": "fine" }));
+        let broken = c.uploaded(&token, "acme", "broken", &broken_bytes, None);
+        c.uploaded(&token, "acme", "fine", DEFAULT_POLICY, None);
+        c.assigned(&token, "acme", "open", json!({ "policy": "broken", "on_fault": "open" }));
+        c.assigned(&token, "acme", "closed", json!({ "policy": "broken", "on_fault": "closed" }));
+        c.assigned(&token, "acme", "fine", json!({ "policy": "fine" }));
         std::fs::write(dir.join("token"), &token).unwrap();
         let (_, listing) = c.call("GET", "/v1/tenants/acme/policies", Some(&token), Body::None);
         let p = listing["policies"].as_array().unwrap().iter().find(|p| p["name"] == "broken").unwrap();
@@ -157,16 +216,16 @@ fn a_stored_version_that_no_longer_loads_is_unavailable_and_everything_else_serv
     let token = std::fs::read_to_string(dir.join("token")).unwrap();
     let server = Server::start(&data, None, Some(ADMIN));
     let c = Client::new(&server);
-    let (status, v) = select(&c, &token, "acme", "fine");
+    let (status, v) = c.select(&token, "acme", Some("fine"));
     assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "the rest serves: {v}");
-    let (status, v) = select(&c, &token, "acme", "open");
+    let (status, v) = c.select(&token, "acme", Some("open"));
     assert_eq!(status, 200, "{v}");
     assert_eq!(
         (v["build"].as_str(), v["fallback"]["kind"].as_str()),
         (Some("native"), Some("unavailable")),
         "{v}"
     );
-    let (status, v) = select(&c, &token, "acme", "closed");
+    let (status, v) = c.select(&token, "acme", Some("closed"));
     assert_eq!((status, v["error"]["kind"].as_str()), (503, Some("unavailable")), "{v}");
     assert_eq!(c.metric("switchyard_versions_unavailable"), 1.0);
     let (_, listing) = c.call("GET", "/v1/tenants/acme/policies", Some(&token), Body::None);
@@ -175,45 +234,31 @@ fn a_stored_version_that_no_longer_loads_is_unavailable_and_everything_else_serv
     assert!(reason.contains("reading blob"), "{reason}");
     assert_eq!(broken["versions"][0]["version"], broken_version);
     // Uploading it again makes it available.
-    upload(&c, &token, "acme", "broken", &broken_bytes, None);
-    let (status, v) = select(&c, &token, "acme", "closed");
+    c.uploaded(&token, "acme", "broken", &broken_bytes, None);
+    let (status, v) = c.select(&token, "acme", Some("closed"));
     assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
     assert_eq!(c.metric("switchyard_versions_unavailable"), 0.0);
 }
 
 #[test]
 fn uploads_assignments_rollbacks_breaker_trips_and_refusals_are_logged_with_tenant_policy_and_version() {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
-
     let dir = temp_dir("service-logs");
     let log = dir.join("serve.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.join("data"))
-        .env("SWITCHYARD_ADMIN_TOKEN", ADMIN)
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let url = line.trim().strip_prefix("listening on ").expect("started").to_string();
-    let c = Client::at(&url);
+    let mut command = serve_command(&dir.join("data"), None, Some(ADMIN));
+    command.env("RUST_LOG", "info").env("NO_COLOR", "1");
+    let mut server = Server::spawn(command, std::fs::File::create(&log).unwrap());
+    let c = Client::new(&server);
     let token = c.add_tenant("acme");
-    let v1 = upload(&c, &token, "acme", "mine", DEFAULT_POLICY, None);
-    let v2 = upload(&c, &token, "acme", "mine", crate::support::hostile::PANIC, None);
-    assign(&c, &token, "acme", "gold", json!({ "policy": "mine" }));
+    let v1 = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    let v2 = c.uploaded(&token, "acme", "mine", crate::support::hostile::PANIC, None);
+    c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
     for _ in 0..3 {
-        assert_eq!(select(&c, &token, "acme", "gold").0, 200);
+        assert_eq!(c.select(&token, "acme", Some("gold")).0, 200);
     }
     let (status, _) = c.call("POST", "/v1/tenants/acme/policies/mine/rollback", Some(&token), Body::None);
     assert_eq!(status, 200);
     assert_eq!(c.call("GET", "/v1/tenants/acme/policies", Some("wrong-token"), Body::None).0, 401);
-    let _ = child.kill();
-    let _ = child.wait();
+    server.kill();
     let text = std::fs::read_to_string(&log).unwrap();
     let has = |needles: &[&str]| text.lines().any(|l| needles.iter().all(|n| l.contains(n)));
     assert!(has(&["uploaded", "tenant=\"acme\"", "policy=\"mine\"", &format!("version={v1}")]), "{text}");
@@ -232,20 +277,12 @@ fn serve_refuses_limits_whose_instances_in_flight_and_idle_do_not_fit_the_pool()
     // Selections in flight, idle instances and uploads' configure checks each hold a slot
     // of the engine's pool; if they could outnumber it, the pool could run out under load.
     let dir = temp_dir("service-shares-fit");
-    let config = config(
+    let config = write_config(
         &dir,
         "[limits]\nmax_instances = 100\n[service]\nmax_inflight_selections = 64\nmax_idle_instances = 64\n",
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.join("data"))
-        .arg("--config")
-        .arg(&config)
-        .env("SWITCHYARD_ADMIN_TOKEN", ADMIN)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = serve_refused(serve_command(&dir.join("data"), Some(&config), Some(ADMIN)));
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("max_inflight_selections (64) + max_idle_instances (64) + compile_concurrency (1) = 129 exceed [limits] max_instances (100)"), "{stderr}");
 }
 
@@ -257,8 +294,8 @@ fn blobs_no_version_names_are_swept_at_start_up() {
         let server = Server::start(&data, None, Some(ADMIN));
         let c = Client::new(&server);
         let token = c.add_tenant("acme");
-        upload(&c, &token, "acme", "mine", DEFAULT_POLICY, None);
-        assign(&c, &token, "acme", "gold", json!({ "policy": "mine" }));
+        c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+        c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
         token
     };
     // What a crash between storing a blob and committing the manifest leaves behind.
@@ -270,6 +307,6 @@ fn blobs_no_version_names_are_swept_at_start_up() {
     assert!(!orphan.exists(), "the orphan blob is swept");
     assert_eq!(std::fs::read_dir(data.join("blobs")).unwrap().count(), 1, "the named blob stays");
     let c = Client::new(&server);
-    let (status, v) = select(&c, &token, "acme", "gold");
+    let (status, v) = c.select(&token, "acme", Some("gold"));
     assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
 }

@@ -10,14 +10,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::server::{ADMIN, Body, Client, Server, select_body, temp_dir, variant};
+use crate::server::{ADMIN, Body, Client, Server, temp_dir, variant, write_config};
 use crate::support::DEFAULT_POLICY;
 
 /// A data dir and config under a fresh temp dir; the server runs on loopback.
 fn start(name: &str, config: &str) -> (Server, std::path::PathBuf, std::path::PathBuf) {
     let dir = temp_dir(name);
-    let cfg = dir.join("switchyard.toml");
-    std::fs::write(&cfg, config).unwrap();
+    let cfg = write_config(&dir, config);
     let data = dir.join("data");
     (Server::start(&data, Some(&cfg), Some(ADMIN)), data, cfg)
 }
@@ -29,29 +28,6 @@ fn kind(v: &Value) -> &str {
 
 fn message(v: &Value) -> &str {
     v["error"]["message"].as_str().unwrap_or("<no error>")
-}
-
-/// `PUT` of acme's (or `tenant`'s) policy `name`, with URL-encoded `params`.
-fn upload(
-    c: &Client,
-    token: &str,
-    tenant: &str,
-    name: &str,
-    bytes: &[u8],
-    params: Option<&str>,
-) -> (u16, Value) {
-    let query = params.map(|p| format!("?params={p}")).unwrap_or_default();
-    c.call("PUT", &format!("/v1/tenants/{tenant}/policies/{name}{query}"), Some(token), Body::Bytes(bytes))
-}
-
-/// A version uploaded: its id.
-fn uploaded(answer: (u16, Value)) -> String {
-    assert_eq!(answer.0, 201, "{}", answer.1);
-    answer.1["version"].as_str().unwrap().to_string()
-}
-
-fn assign(c: &Client, token: &str, tenant: &str, class: &str, body: Value) -> (u16, Value) {
-    c.call("PUT", &format!("/v1/tenants/{tenant}/classes/{class}"), Some(token), Body::Json(body))
 }
 
 fn rollback(c: &Client, token: &str, tenant: &str, name: &str) -> (u16, Value) {
@@ -124,31 +100,30 @@ fn service_state_versions_per_policy_are_capped_and_the_rollback_history_makes_r
     // pinned by a class: every one must be kept.
     let mut versions = Vec::new();
     for n in 1..=3 {
-        let v = uploaded(upload(&c, &token, "acme", "mine", DEFAULT_POLICY, Some(&scale(n))));
+        let v = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, Some(&scale(n)));
         let pin = json!({ "policy": "mine", "version": v });
-        assert_eq!(assign(&c, &token, "acme", &format!("pin{n}"), pin).0, 200);
+        assert_eq!(c.assign(&token, "acme", &format!("pin{n}"), pin).0, 200);
         versions.push(v);
     }
-    let (status, v) = upload(&c, &token, "acme", "mine", DEFAULT_POLICY, Some(&scale(4)));
+    let (status, v) = c.upload(&token, "acme", "mine", DEFAULT_POLICY, Some(&scale(4)));
     assert_eq!((status, kind(&v)), (409, "too-many-versions"), "{v}");
     assert!(message(&v).contains("max_versions_per_policy") && message(&v).contains("3"), "{v}");
     assert_eq!(manifest_versions(&data, "acme", "mine"), versions.iter().cloned().collect(), "unchanged");
     assert_eq!(manifest_policy(&data, "acme", "mine")["active"], versions[2].as_str());
     // A version that is already kept is no new version: re-uploading it is fine.
-    assert_eq!(uploaded(upload(&c, &token, "acme", "mine", DEFAULT_POLICY, Some(&scale(3)))), versions[2]);
+    assert_eq!(c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, Some(&scale(3))), versions[2]);
 
     // Unpin the newest: an upload now makes room by dropping the oldest rollback targets
     // (the history is [v1, v2]; v1 and v2 stay, pinned), and v3, neither pinned, active
     // nor a rollback target any more, is collected.
-    assert_eq!(assign(&c, &token, "acme", "pin3", json!({ "policy": "default" })).0, 200);
-    let v4 = uploaded(upload(&c, &token, "acme", "mine", DEFAULT_POLICY, Some(&scale(4))));
+    assert_eq!(c.assign(&token, "acme", "pin3", json!({ "policy": "default" })).0, 200);
+    let v4 = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, Some(&scale(4)));
     let expected: BTreeSet<String> = [&versions[0], &versions[1], &v4].into_iter().cloned().collect();
     assert_eq!(manifest_versions(&data, "acme", "mine"), expected);
     assert_eq!(c.metric("switchyard_versions{tenant=\"acme\"}"), 3.0);
     assert_eq!(c.metric("switchyard_versions_collected_total{tenant=\"acme\"}"), 1.0);
     // The pinned classes still answer with their versions.
-    let (status, v) =
-        c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", Some("pin1"))));
+    let (status, v) = c.select(&token, "acme", Some("pin1"));
     assert_eq!((status, v["version"].as_str()), (200, Some(versions[0].as_str())), "{v}");
 }
 
@@ -164,9 +139,7 @@ fn service_state_the_same_parameters_are_one_version_however_spaced_or_ordered()
     let (server, data, _) = start("state-canonical-params", "");
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
-    let put = |params: &str| {
-        uploaded(upload(&c, &token, "acme", "mine", DEFAULT_POLICY, Some(&url_encoded(params))))
-    };
+    let put = |params: &str| c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, Some(&url_encoded(params)));
     let first = put(r#"{"prefill_load_scale": 0.940e-22, "decode_active_request_weight":2}"#);
     let reordered = put(r#"{"decode_active_request_weight":2,"prefill_load_scale":0.940e-22}"#);
     let spaced = put("{\n  \"prefill_load_scale\" : 0.940e-22 ,\n  \"decode_active_request_weight\" : 2\n}");
@@ -193,15 +166,15 @@ fn service_state_classes_per_tenant_are_capped() {
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
     let default = || json!({ "policy": "default" });
-    assert_eq!(assign(&c, &token, "acme", "latency", default()).0, 200);
-    assert_eq!(assign(&c, &token, "acme", "batch", default()).0, 200);
-    let (status, v) = assign(&c, &token, "acme", "gold", default());
+    assert_eq!(c.assign(&token, "acme", "latency", default()).0, 200);
+    assert_eq!(c.assign(&token, "acme", "batch", default()).0, 200);
+    let (status, v) = c.assign(&token, "acme", "gold", default());
     assert_eq!((status, kind(&v)), (409, "too-many-classes"), "{v}");
     assert!(message(&v).contains("max_classes_per_tenant"), "{v}");
     // Re-assigning an existing class is no new class; another tenant has its own cap.
-    assert_eq!(assign(&c, &token, "acme", "batch", json!({ "policy": "chwbl" })).0, 200);
+    assert_eq!(c.assign(&token, "acme", "batch", json!({ "policy": "chwbl" })).0, 200);
     let other = c.add_tenant("other");
-    assert_eq!(assign(&c, &other, "other", "gold", default()).0, 200);
+    assert_eq!(c.assign(&other, "other", "gold", default()).0, 200);
     let (status, v) = c.call("GET", "/v1/tenants/acme/policies", Some(&token), Body::None);
     assert_eq!(status, 200);
     assert_eq!(v["classes"].as_object().unwrap().len(), 2, "{v}");
@@ -213,25 +186,25 @@ fn service_state_writes_per_tenant_are_rate_limited() {
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
     // An upload and three assignments: four writes.
-    uploaded(upload(&c, &token, "acme", "mine", DEFAULT_POLICY, None));
+    c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
     for class in ["a", "b", "c"] {
-        assert_eq!(assign(&c, &token, "acme", class, json!({ "policy": "mine" })).0, 200);
+        assert_eq!(c.assign(&token, "acme", class, json!({ "policy": "mine" })).0, 200);
     }
-    let (status, v) = assign(&c, &token, "acme", "d", json!({ "policy": "mine" }));
+    let (status, v) = c.assign(&token, "acme", "d", json!({ "policy": "mine" }));
     assert_eq!((status, kind(&v)), (429, "rate-limited"), "{v}");
     assert!(message(&v).contains("writes_per_minute"), "{v}");
     let (status, v) = rollback(&c, &token, "acme", "mine");
     assert_eq!((status, kind(&v)), (429, "rate-limited"), "a rollback is a write: {v}");
-    let (status, v) = upload(&c, &token, "acme", "mine", DEFAULT_POLICY, Some(&scale(1)));
+    let (status, v) = c.upload(&token, "acme", "mine", DEFAULT_POLICY, Some(&scale(1)));
     assert_eq!((status, kind(&v)), (429, "rate-limited"), "an upload is a write: {v}");
     assert!(message(&v).contains("writes_per_minute"), "{v}");
     // The refused writes changed nothing; another tenant has its own allowance.
     let (_, v) = c.call("GET", "/v1/tenants/acme/policies", Some(&token), Body::None);
     assert_eq!(v["classes"].as_object().unwrap().len(), 3, "{v}");
     let other = c.add_tenant("other");
-    assert_eq!(assign(&c, &other, "other", "a", json!({ "policy": "default" })).0, 200);
+    assert_eq!(c.assign(&other, "other", "a", json!({ "policy": "default" })).0, 200);
     // Selections are no writes.
-    let (status, _) = c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", Some("a"))));
+    let (status, _) = c.select(&token, "acme", Some("a"));
     assert_eq!(status, 200);
 }
 
@@ -244,14 +217,14 @@ fn service_state_versions_nothing_routes_to_are_collected_with_their_blobs_and_a
     let bytes: Vec<Vec<u8>> = (1..=3).map(|n| variant(DEFAULT_POLICY, n)).collect();
     // Without parameters a version is its blob's sha256: the file name in blobs/.
     let [a, b, c3] = [0, 1, 2].map(|i| {
-        let (status, v) = upload(&c, &token, "acme", "mine", &bytes[i], None);
+        let (status, v) = c.upload(&token, "acme", "mine", &bytes[i], None);
         assert_eq!((status, &v["version"]), (201, &v["sha256"]), "{v}");
         v["version"].as_str().unwrap().to_string()
     });
     let set = |vs: &[&String]| vs.iter().map(|v| v.to_string()).collect::<BTreeSet<_>>();
     assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &b, &c3]));
-    assert_eq!(assign(&c, &token, "acme", "follow", json!({ "policy": "mine" })).0, 200);
-    assert_eq!(assign(&c, &token, "acme", "pin", json!({ "policy": "mine", "version": a })).0, 200);
+    assert_eq!(c.assign(&token, "acme", "follow", json!({ "policy": "mine" })).0, 200);
+    assert_eq!(c.assign(&token, "acme", "pin", json!({ "policy": "mine", "version": a })).0, 200);
 
     // Roll back: b is active, a the rollback target (and pinned); c, replaced, is neither
     // routed nor a rollback target: gone from the manifest, its blob and artifact too.
@@ -265,28 +238,26 @@ fn service_state_versions_nothing_routes_to_are_collected_with_their_blobs_and_a
     assert_eq!(c.metric("switchyard_components_loaded"), 2.0, "c's compiled component is evicted");
 
     // Pin b instead of a: a stays (the rollback target). Roll back: a active, b pinned.
-    assert_eq!(assign(&c, &token, "acme", "pin", json!({ "policy": "mine", "version": b })).0, 200);
+    assert_eq!(c.assign(&token, "acme", "pin", json!({ "policy": "mine", "version": b })).0, 200);
     assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &b]));
     assert_eq!(rollback(&c, &token, "acme", "mine").0, 200);
     assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &b]));
     // Another tenant uploads b's bytes: the blob is shared.
-    assert_eq!(uploaded(upload(&c, &other, "other", "theirs", &bytes[1], None)), b);
+    assert_eq!(c.uploaded(&other, "other", "theirs", &bytes[1], None), b);
     // Unpin b: acme's b is collected, its blob stays (other's version names it).
-    assert_eq!(assign(&c, &token, "acme", "pin", json!({ "policy": "default" })).0, 200);
+    assert_eq!(c.assign(&token, "acme", "pin", json!({ "policy": "default" })).0, 200);
     assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a]));
     assert_eq!(blobs(&data), set(&[&a, &b]));
     assert_eq!(c.metric("switchyard_versions_collected_total{tenant=\"acme\"}"), 2.0);
     // Re-upload c: active again, a the rollback target.
-    assert_eq!(uploaded(upload(&c, &token, "acme", "mine", &bytes[2], None)), c3);
+    assert_eq!(c.uploaded(&token, "acme", "mine", &bytes[2], None), c3);
     assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &c3]));
     assert_eq!(manifest_policy(&data, "acme", "mine")["previous"], json!([a]));
     assert_eq!(blobs(&data), set(&[&a, &b, &c3]));
     assert_eq!(c.metric("switchyard_versions{tenant=\"acme\"}"), 2.0);
     assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 2.0);
     assert_eq!(c.metric("switchyard_components_loaded"), 3.0);
-    let select = |c: &Client, class: &str| {
-        c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", Some(class))))
-    };
+    let select = |c: &Client, class: &str| c.select(&token, "acme", Some(class));
     let (status, v) = select(&c, "follow");
     assert_eq!(
         (status, v["version"].as_str(), v["build"].as_str()),
@@ -311,7 +282,7 @@ fn service_state_versions_nothing_routes_to_are_collected_with_their_blobs_and_a
     assert_eq!(rollback(&c, &token, "acme", "mine").0, 200);
     let (status, v) = select(&c, "follow");
     assert_eq!((status, v["version"].as_str()), (200, Some(a.as_str())), "{v}");
-    let (status, v) = c.call("POST", "/v1/select", Some(&other), Body::Json(select_body("other", None)));
+    let (status, v) = c.select(&other, "other", None);
     assert_eq!(status, 200, "{v}");
 }
 
@@ -331,9 +302,9 @@ fn service_state_a_timed_out_compile_keeps_its_permit_until_cranelift_returns() 
     // two requests (a loaded machine). Distinct bytes each time: nothing is reused.
     for round in 0..5u32 {
         eventually("no abandoned compile", || abandoned(&c) == 0.0);
-        let (status, v) = upload(&c, &token, "acme", "slow", &variant(DEFAULT_POLICY, 100 + round), None);
+        let (status, v) = c.upload(&token, "acme", "slow", &variant(DEFAULT_POLICY, 100 + round), None);
         assert_eq!((status, kind(&v)), (400, "compile-timeout"), "the permit was free: {v}");
-        let (status, v) = upload(&c, &token, "acme", "slow", &variant(DEFAULT_POLICY, 200 + round), None);
+        let (status, v) = c.upload(&token, "acme", "slow", &variant(DEFAULT_POLICY, 200 + round), None);
         match kind(&v) {
             "compile-busy" => {
                 assert_eq!(status, 503, "{v}");
@@ -354,7 +325,7 @@ fn service_state_a_timed_out_compile_keeps_its_permit_until_cranelift_returns() 
     // When Cranelift returns, the permit is free again: the next upload is compiled (and,
     // at 1 ms, times out again) instead of refused.
     eventually("the abandoned compile to end", || abandoned(&c) == 0.0);
-    let (status, v) = upload(&c, &token, "acme", "slow", &variant(DEFAULT_POLICY, 300), None);
+    let (status, v) = c.upload(&token, "acme", "slow", &variant(DEFAULT_POLICY, 300), None);
     assert_eq!((status, kind(&v)), (400, "compile-timeout"), "{v}");
     eventually("that compile to end too", || abandoned(&c) == 0.0);
     assert_eq!(c.call("GET", "/healthz", None, Body::None).0, 200);
