@@ -62,12 +62,14 @@ pub struct Limits {
     pub max_wasm_stack_bytes: usize,
     /// How CPU time per call is bounded.
     pub budget: Budget,
-    /// Fuel for a call regardless of batch size. 2,000,000 ≈ 1 ms of wasm; covers
-    /// `configure` parsing JSON and a start function's setup.
+    /// Fuel for a call regardless of batch size. 2,000,000: about 0.1 ms of a plain wasm
+    /// loop here (derived from `--bench hostile`'s calibration, 8.53 ms for 186M fuel);
+    /// covers `configure` parsing JSON and a start function's setup.
     pub fuel_base: u64,
     /// Extra fuel per unit of work the host passes: per candidate row and per prefix hash.
-    /// 20,000 ops is ~100× what the default policy spends per candidate (an SGLang commit
-    /// spends ~600 per hash), so honest policies never hit it.
+    /// 20,000 is an estimate of ample room, not a measurement: the default policy's loop
+    /// is a few dozen instructions a candidate, and no builtin reaches the ceiling in the
+    /// test suite's replays and equivalence runs.
     #[serde(alias = "fuel_per_candidate")]
     pub fuel_per_unit: u64,
     /// Candidate rows counted towards a call's fuel, at most. 16,384: more than the
