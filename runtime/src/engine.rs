@@ -68,8 +68,7 @@ pub struct Limits {
     pub fuel_base: u64,
     /// Extra fuel per unit of work the host passes: per candidate row and per prefix hash.
     /// 20,000 is an estimate of ample room, not a measurement: the default policy's loop
-    /// is a few dozen instructions a candidate, and no builtin reaches the ceiling in the
-    /// test suite's replays and equivalence runs.
+    /// is a few dozen wasm instructions a candidate.
     #[serde(alias = "fuel_per_candidate")]
     pub fuel_per_unit: u64,
     /// Candidate rows counted towards a call's fuel, at most. 16,384: more than the
