@@ -82,7 +82,10 @@ pub struct ServiceConfig {
     /// Selections of one tenant at once (→ 429 `tenant-busy`), each running on an
     /// instance of its own. 16: more than the selection threads of a small host, so one
     /// tenant's burst (many versions, many concurrent selects) holds at most 16 of the
-    /// pool's slots and never starves another tenant's instances.
+    /// pool's slots and never starves another tenant's instances. Counted from the
+    /// tenant's own token before `max_inflight_selections` (a body still arriving
+    /// counts), so one tenant never holds every selection slot; a router's selections
+    /// count for the tenant their body names once it is read.
     pub max_in_flight_per_tenant: usize,
     /// Workers in one request's table (→ 400 `invalid-input`); see [`RequestLimitsConfig`]
     /// for this and the six below, their defaults and why.

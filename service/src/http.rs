@@ -10,7 +10,9 @@
 //!   (`max_body_bytes` for uploads, `max_select_body_bytes`, `max_management_body_bytes`)
 //!   within `body_read_timeout_ms`;
 //! - selections: at most `max_inflight_selections` from authentication to answer, each
-//!   on a blocking thread (one more is answered 503 `overloaded`).
+//!   on a blocking thread (one more is answered 503 `overloaded`); of those, a tenant's
+//!   own at most `max_in_flight_per_tenant` (429 `tenant-busy`), counted before the
+//!   server-wide cap when the tenant's token calls, so no tenant can hold every slot.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -434,7 +436,19 @@ async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
     // Who may select for which tenant is in the body; whether the caller is anyone at
     // all is in the headers, and is settled first.
     let (who, body) = http.authorize(&headers, body, Limit::Select, |_| Ok(())).await?;
+    // A tenant's own share first, before any server-wide slot: its selections in flight,
+    // bodies still arriving included, are at most `max_in_flight_per_tenant` (429 beyond),
+    // so it can never hold every slot. A router or the admin names the tenant in the
+    // body: that tenant's share is taken once the body is read (`Service::select`).
+    let share = match &who {
+        Principal::Tenant(tenant) => match http.service.enter(tenant) {
+            Ok(share) => Some(share),
+            Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
+        },
+        Principal::Admin | Principal::Router(_) => None,
+    };
     let Ok(permit) = http.gate.selections.clone().try_acquire_owned() else {
+        drop(share);
         http.gate.refused_selections.inc();
         let refusal = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -455,7 +469,7 @@ async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
     // the selection is done, even if the client has gone.
     let answer = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        service.select(&who, &body)
+        service.select(&who, share, &body)
     })
     .await
     .map_err(|e| ApiError::internal(format!("the selection thread: {e}")))??;

@@ -402,10 +402,14 @@ fn selections_in_flight_are_capped_with_a_503_overloaded() {
     let mut server = Serve::start(&dir, None);
     let c = server.client();
     let token = c.add_tenant("acme");
-    // 64 selections (the default cap) whose bodies never finish arriving.
+    // 64 selections (the default cap) whose bodies never finish arriving, from a router: a
+    // tenant's own token would get its 429 past its share (`max_in_flight_per_tenant`).
+    let (status, v) = c.call("POST", "/v1/routers", Some(ADMIN), Body::Json(json!({ "name": "edge" })));
+    assert_eq!(status, 201, "{v}");
+    let router = v["token"].as_str().unwrap().to_string();
     let addr = server.addr();
     let stalled: Vec<TcpStream> =
-        (0..64).map(|_| send_head(&addr, &head("POST", "/v1/select", Some(&token), 1000), b"{")).collect();
+        (0..64).map(|_| send_head(&addr, &head("POST", "/v1/select", Some(&router), 1000), b"{")).collect();
     let full = wait_for_metric(&c, "switchyard_selections_in_flight", 64.0);
     let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", None)));
     assert_eq!((status, kind(&v)), (503, "overloaded"), "{v}");

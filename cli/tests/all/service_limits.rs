@@ -1,5 +1,10 @@
 //! `switchyard serve`'s limits holding whatever the requests say (a real server on
-//! loopback): idle-instance slots given back whichever way a version leaves its pool.
+//! loopback): idle-instance slots given back whichever way a version leaves its pool; a
+//! tenant's in-flight share taken before any server-wide selection slot.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -60,4 +65,74 @@ fn service_limits_idle_slots_come_back_when_a_routed_version_is_collected() {
     let builtin = json!({ "policy": "default" });
     ok("assign", c.call("PUT", "/v1/tenants/acme/classes/gold", Some(&token), Body::Json(builtin)), 200);
     assert_eq!(c.metric("switchyard_idle_instances"), 0.0);
+}
+
+/// A request whose headers arrive and whose body (`length` bytes declared) stops after
+/// its first byte.
+fn stalled(server: &Server, method: &str, path: &str, token: &str, length: usize) -> TcpStream {
+    let addr = server.url().strip_prefix("http://").unwrap();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nContent-Length: {length}\r\n\r\n{{"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream
+}
+
+/// What `stream` was answered within `within` (as text; empty if nothing came).
+fn answered(stream: &mut TcpStream, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
+        stream.set_read_timeout(Some(left)).unwrap();
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+        }
+        // The answers here are an error body, one JSON object.
+        if bytes.ends_with(b"}") {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[test]
+fn service_limits_a_tenant_stalling_bodies_gets_its_own_429_and_never_every_selection_slot() {
+    // Four selection slots, two per tenant. One tenant opens four selections whose bodies
+    // never finish: two hold its share, the other two are its own 429 at once, and
+    // another tenant's selection still finds a slot.
+    let server = start(
+        "service-limits-share",
+        "[service]\nmax_inflight_selections = 4\nmax_in_flight_per_tenant = 2\n",
+    );
+    let c = Client::new(&server);
+    let mallory = c.add_tenant("mallory");
+    let acme = c.add_tenant("acme");
+    let mut streams: Vec<TcpStream> =
+        (0..4).map(|_| stalled(&server, "POST", "/v1/select", &mallory, 1000)).collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c.metric("switchyard_selections_in_flight") < 2.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(c.metric("switchyard_selections_in_flight"), 2.0, "mallory holds its share, no more");
+    let v = ok(
+        "acme's selection",
+        c.call("POST", "/v1/select", Some(&acme), Body::Json(select_body("acme", None))),
+        200,
+    );
+    assert_eq!(v["worker_id"].as_u64(), Some(3), "{v}");
+    let answers: Vec<String> = streams.iter_mut().map(|s| answered(s, Duration::from_secs(2))).collect();
+    let busy: Vec<&String> = answers.iter().filter(|a| a.starts_with("HTTP/1.1 429")).collect();
+    assert_eq!(busy.len(), 2, "two of mallory's four are its own 429: {answers:?}");
+    for answer in busy {
+        assert!(
+            answer.contains("tenant-busy") && answer.contains("max_in_flight_per_tenant = 2"),
+            "{answer}"
+        );
+    }
+    assert!(answers.iter().filter(|a| a.is_empty()).count() == 2, "the other two still wait: {answers:?}");
+    assert_eq!(c.metric("switchyard_overloaded_total{limit=\"max_inflight_selections\"}"), 0.0);
 }
