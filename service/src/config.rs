@@ -65,8 +65,10 @@ pub struct ServiceConfig {
     /// Classes per tenant (→ 409 `too-many-classes`). 64: a class is a routing decision
     /// of the tenant's router (latency, batch, a few tiers), not a per-request key.
     pub max_classes_per_tenant: usize,
-    /// Compilations at once. 1: compiling is CPU-bound; with more, hostile uploads could
-    /// take every core from the selections. A compile holds its permit until Cranelift
+    /// Compilations at once, each with its upload's configure check (an upload of bytes
+    /// compiled before takes a permit for its check too: the check's instance is one of
+    /// the engine's pool slots this many are set aside for). 1: compiling is CPU-bound;
+    /// with more, hostile uploads could take every core from the selections. A compile holds its permit until Cranelift
     /// returns, even after its upload was answered `compile-timeout`; an upload waits
     /// for a permit at most `compile_timeout_ms` (`[limits]`), then → 503 `compile-busy`.
     pub compile_concurrency: usize,

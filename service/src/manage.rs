@@ -262,20 +262,24 @@ impl Service {
         Ok(())
     }
 
-    /// The compiled component for `bytes`: from memory if these bytes were compiled
-    /// before, else compiled on a blocking thread under a compile permit, so uploads never
-    /// take the async workers and at most `compile_concurrency` compiles run. The permit
-    /// is held by Cranelift's own thread until it returns: a compile that outlives its
-    /// upload's `compile_timeout_ms` (answered `compile-timeout` at once) still holds it
+    /// The compiled component for `bytes` and the compile permit its upload holds: from
+    /// memory if these bytes were compiled before, else compiled on a blocking thread, so
+    /// uploads never take the async workers and at most `compile_concurrency` compiles
+    /// run. The permit is taken on both paths: the upload's configure check that follows
+    /// instantiates the component under it, and the engine's pool has
+    /// `compile_concurrency` slots for those checks (see `Service::open`). It is held by
+    /// Cranelift's own thread until it returns: a compile that outlives its upload's
+    /// `compile_timeout_ms` (answered `compile-timeout` at once) still holds it
     /// (`switchyard_compiles_abandoned`). An upload waits for a permit at most
     /// `compile_timeout_ms`, then is refused 503 `compile-busy`: waiting lets concurrent
     /// honest uploads queue (a compile within the limit frees its permit within that
     /// time), the bound keeps an upload's answer prompt and the waiting bodies few while
     /// abandoned compiles hold every permit.
-    async fn compile(self: &Arc<Self>, blob: &str, bytes: Arc<[u8]>) -> Result<PolicyComponent, ApiError> {
-        if let Some(c) = self.writer.lock().await.components.get(blob) {
-            return Ok(c.clone());
-        }
+    async fn compile(
+        self: &Arc<Self>,
+        blob: &str,
+        bytes: Arc<[u8]>,
+    ) -> Result<(PolicyComponent, Arc<CompilePermit>), ApiError> {
         let wait = Duration::from_millis(self.engine.limits().compile_timeout_ms);
         match tokio::time::timeout(wait, self.compile_permits.acquire()).await {
             Ok(Ok(permit)) => permit.forget(),
@@ -297,6 +301,9 @@ impl Service {
             }
         }
         let permit = Arc::new(CompilePermit { service: Arc::clone(self), abandoned: AtomicBool::new(false) });
+        if let Some(c) = self.writer.lock().await.components.get(blob) {
+            return Ok((c.clone(), permit));
+        }
         let held = Arc::clone(&permit);
         let engine = self.engine.clone();
         let loaded =
@@ -309,10 +316,9 @@ impl Service {
             self.metrics.compile_abandoned();
             permit.abandoned.store(true, Ordering::Release);
         }
-        drop(permit);
         let component = loaded?;
         self.metrics.loaded(&component);
-        Ok(component)
+        Ok((component, permit))
     }
 
     /// `PUT /v1/tenants/{tenant}/policies/{name}`: validate, compile, configure, store,
@@ -354,11 +360,18 @@ impl Service {
         }
         self.rates.admit(tenant, &self.limits, WriteKind::Upload)?;
         let bytes: Arc<[u8]> = bytes.into();
-        let component = self.compile(&blob, bytes.clone()).await?;
-        let (first, component) = {
+        let (component, permit) = self.compile(&blob, bytes.clone()).await?;
+        let (template, component) = {
             let (name, parameters) = (name.to_string(), parameters.clone());
             tokio::task::spawn_blocking(move || {
-                GuestScorer::new(name, component.clone(), &parameters).map(|s| (s, component))
+                // Configured under the compile permit (its instance takes one of the pool's
+                // `compile_concurrency` slots for configure checks); only an instance-less
+                // sibling is kept, so the instance goes before the permit does and no upload
+                // holds one while it waits for the writer lock.
+                let configured = GuestScorer::new(name, component.clone(), &parameters);
+                let template = configured.map(|s| s.sibling());
+                drop(permit);
+                template.map(|t| (t, component))
             })
             .await
             .map_err(|e| ApiError::internal(format!("the configure thread: {e}")))??
@@ -393,7 +406,7 @@ impl Service {
         // A re-upload of a version that did not load at start-up makes it available.
         writer.unavailable.remove(&key);
         if let std::collections::hash_map::Entry::Vacant(slot) = writer.loaded.entry(key) {
-            let loaded = self.new_version(slot.key(), first);
+            let loaded = self.new_version(slot.key(), template);
             slot.insert(loaded);
         }
         if let Err(e) = self.commit(&mut writer, manifest) {

@@ -509,16 +509,16 @@ impl Service {
         });
     }
 
-    /// A loaded version for the writer's map; `first` is the scorer the upload's
-    /// configure check created, its instance kept as the first idle one.
-    pub(crate) fn new_version(&self, key: &VersionKey, first: GuestScorer) -> Arc<LoadedVersion> {
+    /// A loaded version for the writer's map; `template` is an instance-less sibling of
+    /// the scorer the upload's configure check accepted.
+    pub(crate) fn new_version(&self, key: &VersionKey, template: GuestScorer) -> Arc<LoadedVersion> {
         let ctx = VersionContext {
             limits: &self.limits,
             guard: &self.guard,
             metrics: &self.metrics,
             idle: &self.idle_slots,
         };
-        new_version(&ctx, (&key.0, &key.1, &key.2), first)
+        new_version(&ctx, (&key.0, &key.1, &key.2), template)
     }
 }
 
@@ -540,29 +540,26 @@ fn sweep_orphan_blobs(store: &Store, engine: &PolicyEngine, manifest: &Manifest)
     }
 }
 
-/// A loaded version of (tenant, policy, version), with a closed breaker of its own.
-/// `accepted` is a scorer that configured successfully; its instance, if it has one
-/// (an upload's configure check), is kept as the first idle one.
+/// A loaded version of (tenant, policy, version), with a closed breaker of its own and
+/// no instance yet: `template` is an instance-less sibling of a scorer that configured
+/// successfully. Retired until a commit (or start-up) routes a class to it.
 fn new_version(
     ctx: &VersionContext<'_>,
     (tenant, policy, version): (&str, &str, &str),
-    accepted: GuestScorer,
+    template: GuestScorer,
 ) -> Arc<LoadedVersion> {
-    let loaded = Arc::new(LoadedVersion {
+    Arc::new(LoadedVersion {
         policy: policy.to_string(),
         version: version.to_string(),
-        template: Mutex::new(accepted.sibling()),
+        template: Mutex::new(template),
         idle: Mutex::new(Vec::new()),
         max_idle: ctx.limits.idle_instances_per_version,
-        routed: AtomicBool::new(true),
+        routed: AtomicBool::new(false),
         metrics: ctx.metrics.policy(tenant, policy),
         breaker: Arc::new(SharedBreaker::new(ctx.guard.clone())),
         guard: ctx.guard.clone(),
         idle_slots: Arc::clone(ctx.idle),
-    });
-    let selector = loaded.wrap(accepted);
-    loaded.checkin(selector);
-    loaded
+    })
 }
 
 /// Marks each loaded version routed if `snapshot` routes a class to it, else retired

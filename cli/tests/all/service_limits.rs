@@ -136,3 +136,42 @@ fn service_limits_a_tenant_stalling_bodies_gets_its_own_429_and_never_every_sele
     assert!(answers.iter().filter(|a| a.is_empty()).count() == 2, "the other two still wait: {answers:?}");
     assert_eq!(c.metric("switchyard_overloaded_total{limit=\"max_inflight_selections\"}"), 0.0);
 }
+
+#[test]
+fn service_limits_uploads_configure_within_the_pool_slots_compile_concurrency_counts() {
+    // A pool of three: one selection, one idle instance, one configure check
+    // (`compile_concurrency`). Eight tenants' uploads at once, of bytes compiled once and
+    // then configured with other parameters each: every configure check holds a compile
+    // permit, and its instance is gone before the upload waits for the writer lock, so the
+    // pool never runs out and every upload is accepted.
+    let server = start(
+        "service-limits-configure",
+        "[limits]\nmax_instances = 3\n[service]\nmax_inflight_selections = 1\nmax_idle_instances = 1\ncompile_concurrency = 1\n",
+    );
+    let c = Client::new(&server);
+    let tokens: Vec<String> = (0..8).map(|i| c.add_tenant(&format!("t{i}"))).collect();
+    let statuses: Vec<Vec<(u16, Value)>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, token)| {
+                let url = server.url().to_string();
+                scope.spawn(move || {
+                    let c = Client::at(&url);
+                    (0..5)
+                        .map(|n| {
+                            let path = format!(
+                                "/v1/tenants/t{i}/policies/p?params=%7B%22prefill_load_scale%22%3A{n}%7D"
+                            );
+                            c.call("PUT", &path, Some(token), Body::Bytes(DEFAULT_POLICY))
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    for (status, v) in statuses.iter().flatten() {
+        assert_eq!(*status, 201, "{v}");
+    }
+}
