@@ -31,6 +31,10 @@ pub struct ServiceConfig {
     /// Largest body of the other routes (tenants, routers, assignments), bytes (→ 413
     /// `body-too-large`). 64 KiB: these bodies are a name or an assignment, < 1 KB.
     pub max_management_body_bytes: usize,
+    /// Largest upload `params` (the decoded query parameter), bytes (→ 400
+    /// `invalid-params`). 16 KiB: a policy's parameters are a few numbers and names, < 1
+    /// KB; every version keeps its text in the manifest and in memory.
+    pub max_params_bytes: usize,
     /// Time allowed to receive a whole body once the headers are in, ms (→ 408
     /// `body-timeout`). 10 s: an 8 MiB upload over a slow 10 Mbit/s link takes ~7 s.
     pub body_read_timeout_ms: u64,
@@ -113,6 +117,7 @@ impl Default for ServiceConfig {
             max_body_bytes: 8 << 20,
             max_select_body_bytes: 2 << 20,
             max_management_body_bytes: 64 << 10,
+            max_params_bytes: 16 << 10,
             body_read_timeout_ms: 10_000,
             header_read_timeout_ms: 10_000,
             max_connections: 1_024,
@@ -171,6 +176,7 @@ impl TryFrom<ServiceConfig> for ServiceLimits {
             ("max_body_bytes", c.max_body_bytes as u64),
             ("max_select_body_bytes", c.max_select_body_bytes as u64),
             ("max_management_body_bytes", c.max_management_body_bytes as u64),
+            ("max_params_bytes", c.max_params_bytes as u64),
             ("body_read_timeout_ms", c.body_read_timeout_ms),
             ("header_read_timeout_ms", c.header_read_timeout_ms),
             ("max_connections", c.max_connections as u64),

@@ -246,6 +246,18 @@ impl Service {
         }
     }
 
+    /// 400 `invalid-params` if an upload's `params` are over `max_params_bytes`.
+    fn check_params_size(&self, params: Option<&str>) -> Result<(), ApiError> {
+        let max = self.limits.max_params_bytes;
+        match params {
+            Some(p) if p.len() > max => Err(ApiError::bad_request(
+                ErrorKind::InvalidParams,
+                format!("`params` are {} bytes; the limit is {max} (`max_params_bytes`)", p.len()),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn check_policy_count(&self, record: &TenantRecord, tenant: &str, name: &str) -> Result<(), ApiError> {
         if !record.policies.contains_key(name) && record.policies.len() >= self.limits.max_policies_per_tenant
         {
@@ -339,6 +351,7 @@ impl Service {
                 format!("`{name}` is a builtin's name; choose another"),
             ));
         }
+        self.check_params_size(params.as_deref())?;
         // Hashed and stored canonical: the same parameters are the same version however
         // they are spaced or ordered, and every instance is configured from that text.
         let params = params.as_deref().map(crate::params::canonical_params).transpose()?;

@@ -175,3 +175,27 @@ fn service_limits_uploads_configure_within_the_pool_slots_compile_concurrency_co
         assert_eq!(*status, 201, "{v}");
     }
 }
+
+#[test]
+fn service_limits_upload_params_over_max_params_bytes_are_refused_naming_the_limit() {
+    // Valid parameters, padded with JSON whitespace (`+` in a query is a space) past the
+    // default 16 KiB: their canonical text is small, but what the upload sent is over.
+    let server = start("service-limits-params", "");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    let put = |padding: usize| {
+        let params = format!("%7B%22prefill_load_scale%22%3A{}1%7D", "+".repeat(padding));
+        c.call(
+            "PUT",
+            &format!("/v1/tenants/acme/policies/p?params={params}"),
+            Some(&token),
+            Body::Bytes(DEFAULT_POLICY),
+        )
+    };
+    let v = ok("16 KiB of params", put((16 << 10) - 24), 201);
+    assert!(v["version"].is_string(), "{v}");
+    let v = ok("over 16 KiB of params", put((16 << 10) - 23), 400);
+    assert_eq!(v["error"]["kind"], "invalid-params", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("16385 bytes") && message.contains("`max_params_bytes`"), "{v}");
+}
