@@ -208,11 +208,13 @@ impl Store {
     /// absent files are fine. Only for a blob no committed version names, under the
     /// writer lock: an upload makes sure its blob exists under that lock before it commits,
     /// so it never commits a manifest naming a blob deleted here. The artifact goes first:
-    /// a crash in between leaves a blob (harmless), never an artifact nothing finds.
+    /// a crash in between leaves a blob (harmless), never an artifact nothing finds. The
+    /// blob is read as [`Store::read_blob`] reads it (never through a symlink, owner-only,
+    /// at most `MAX_BLOB_BYTES`); one it refuses is an error, and stays.
     pub fn remove_blob(&self, sha256: &str, engine: &PolicyEngine) -> std::io::Result<()> {
         let path = self.blob_path(sha256);
         if let Some(cache) = engine.artifact_cache() {
-            match std::fs::read(&path) {
+            match self.read_blob(sha256) {
                 Ok(bytes) => {
                     let artifact = cache.path_for(engine.engine(), &bytes);
                     remove_if_present(&artifact)?;
@@ -313,6 +315,24 @@ mod tests {
         assert!(store.read_blob("00ff").is_err());
         assert_eq!(store.read_blob("11ee").unwrap(), b"other", "other blobs stay");
         store.remove_blob("00ff", &engine).unwrap();
+    }
+
+    #[test]
+    fn a_blob_that_is_a_symlink_is_not_read_through_when_removed() {
+        let dir = temp("remove-symlink");
+        let store = Store::open(&dir).unwrap();
+        let cache = switchyard::ArtifactCache::open(dir.join("compiled")).unwrap();
+        let engine =
+            PolicyEngine::new(switchyard::Limits::default()).unwrap().with_artifact_cache(cache.clone());
+        // Another blob's artifact, and a "blob" that is a link to that blob's bytes.
+        store.write_blob("00ff", b"bytes").unwrap();
+        let artifact = cache.path_for(engine.engine(), b"bytes");
+        std::fs::write(&artifact, b"compiled").unwrap();
+        std::os::unix::fs::symlink(dir.join("blobs/00ff.wasm"), dir.join("blobs/00bb.wasm")).unwrap();
+        let refused = store.remove_blob("00bb", &engine).unwrap_err();
+        assert!(refused.to_string().contains("symbolic link"), "{refused}");
+        assert!(artifact.exists(), "the artifact of the bytes the link points at stays");
+        assert_eq!(store.read_blob("00ff").unwrap(), b"bytes");
     }
 
     #[test]
