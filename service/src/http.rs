@@ -128,12 +128,7 @@ pub struct Http {
 type Svc = State<Arc<Http>>;
 type Answer = Result<Response, ApiError>;
 
-/// Every route of the service, with a [`Gate`] of its own.
-pub fn router(service: Arc<Service>) -> Router {
-    let gate = Arc::new(Gate::new(&service.limits));
-    app(service, gate)
-}
-
+/// Every route of the service, behind `gate`'s caps.
 fn app(service: Arc<Service>, gate: Arc<Gate>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -261,6 +256,25 @@ impl Limit {
     }
 }
 
+/// Reads `body` to its end, or until more than `cap` bytes have arrived, keeping its
+/// bytes only while they are at most `keep` in all: (what was kept, how many arrived).
+async fn drain(mut body: Body, keep: usize, cap: usize) -> Result<(Vec<u8>, usize), axum::Error> {
+    let mut bytes = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            seen = seen.saturating_add(data.len());
+            if seen > cap {
+                break;
+            }
+            if seen <= keep {
+                bytes.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok((bytes, seen))
+}
+
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
 }
@@ -294,23 +308,9 @@ impl Http {
         }
         let timeout = Duration::from_millis(self.limits().body_read_timeout_ms);
         let read = async {
-            let mut body = body;
-            let mut bytes = Vec::new();
-            let mut seen = 0usize;
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| {
-                    ApiError::bad_request(ErrorKind::InvalidBody, format!("reading the body: {e}"))
-                })?;
-                if let Ok(data) = frame.into_data() {
-                    seen = seen.saturating_add(data.len());
-                    if seen > drain_cap {
-                        break;
-                    }
-                    if seen <= max {
-                        bytes.extend_from_slice(&data);
-                    }
-                }
-            }
+            let (bytes, seen) = drain(body, max, drain_cap).await.map_err(|e| {
+                ApiError::bad_request(ErrorKind::InvalidBody, format!("reading the body: {e}"))
+            })?;
             if seen > max { Err(too_large()) } else { Ok(bytes) }
         };
         match tokio::time::timeout(timeout, read).await {
@@ -330,19 +330,7 @@ impl Http {
         let max = limit.bytes(self.limits());
         if declared_length(headers).is_none_or(|n| n <= max as u64) {
             let within = REFUSAL_DRAIN.min(Duration::from_millis(self.limits().body_read_timeout_ms));
-            let _ = tokio::time::timeout(within, async {
-                let mut body = body;
-                let mut seen = 0usize;
-                while let Some(Ok(frame)) = body.frame().await {
-                    if let Ok(data) = frame.into_data() {
-                        seen = seen.saturating_add(data.len());
-                        if seen > max {
-                            break;
-                        }
-                    }
-                }
-            })
-            .await;
+            let _ = tokio::time::timeout(within, drain(body, 0, max)).await;
         }
         refusal
     }

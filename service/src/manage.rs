@@ -306,7 +306,7 @@ impl Service {
                          (`compile_concurrency`) are taken, {} by compiles that outlived their \
                          upload's timeout; try again later",
                         wait.as_millis(),
-                        self.limits.compile_concurrency.max(1),
+                        self.limits.compile_concurrency,
                         self.metrics.compiles_abandoned()
                     ),
                 ));

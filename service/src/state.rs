@@ -406,7 +406,7 @@ impl Service {
         mark_routed(&snapshot, &writer.loaded);
         record_state(&metrics, &writer);
         let service = Arc::new(Self {
-            compile_permits: Semaphore::new(limits.compile_concurrency.max(1)),
+            compile_permits: Semaphore::new(limits.compile_concurrency),
             limits,
             guard,
             engine,

@@ -19,7 +19,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use switchyard::cache::{is_temp_name, private_dir, read_private, write_private};
+use switchyard::cache::{private_dir, read_private, write_private};
 use switchyard::{FailMode, PolicyEngine};
 
 /// The manifest format this build writes and reads.
@@ -127,8 +127,8 @@ impl Store {
             for entry in std::fs::read_dir(&sub)? {
                 let entry = entry?;
                 let path = entry.path();
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if path.extension().is_some_and(|e| e == "tmp") || is_temp_name(&name) {
+                // Every temp name `write_private` makes (`.NAME.PID.N.tmp`) ends so.
+                if path.extension().is_some_and(|e| e == "tmp") {
                     let _ = std::fs::remove_file(path);
                     continue;
                 }
@@ -139,11 +139,6 @@ impl Store {
             }
         }
         Ok(Self { dir: dir.to_path_buf(), _lock: lock })
-    }
-
-    /// The data directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// The committed manifest; empty on first start.
@@ -167,7 +162,7 @@ impl Store {
     /// Commits `manifest`: after this returns, a restart sees it.
     pub fn write_manifest(&self, manifest: &Manifest) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(manifest).map_err(std::io::Error::other)?;
-        atomic_write(&self.dir, "manifest.json", &bytes)
+        write_private(&self.dir, "manifest.json", &bytes)
     }
 
     /// Stores component bytes under their sha256 (a no-op if present).
@@ -178,7 +173,7 @@ impl Store {
         if present {
             return Ok(());
         }
-        atomic_write(&self.dir.join("blobs"), &name, bytes)
+        write_private(&self.dir.join("blobs"), &name, bytes)
     }
 
     /// The component bytes stored under `sha256` (through [`read_private`]: owner-only,
@@ -262,13 +257,6 @@ fn lock(dir: &Path) -> std::io::Result<File> {
     }
 }
 
-/// Writes `dir/name` owner-only so that it is either absent/old or complete (see
-/// [`write_private`]: a temp name unique to the write, fsync, rename, fsync of the
-/// directory).
-pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    write_private(dir, name, bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,9 +327,9 @@ mod tests {
     fn a_corrupt_or_foreign_manifest_is_an_error_not_an_empty_store() {
         let dir = temp("corrupt");
         let store = Store::open(&dir).unwrap();
-        atomic_write(&dir, "manifest.json", b"{\"format\": 1, \"tenants\": ").unwrap();
+        write_private(&dir, "manifest.json", b"{\"format\": 1, \"tenants\": ").unwrap();
         assert!(store.load_manifest().unwrap_err().contains("manifest.json"));
-        atomic_write(&dir, "manifest.json", b"{\"format\": 9, \"tenants\": {}}").unwrap();
+        write_private(&dir, "manifest.json", b"{\"format\": 9, \"tenants\": {}}").unwrap();
         assert!(store.load_manifest().unwrap_err().contains("format 9"));
     }
 
