@@ -182,6 +182,7 @@ impl TryFrom<ServiceConfig> for ServiceLimits {
             ("max_connections", c.max_connections as u64),
             ("max_inflight_selections", c.max_inflight_selections as u64),
             ("max_policies_per_tenant", c.max_policies_per_tenant as u64),
+            ("writes_per_minute", c.writes_per_minute as u64),
             ("compile_concurrency", c.compile_concurrency as u64),
             ("max_in_flight_per_tenant", c.max_in_flight_per_tenant as u64),
             ("max_versions_per_policy", c.max_versions_per_policy as u64),
@@ -238,5 +239,10 @@ mod tests {
         assert!(unknown.to_string().contains("unknown field"), "{unknown}");
         let bad = ServiceConfig { max_inflight_selections: 0, ..ServiceConfig::default() };
         assert!(ServiceLimits::try_from(bad).unwrap_err().contains("max_inflight_selections"));
+        // 0 would refuse every write: only these two may be 0.
+        let writes = serde_json::from_str::<ServiceLimits>(r#"{"writes_per_minute": 0}"#).unwrap_err();
+        assert!(writes.to_string().contains("writes_per_minute must be at least 1"), "{writes}");
+        let zeros = r#"{"uploads_per_minute": 0, "idle_instances_per_version": 0}"#;
+        assert!(serde_json::from_str::<ServiceLimits>(zeros).is_ok());
     }
 }
