@@ -393,9 +393,12 @@ async fn upload(
     Query(query): Query<HashMap<String, String>>,
     body: Body,
 ) -> Answer {
-    let (who, body) = http.authorize(&headers, body, Limit::Upload, |w| require_tenant(w, &tenant)).await?;
-    let bytes = http.read_body(&headers, body, Limit::Upload).await?;
     let params = query.get("params").cloned();
+    // Whatever the body holds, an upload this refuses (the caller, the name, the
+    // parameters' size, the tenant's policy count and write rates) is refused unread.
+    let precheck = |w: &Principal| http.service.precheck_upload(w, &tenant, &name, params.as_deref());
+    let (who, body) = http.authorize(&headers, body, Limit::Upload, precheck).await?;
+    let bytes = http.read_body(&headers, body, Limit::Upload).await?;
     Ok(json_answer(StatusCode::CREATED, http.service.upload(&who, &tenant, &name, params, bytes).await?))
 }
 

@@ -161,18 +161,17 @@ impl Service {
         }
     }
 
-    /// Makes `version` the active version of `tenant`'s policy `name` in `record` (adding
-    /// it if new), the one it replaces the newest rollback target; trims the oldest
+    /// Makes `version` the active version of `tenant`'s policy `name` in `policies` (adding
+    /// it if new; `classes` are the tenant's), the one it replaces the newest rollback target; trims the oldest
     /// rollback targets while the policy keeps more than `max_versions_per_policy`
     /// versions. 409 `too-many-versions` when its active and pinned versions alone do.
     fn place_upload(
         &self,
-        record: &mut TenantRecord,
+        (policies, classes): (&mut BTreeMap<String, PolicyRecord>, &BTreeMap<String, Assignment>),
         tenant: &str,
         name: &str,
         version: VersionRecord,
     ) -> Result<(), ApiError> {
-        let TenantRecord { policies, classes, .. } = record;
         let policy = policies.entry(name.to_string()).or_insert_with(|| PolicyRecord {
             versions: Vec::new(),
             active: version.version.clone(),
@@ -333,6 +332,33 @@ impl Service {
         Ok((component, permit))
     }
 
+    /// The checks of an upload that need neither its body nor its parameters' meaning:
+    /// the caller, the name, the size of `params`, the tenant, its policy count and
+    /// (without counting the upload) its write rates. `upload` starts with them; the HTTP
+    /// route runs them before it reads the body too, so an upload refused for any of
+    /// these costs no body read, hash or canonicalisation.
+    pub fn precheck_upload(
+        &self,
+        who: &Principal,
+        tenant: &str,
+        name: &str,
+        params: Option<&str>,
+    ) -> Result<(), ApiError> {
+        require_tenant(who, tenant)?;
+        check_name("policy", name)?;
+        if builtin::find(name).is_some() {
+            return Err(ApiError::bad_request(
+                ErrorKind::InvalidName,
+                format!("`{name}` is a builtin's name; choose another"),
+            ));
+        }
+        self.check_params_size(params)?;
+        let snapshot = self.snapshot();
+        let current = snapshot.manifest().tenants.get(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+        self.check_policy_count(current, tenant, name)?;
+        self.rates.check(tenant, &self.limits, WriteKind::Upload)
+    }
+
     /// `PUT /v1/tenants/{tenant}/policies/{name}`: validate, compile, configure, store,
     /// activate. Answers once the version is durable and routed.
     pub async fn upload(
@@ -343,15 +369,7 @@ impl Service {
         params: Option<String>,
         bytes: Vec<u8>,
     ) -> Result<Uploaded, ApiError> {
-        require_tenant(who, tenant)?;
-        check_name("policy", name)?;
-        if builtin::find(name).is_some() {
-            return Err(ApiError::bad_request(
-                ErrorKind::InvalidName,
-                format!("`{name}` is a builtin's name; choose another"),
-            ));
-        }
-        self.check_params_size(params.as_deref())?;
+        self.precheck_upload(who, tenant, name, params.as_deref())?;
         // Hashed and stored canonical: the same parameters are the same version however
         // they are spaced or ordered, and every instance is configured from that text.
         let params = params.as_deref().map(crate::params::canonical_params).transpose()?;
@@ -365,11 +383,13 @@ impl Service {
             size: bytes.len(),
         };
         {
-            // Refused before any work if the upload cannot fit (checked again under the lock).
+            // Refused before any work if the upload cannot fit (checked again under the
+            // lock), on a copy of this policy's record alone.
             let snapshot = self.snapshot();
             let current = snapshot.manifest().tenants.get(tenant).ok_or_else(|| unknown_tenant(tenant))?;
-            self.check_policy_count(current, tenant, name)?;
-            self.place_upload(&mut current.clone(), tenant, name, record.clone())?;
+            let mut policy: BTreeMap<String, PolicyRecord> =
+                current.policies.get(name).map(|p| (name.to_string(), p.clone())).into_iter().collect();
+            self.place_upload((&mut policy, &current.classes), tenant, name, record.clone())?;
         }
         self.rates.admit(tenant, &self.limits, WriteKind::Upload)?;
         let bytes: Arc<[u8]> = bytes.into();
@@ -400,7 +420,9 @@ impl Service {
             None => Err(unknown_tenant(tenant)),
             Some(current) => self
                 .check_policy_count(current, tenant, name)
-                .and_then(|()| self.place_upload(current, tenant, name, record))
+                .and_then(|()| {
+                    self.place_upload((&mut current.policies, &current.classes), tenant, name, record)
+                })
                 .map(|()| collect(current)),
         };
         // A write that collected the last version naming this blob may have deleted it

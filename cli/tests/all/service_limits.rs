@@ -199,3 +199,23 @@ fn service_limits_upload_params_over_max_params_bytes_are_refused_naming_the_lim
     let message = v["error"]["message"].as_str().unwrap();
     assert!(message.contains("16385 bytes") && message.contains("`max_params_bytes`"), "{v}");
 }
+
+#[test]
+fn service_limits_an_upload_over_the_rate_is_refused_before_its_body_is_read() {
+    // One upload a minute. The next one's body stops arriving: it is refused
+    // `rate-limited` at once (its body drained briefly, never buffered), not after waiting
+    // `body_read_timeout_ms` for 8 MiB that would only be hashed and thrown away.
+    let server = start(
+        "service-limits-upload-rate",
+        "[service]\nuploads_per_minute = 1\nbody_read_timeout_ms = 5000\n",
+    );
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    ok("the first upload", c.upload(&token, "acme", "p", DEFAULT_POLICY), 201);
+    let started = Instant::now();
+    let mut stream = stalled(&server, "PUT", "/v1/tenants/acme/policies/p", &token, 100_000);
+    let answer = answered(&mut stream, Duration::from_secs(4));
+    assert!(answer.starts_with("HTTP/1.1 429"), "refused before the body timed out: {answer:?}");
+    assert!(answer.contains("rate-limited") && answer.contains("`uploads_per_minute`"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+}
