@@ -61,10 +61,11 @@ impl Service {
             request.tenant.clone().ok_or_else(|| invalid("`tenant` (a string) is required".into()))?;
         require_selector(who, &tenant)?;
         let class = request.classifier_class.clone().or_else(|| request.policy_class.clone());
-        let route = self
-            .snapshot()
-            .route(&tenant, class.as_deref())
-            .ok_or_else(|| ApiError::not_found(ErrorKind::UnknownTenant, format!("no tenant `{tenant}`")))?;
+        // The route alone is held while the selection runs, not the whole snapshot.
+        let route =
+            self.snapshot().route(&tenant, class.as_deref()).cloned().ok_or_else(|| {
+                ApiError::not_found(ErrorKind::UnknownTenant, format!("no tenant `{tenant}`"))
+            })?;
         // The tenant's share of the service: its own selections in flight. A tenant's
         // share came with its token (`require_selector` made sure the body names it).
         let _in_flight = match share {
@@ -75,10 +76,7 @@ impl Service {
             request.into_parts_within(self.limits.requests()).map_err(|e| invalid(e.to_string()))?;
 
         let started = Instant::now();
-        let metrics = match &route.target {
-            Target::Guest(v) => v.metrics().clone(),
-            Target::Builtin(_) | Target::Unavailable(_) => self.metrics.policy(&tenant, &route.policy),
-        };
+        let metrics = route.metrics(&tenant, &self.metrics);
         let outcome = match &route.target {
             Target::Builtin(b) => native(b, &table, &request),
             Target::Guest(v) => run_guest(&tenant, v, route.on_fault, &table, &request),

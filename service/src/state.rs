@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 use switchyard::guard::GuardConfig;
@@ -221,13 +221,42 @@ pub struct Route {
     pub target: Target,
     /// What a fault of the policy does to the selection.
     pub on_fault: FailMode,
+    /// The counters of a builtin's or an unavailable version's route, from the service's
+    /// metrics on its first selection through this snapshot (so a series still appears
+    /// on a policy's first selection, and later ones take no lock).
+    metrics: OnceLock<Arc<PolicyMetrics>>,
+}
+
+impl Route {
+    fn new(policy: String, target: Target, on_fault: FailMode) -> Self {
+        Self { policy, target, on_fault, metrics: OnceLock::new() }
+    }
+
+    /// The counters the route's selections count into: a guest version's own, else
+    /// those of (`tenant`, the policy) in `all`.
+    pub fn metrics(&self, tenant: &str, all: &Metrics) -> &Arc<PolicyMetrics> {
+        match &self.target {
+            Target::Guest(v) => v.metrics(),
+            Target::Builtin(_) | Target::Unavailable(_) => {
+                self.metrics.get_or_init(|| all.policy(tenant, &self.policy))
+            }
+        }
+    }
+}
+
+/// One tenant's routes.
+struct TenantRoutes {
+    /// class → route, for the classes it assigned.
+    classes: HashMap<String, Arc<Route>>,
+    /// What an unassigned class runs: the builtin default, fail-open.
+    default: Arc<Route>,
 }
 
 /// An immutable view for readers: swapped whole on every change.
 pub struct Snapshot {
     manifest: Arc<Manifest>,
-    /// tenant → class → route.
-    routes: HashMap<String, HashMap<String, Route>>,
+    /// tenant → its routes.
+    routes: HashMap<String, TenantRoutes>,
     /// Every loaded version, routed or not (for listing their breakers).
     versions: HashMap<VersionKey, Arc<LoadedVersion>>,
     /// Versions that did not load, and why.
@@ -260,8 +289,8 @@ impl Snapshot {
     /// count: no traffic reaches it.
     pub fn quarantined(&self) -> BTreeSet<(String, String)> {
         let mut out = BTreeSet::new();
-        for (tenant, classes) in &self.routes {
-            for route in classes.values() {
+        for (tenant, routes) in &self.routes {
+            for route in routes.classes.values() {
                 if let Target::Guest(v) = &route.target
                     && v.breaker().state().is_quarantined()
                 {
@@ -274,13 +303,9 @@ impl Snapshot {
 
     /// The route of `class` for `tenant`: `None` for an unknown tenant; the builtin
     /// default (fail-open) for an unassigned class.
-    pub fn route(&self, tenant: &str, class: Option<&str>) -> Option<Route> {
-        let classes = self.routes.get(tenant)?;
-        Some(class.and_then(|c| classes.get(c)).cloned().unwrap_or_else(|| Route {
-            policy: "default".into(),
-            target: Target::Builtin(builtin::find("default").expect("the default builtin exists")),
-            on_fault: FailMode::Open,
-        }))
+    pub fn route(&self, tenant: &str, class: Option<&str>) -> Option<&Arc<Route>> {
+        let routes = self.routes.get(tenant)?;
+        Some(class.and_then(|c| routes.classes.get(c)).unwrap_or(&routes.default))
     }
 }
 
@@ -568,7 +593,7 @@ fn mark_routed(snapshot: &Snapshot, loaded: &HashMap<VersionKey, Arc<LoadedVersi
     let routed: HashSet<*const LoadedVersion> = snapshot
         .routes
         .values()
-        .flat_map(|classes| classes.values())
+        .flat_map(|routes| routes.classes.values())
         .filter_map(|r| match &r.target {
             Target::Guest(v) => Some(Arc::as_ptr(v)),
             Target::Builtin(_) | Target::Unavailable(_) => None,
@@ -628,9 +653,14 @@ fn build_snapshot(writer: &Writer) -> Snapshot {
             } else {
                 continue;
             };
-            classes.insert(class.clone(), Route { policy: a.policy.clone(), target, on_fault: a.on_fault });
+            classes.insert(class.clone(), Arc::new(Route::new(a.policy.clone(), target, a.on_fault)));
         }
-        routes.insert(tenant.clone(), classes);
+        let default = Arc::new(Route::new(
+            "default".into(),
+            Target::Builtin(builtin::find("default").expect("the default builtin exists")),
+            FailMode::Open,
+        ));
+        routes.insert(tenant.clone(), TenantRoutes { classes, default });
     }
     Snapshot {
         manifest: Arc::new(writer.manifest.clone()),
