@@ -1,6 +1,8 @@
 //! `switchyard serve`'s limits holding whatever the requests say (a real server on
 //! loopback): idle-instance slots given back whichever way a version leaves its pool; a
-//! tenant's in-flight share taken before any server-wide selection slot.
+//! tenant's in-flight share taken before any server-wide selection slot; uploads'
+//! configure checks within the pool slots `compile_concurrency` sets aside;
+//! `max_params_bytes`; an upload over its tenant's rate refused before its body is read.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
