@@ -31,6 +31,10 @@ pub struct ServiceConfig {
     /// Largest body of the other routes (tenants, routers, assignments), bytes (→ 413
     /// `body-too-large`). 64 KiB: these bodies are a name or an assignment, < 1 KB.
     pub max_management_body_bytes: usize,
+    /// Largest upload `params` (the decoded query parameter), bytes (→ 400
+    /// `invalid-params`). 16 KiB: a policy's parameters are a few numbers and names, < 1
+    /// KB; every version keeps its text in the manifest and in memory.
+    pub max_params_bytes: usize,
     /// Time allowed to receive a whole body once the headers are in, ms (→ 408
     /// `body-timeout`). 10 s: an 8 MiB upload over a slow 10 Mbit/s link takes ~7 s.
     pub body_read_timeout_ms: u64,
@@ -65,8 +69,10 @@ pub struct ServiceConfig {
     /// Classes per tenant (→ 409 `too-many-classes`). 64: a class is a routing decision
     /// of the tenant's router (latency, batch, a few tiers), not a per-request key.
     pub max_classes_per_tenant: usize,
-    /// Compilations at once. 1: compiling is CPU-bound; with more, hostile uploads could
-    /// take every core from the selections. A compile holds its permit until Cranelift
+    /// Compilations at once, each with its upload's configure check (an upload of bytes
+    /// compiled before takes a permit for its check too: the check's instance is one of
+    /// the engine's pool slots this many are set aside for). 1: compiling is CPU-bound;
+    /// with more, hostile uploads could take every core from the selections. A compile holds its permit until Cranelift
     /// returns, even after its upload was answered `compile-timeout`; an upload waits
     /// for a permit at most `compile_timeout_ms` (`[limits]`), then → 503 `compile-busy`.
     pub compile_concurrency: usize,
@@ -82,7 +88,10 @@ pub struct ServiceConfig {
     /// Selections of one tenant at once (→ 429 `tenant-busy`), each running on an
     /// instance of its own. 16: more than the selection threads of a small host, so one
     /// tenant's burst (many versions, many concurrent selects) holds at most 16 of the
-    /// pool's slots and never starves another tenant's instances.
+    /// pool's slots and never starves another tenant's instances. Counted from the
+    /// tenant's own token before `max_inflight_selections` (a body still arriving
+    /// counts), so one tenant never holds every selection slot; a router's selections
+    /// count for the tenant their body names once it is read.
     pub max_in_flight_per_tenant: usize,
     /// Workers in one request's table (→ 400 `invalid-input`); see [`RequestLimitsConfig`]
     /// for this and the six below, their defaults and why.
@@ -108,6 +117,7 @@ impl Default for ServiceConfig {
             max_body_bytes: 8 << 20,
             max_select_body_bytes: 2 << 20,
             max_management_body_bytes: 64 << 10,
+            max_params_bytes: 16 << 10,
             body_read_timeout_ms: 10_000,
             header_read_timeout_ms: 10_000,
             max_connections: 1_024,
@@ -166,11 +176,13 @@ impl TryFrom<ServiceConfig> for ServiceLimits {
             ("max_body_bytes", c.max_body_bytes as u64),
             ("max_select_body_bytes", c.max_select_body_bytes as u64),
             ("max_management_body_bytes", c.max_management_body_bytes as u64),
+            ("max_params_bytes", c.max_params_bytes as u64),
             ("body_read_timeout_ms", c.body_read_timeout_ms),
             ("header_read_timeout_ms", c.header_read_timeout_ms),
             ("max_connections", c.max_connections as u64),
             ("max_inflight_selections", c.max_inflight_selections as u64),
             ("max_policies_per_tenant", c.max_policies_per_tenant as u64),
+            ("writes_per_minute", c.writes_per_minute as u64),
             ("compile_concurrency", c.compile_concurrency as u64),
             ("max_in_flight_per_tenant", c.max_in_flight_per_tenant as u64),
             ("max_versions_per_policy", c.max_versions_per_policy as u64),
@@ -227,5 +239,10 @@ mod tests {
         assert!(unknown.to_string().contains("unknown field"), "{unknown}");
         let bad = ServiceConfig { max_inflight_selections: 0, ..ServiceConfig::default() };
         assert!(ServiceLimits::try_from(bad).unwrap_err().contains("max_inflight_selections"));
+        // 0 would refuse every write: only these two may be 0.
+        let writes = serde_json::from_str::<ServiceLimits>(r#"{"writes_per_minute": 0}"#).unwrap_err();
+        assert!(writes.to_string().contains("writes_per_minute must be at least 1"), "{writes}");
+        let zeros = r#"{"uploads_per_minute": 0, "idle_instances_per_version": 0}"#;
+        assert!(serde_json::from_str::<ServiceLimits>(zeros).is_ok());
     }
 }

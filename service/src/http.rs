@@ -10,7 +10,9 @@
 //!   (`max_body_bytes` for uploads, `max_select_body_bytes`, `max_management_body_bytes`)
 //!   within `body_read_timeout_ms`;
 //! - selections: at most `max_inflight_selections` from authentication to answer, each
-//!   on a blocking thread (one more is answered 503 `overloaded`).
+//!   on a blocking thread (one more is answered 503 `overloaded`); of those, a tenant's
+//!   own at most `max_in_flight_per_tenant` (429 `tenant-busy`), counted before the
+//!   server-wide cap when the tenant's token calls, so no tenant can hold every slot.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -126,12 +128,7 @@ pub struct Http {
 type Svc = State<Arc<Http>>;
 type Answer = Result<Response, ApiError>;
 
-/// Every route of the service, with a [`Gate`] of its own.
-pub fn router(service: Arc<Service>) -> Router {
-    let gate = Arc::new(Gate::new(&service.limits));
-    app(service, gate)
-}
-
+/// Every route of the service, behind `gate`'s caps.
 fn app(service: Arc<Service>, gate: Arc<Gate>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -259,6 +256,25 @@ impl Limit {
     }
 }
 
+/// Reads `body` to its end, or until more than `cap` bytes have arrived, keeping its
+/// bytes only while they are at most `keep` in all: (what was kept, how many arrived).
+async fn drain(mut body: Body, keep: usize, cap: usize) -> Result<(Vec<u8>, usize), axum::Error> {
+    let mut bytes = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            seen = seen.saturating_add(data.len());
+            if seen > cap {
+                break;
+            }
+            if seen <= keep {
+                bytes.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok((bytes, seen))
+}
+
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
 }
@@ -292,23 +308,9 @@ impl Http {
         }
         let timeout = Duration::from_millis(self.limits().body_read_timeout_ms);
         let read = async {
-            let mut body = body;
-            let mut bytes = Vec::new();
-            let mut seen = 0usize;
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| {
-                    ApiError::bad_request(ErrorKind::InvalidBody, format!("reading the body: {e}"))
-                })?;
-                if let Ok(data) = frame.into_data() {
-                    seen = seen.saturating_add(data.len());
-                    if seen > drain_cap {
-                        break;
-                    }
-                    if seen <= max {
-                        bytes.extend_from_slice(&data);
-                    }
-                }
-            }
+            let (bytes, seen) = drain(body, max, drain_cap).await.map_err(|e| {
+                ApiError::bad_request(ErrorKind::InvalidBody, format!("reading the body: {e}"))
+            })?;
             if seen > max { Err(too_large()) } else { Ok(bytes) }
         };
         match tokio::time::timeout(timeout, read).await {
@@ -328,19 +330,7 @@ impl Http {
         let max = limit.bytes(self.limits());
         if declared_length(headers).is_none_or(|n| n <= max as u64) {
             let within = REFUSAL_DRAIN.min(Duration::from_millis(self.limits().body_read_timeout_ms));
-            let _ = tokio::time::timeout(within, async {
-                let mut body = body;
-                let mut seen = 0usize;
-                while let Some(Ok(frame)) = body.frame().await {
-                    if let Ok(data) = frame.into_data() {
-                        seen = seen.saturating_add(data.len());
-                        if seen > max {
-                            break;
-                        }
-                    }
-                }
-            })
-            .await;
+            let _ = tokio::time::timeout(within, drain(body, 0, max)).await;
         }
         refusal
     }
@@ -403,9 +393,12 @@ async fn upload(
     Query(query): Query<HashMap<String, String>>,
     body: Body,
 ) -> Answer {
-    let (who, body) = http.authorize(&headers, body, Limit::Upload, |w| require_tenant(w, &tenant)).await?;
-    let bytes = http.read_body(&headers, body, Limit::Upload).await?;
     let params = query.get("params").cloned();
+    // Whatever the body holds, an upload this refuses (the caller, the name, the
+    // parameters' size, the tenant's policy count and write rates) is refused unread.
+    let precheck = |w: &Principal| http.service.precheck_upload(w, &tenant, &name, params.as_deref());
+    let (who, body) = http.authorize(&headers, body, Limit::Upload, precheck).await?;
+    let bytes = http.read_body(&headers, body, Limit::Upload).await?;
     Ok(json_answer(StatusCode::CREATED, http.service.upload(&who, &tenant, &name, params, bytes).await?))
 }
 
@@ -434,7 +427,19 @@ async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
     // Who may select for which tenant is in the body; whether the caller is anyone at
     // all is in the headers, and is settled first.
     let (who, body) = http.authorize(&headers, body, Limit::Select, |_| Ok(())).await?;
+    // A tenant's own share first, before any server-wide slot: its selections in flight,
+    // bodies still arriving included, are at most `max_in_flight_per_tenant` (429 beyond),
+    // so it can never hold every slot. A router or the admin names the tenant in the
+    // body: that tenant's share is taken once the body is read (`Service::select`).
+    let share = match &who {
+        Principal::Tenant(tenant) => match http.service.enter(tenant) {
+            Ok(share) => Some(share),
+            Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
+        },
+        Principal::Admin | Principal::Router(_) => None,
+    };
     let Ok(permit) = http.gate.selections.clone().try_acquire_owned() else {
+        drop(share);
         http.gate.refused_selections.inc();
         let refusal = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -455,7 +460,7 @@ async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
     // the selection is done, even if the client has gone.
     let answer = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        service.select(&who, &body)
+        service.select(&who, share, &body)
     })
     .await
     .map_err(|e| ApiError::internal(format!("the selection thread: {e}")))??;

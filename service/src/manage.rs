@@ -161,18 +161,17 @@ impl Service {
         }
     }
 
-    /// Makes `version` the active version of `tenant`'s policy `name` in `record` (adding
-    /// it if new), the one it replaces the newest rollback target; trims the oldest
+    /// Makes `version` the active version of `tenant`'s policy `name` in `policies` (adding
+    /// it if new; `classes` are the tenant's), the one it replaces the newest rollback target; trims the oldest
     /// rollback targets while the policy keeps more than `max_versions_per_policy`
     /// versions. 409 `too-many-versions` when its active and pinned versions alone do.
     fn place_upload(
         &self,
-        record: &mut TenantRecord,
+        (policies, classes): (&mut BTreeMap<String, PolicyRecord>, &BTreeMap<String, Assignment>),
         tenant: &str,
         name: &str,
         version: VersionRecord,
     ) -> Result<(), ApiError> {
-        let TenantRecord { policies, classes, .. } = record;
         let policy = policies.entry(name.to_string()).or_insert_with(|| PolicyRecord {
             versions: Vec::new(),
             active: version.version.clone(),
@@ -246,6 +245,18 @@ impl Service {
         }
     }
 
+    /// 400 `invalid-params` if an upload's `params` are over `max_params_bytes`.
+    fn check_params_size(&self, params: Option<&str>) -> Result<(), ApiError> {
+        let max = self.limits.max_params_bytes;
+        match params {
+            Some(p) if p.len() > max => Err(ApiError::bad_request(
+                ErrorKind::InvalidParams,
+                format!("`params` are {} bytes; the limit is {max} (`max_params_bytes`)", p.len()),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn check_policy_count(&self, record: &TenantRecord, tenant: &str, name: &str) -> Result<(), ApiError> {
         if !record.policies.contains_key(name) && record.policies.len() >= self.limits.max_policies_per_tenant
         {
@@ -262,20 +273,24 @@ impl Service {
         Ok(())
     }
 
-    /// The compiled component for `bytes`: from memory if these bytes were compiled
-    /// before, else compiled on a blocking thread under a compile permit, so uploads never
-    /// take the async workers and at most `compile_concurrency` compiles run. The permit
-    /// is held by Cranelift's own thread until it returns: a compile that outlives its
-    /// upload's `compile_timeout_ms` (answered `compile-timeout` at once) still holds it
+    /// The compiled component for `bytes` and the compile permit its upload holds: from
+    /// memory if these bytes were compiled before, else compiled on a blocking thread, so
+    /// uploads never take the async workers and at most `compile_concurrency` compiles
+    /// run. The permit is taken on both paths: the upload's configure check that follows
+    /// instantiates the component under it, and the engine's pool has
+    /// `compile_concurrency` slots for those checks (see `Service::open`). It is held by
+    /// Cranelift's own thread until it returns: a compile that outlives its upload's
+    /// `compile_timeout_ms` (answered `compile-timeout` at once) still holds it
     /// (`switchyard_compiles_abandoned`). An upload waits for a permit at most
     /// `compile_timeout_ms`, then is refused 503 `compile-busy`: waiting lets concurrent
     /// honest uploads queue (a compile within the limit frees its permit within that
     /// time), the bound keeps an upload's answer prompt and the waiting bodies few while
     /// abandoned compiles hold every permit.
-    async fn compile(self: &Arc<Self>, blob: &str, bytes: Arc<[u8]>) -> Result<PolicyComponent, ApiError> {
-        if let Some(c) = self.writer.lock().await.components.get(blob) {
-            return Ok(c.clone());
-        }
+    async fn compile(
+        self: &Arc<Self>,
+        blob: &str,
+        bytes: Arc<[u8]>,
+    ) -> Result<(PolicyComponent, Arc<CompilePermit>), ApiError> {
         let wait = Duration::from_millis(self.engine.limits().compile_timeout_ms);
         match tokio::time::timeout(wait, self.compile_permits.acquire()).await {
             Ok(Ok(permit)) => permit.forget(),
@@ -290,13 +305,16 @@ impl Service {
                          (`compile_concurrency`) are taken, {} by compiles that outlived their \
                          upload's timeout; try again later",
                         wait.as_millis(),
-                        self.limits.compile_concurrency.max(1),
+                        self.limits.compile_concurrency,
                         self.metrics.compiles_abandoned()
                     ),
                 ));
             }
         }
         let permit = Arc::new(CompilePermit { service: Arc::clone(self), abandoned: AtomicBool::new(false) });
+        if let Some(c) = self.writer.lock().await.components.get(blob) {
+            return Ok((c.clone(), permit));
+        }
         let held = Arc::clone(&permit);
         let engine = self.engine.clone();
         let loaded =
@@ -309,10 +327,36 @@ impl Service {
             self.metrics.compile_abandoned();
             permit.abandoned.store(true, Ordering::Release);
         }
-        drop(permit);
         let component = loaded?;
         self.metrics.loaded(&component);
-        Ok(component)
+        Ok((component, permit))
+    }
+
+    /// The checks of an upload that need neither its body nor its parameters' meaning:
+    /// the caller, the name, the size of `params`, the tenant, its policy count and
+    /// (without counting the upload) its write rates. `upload` starts with them; the HTTP
+    /// route runs them before it reads the body too, so an upload refused for any of
+    /// these costs no body read, hash or canonicalisation.
+    pub fn precheck_upload(
+        &self,
+        who: &Principal,
+        tenant: &str,
+        name: &str,
+        params: Option<&str>,
+    ) -> Result<(), ApiError> {
+        require_tenant(who, tenant)?;
+        check_name("policy", name)?;
+        if builtin::find(name).is_some() {
+            return Err(ApiError::bad_request(
+                ErrorKind::InvalidName,
+                format!("`{name}` is a builtin's name; choose another"),
+            ));
+        }
+        self.check_params_size(params)?;
+        let snapshot = self.snapshot();
+        let current = snapshot.manifest().tenants.get(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+        self.check_policy_count(current, tenant, name)?;
+        self.rates.check(tenant, &self.limits, WriteKind::Upload)
     }
 
     /// `PUT /v1/tenants/{tenant}/policies/{name}`: validate, compile, configure, store,
@@ -325,14 +369,7 @@ impl Service {
         params: Option<String>,
         bytes: Vec<u8>,
     ) -> Result<Uploaded, ApiError> {
-        require_tenant(who, tenant)?;
-        check_name("policy", name)?;
-        if builtin::find(name).is_some() {
-            return Err(ApiError::bad_request(
-                ErrorKind::InvalidName,
-                format!("`{name}` is a builtin's name; choose another"),
-            ));
-        }
+        self.precheck_upload(who, tenant, name, params.as_deref())?;
         // Hashed and stored canonical: the same parameters are the same version however
         // they are spaced or ordered, and every instance is configured from that text.
         let params = params.as_deref().map(crate::params::canonical_params).transpose()?;
@@ -346,19 +383,28 @@ impl Service {
             size: bytes.len(),
         };
         {
-            // Refused before any work if the upload cannot fit (checked again under the lock).
+            // Refused before any work if the upload cannot fit (checked again under the
+            // lock), on a copy of this policy's record alone.
             let snapshot = self.snapshot();
             let current = snapshot.manifest().tenants.get(tenant).ok_or_else(|| unknown_tenant(tenant))?;
-            self.check_policy_count(current, tenant, name)?;
-            self.place_upload(&mut current.clone(), tenant, name, record.clone())?;
+            let mut policy: BTreeMap<String, PolicyRecord> =
+                current.policies.get(name).map(|p| (name.to_string(), p.clone())).into_iter().collect();
+            self.place_upload((&mut policy, &current.classes), tenant, name, record.clone())?;
         }
         self.rates.admit(tenant, &self.limits, WriteKind::Upload)?;
         let bytes: Arc<[u8]> = bytes.into();
-        let component = self.compile(&blob, bytes.clone()).await?;
-        let (first, component) = {
+        let (component, permit) = self.compile(&blob, bytes.clone()).await?;
+        let (template, component) = {
             let (name, parameters) = (name.to_string(), parameters.clone());
             tokio::task::spawn_blocking(move || {
-                GuestScorer::new(name, component.clone(), &parameters).map(|s| (s, component))
+                // Configured under the compile permit (its instance takes one of the pool's
+                // `compile_concurrency` slots for configure checks); only an instance-less
+                // sibling is kept, so the instance goes before the permit does and no upload
+                // holds one while it waits for the writer lock.
+                let configured = GuestScorer::new(name, component.clone(), &parameters);
+                let template = configured.map(|s| s.sibling());
+                drop(permit);
+                template.map(|t| (t, component))
             })
             .await
             .map_err(|e| ApiError::internal(format!("the configure thread: {e}")))??
@@ -374,7 +420,9 @@ impl Service {
             None => Err(unknown_tenant(tenant)),
             Some(current) => self
                 .check_policy_count(current, tenant, name)
-                .and_then(|()| self.place_upload(current, tenant, name, record))
+                .and_then(|()| {
+                    self.place_upload((&mut current.policies, &current.classes), tenant, name, record)
+                })
                 .map(|()| collect(current)),
         };
         // A write that collected the last version naming this blob may have deleted it
@@ -393,7 +441,7 @@ impl Service {
         // A re-upload of a version that did not load at start-up makes it available.
         writer.unavailable.remove(&key);
         if let std::collections::hash_map::Entry::Vacant(slot) = writer.loaded.entry(key) {
-            let loaded = self.new_version(slot.key(), first);
+            let loaded = self.new_version(slot.key(), template);
             slot.insert(loaded);
         }
         if let Err(e) = self.commit(&mut writer, manifest) {

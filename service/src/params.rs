@@ -3,10 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use serde_json::value::RawValue;
 use switchyard::selection::wire::ErrorKind;
 
 use crate::error::ApiError;
+
+/// The deepest nesting of arrays and objects accepted: serde_json's own recursion limit
+/// (it refuses a 128th level). Reading a [`RawValue`] skips its contents without that
+/// limit, so the walk below counts levels itself.
+const MAX_DEPTH: usize = 127;
 
 /// The canonical text of upload parameters, which must be a JSON object: no whitespace,
 /// every object's keys sorted (by their unescaped text, bytewise) with a duplicate key's
@@ -21,125 +26,62 @@ use crate::error::ApiError;
 /// --params` would use). Written as uploaded, they read exactly as the upload's text
 /// does: the canonical text parses to the same `Value`, which is what a policy reads its
 /// parameters from (`parse_parameters`). So `1.0` and `1.00` stay distinct versions.
+///
+/// serde_json does the reading: each object as a sorted map of its members' raw text
+/// (a later duplicate replaces the earlier, as in its `Value`), each array as a list of
+/// raw items, each scalar as its raw text.
 pub fn canonical_params(text: &str) -> Result<String, ApiError> {
     let invalid = || ApiError::bad_request(ErrorKind::InvalidParams, "`params` must be a JSON object");
-    // Checked by serde_json first (syntax, and nesting within its depth limit of 128, which
-    // bounds the recursion below): the walk then only ever sees well-formed JSON.
-    if !matches!(serde_json::from_str::<Value>(text), Ok(Value::Object(_))) {
-        return Err(invalid());
-    }
-    Canonical { text, pos: 0 }.value().ok_or_else(invalid)
+    let object: BTreeMap<String, &RawValue> = serde_json::from_str(text).map_err(|_| invalid())?;
+    let mut out = String::with_capacity(text.len());
+    write_object(&object, 1, &mut out).ok_or_else(invalid)?;
+    Ok(out)
 }
 
-/// A walk over well-formed JSON text that writes it in canonical form (see
-/// [`canonical_params`]). Any method answers `None` on text that is not JSON.
-struct Canonical<'a> {
-    text: &'a str,
-    pos: usize,
+/// Writes the canonical form of the object `members` at nesting level `depth`; `None`
+/// past [`MAX_DEPTH`] or on text serde_json refuses.
+fn write_object(members: &BTreeMap<String, &RawValue>, depth: usize, out: &mut String) -> Option<()> {
+    out.push('{');
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(key).ok()?);
+        out.push(':');
+        write_value(value, depth, out)?;
+    }
+    out.push('}');
+    Some(())
 }
 
-impl Canonical<'_> {
-    fn peek(&self) -> Option<u8> {
-        self.text.as_bytes().get(self.pos).copied()
-    }
-
-    fn skip_whitespace(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.pos += 1;
-        }
-    }
-
-    /// Consumes `byte` (after any whitespace), or answers `None`.
-    fn expect(&mut self, byte: u8) -> Option<()> {
-        self.skip_whitespace();
-        (self.peek()? == byte).then(|| self.pos += 1)
-    }
-
-    fn value(&mut self) -> Option<String> {
-        self.skip_whitespace();
-        match self.peek()? {
-            b'{' => self.object(),
-            b'[' => self.array(),
-            b'"' => serde_json::to_string(&self.string()?).ok(),
-            _ => self.scalar(),
-        }
-    }
-
-    fn object(&mut self) -> Option<String> {
-        self.expect(b'{')?;
-        // Keyed by the unescaped key, as serde_json's map is: the same order, and a
-        // duplicate replaces the earlier value as it does there.
-        let mut members = BTreeMap::new();
-        self.skip_whitespace();
-        if self.peek()? != b'}' {
-            loop {
-                self.skip_whitespace();
-                let key = self.string()?;
-                self.expect(b':')?;
-                members.insert(key, self.value()?);
-                self.skip_whitespace();
-                if self.peek()? != b',' {
-                    break;
+/// Writes the canonical form of `value`, inside a container at level `depth`.
+fn write_value(value: &RawValue, depth: usize, out: &mut String) -> Option<()> {
+    let text = value.get();
+    match text.as_bytes().first()? {
+        b'{' | b'[' if depth >= MAX_DEPTH => None,
+        b'{' => write_object(&serde_json::from_str(text).ok()?, depth + 1, out),
+        b'[' => {
+            let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
                 }
-                self.pos += 1;
+                write_value(item, depth + 1, out)?;
             }
+            out.push(']');
+            Some(())
         }
-        self.expect(b'}')?;
-        let mut out = String::from("{");
-        for (i, (key, value)) in members.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push_str(&serde_json::to_string(key).ok()?);
-            out.push(':');
-            out.push_str(value);
+        b'"' => {
+            let string: String = serde_json::from_str(text).ok()?;
+            out.push_str(&serde_json::to_string(&string).ok()?);
+            Some(())
         }
-        out.push('}');
-        Some(out)
-    }
-
-    fn array(&mut self) -> Option<String> {
-        self.expect(b'[')?;
-        let mut items = Vec::new();
-        self.skip_whitespace();
-        if self.peek()? != b']' {
-            loop {
-                items.push(self.value()?);
-                self.skip_whitespace();
-                if self.peek()? != b',' {
-                    break;
-                }
-                self.pos += 1;
-            }
+        // A number, `true`, `false` or `null`: as written.
+        _ => {
+            out.push_str(text);
+            Some(())
         }
-        self.expect(b']')?;
-        Some(format!("[{}]", items.join(",")))
-    }
-
-    /// A string token, unescaped. Bytes of multi-byte characters are never `"` or `\`,
-    /// so the token ends at a character boundary.
-    fn string(&mut self) -> Option<String> {
-        self.skip_whitespace();
-        let start = self.pos;
-        self.expect(b'"')?;
-        loop {
-            match self.peek()? {
-                b'\\' => self.pos += 2,
-                b'"' => break,
-                _ => self.pos += 1,
-            }
-        }
-        self.pos += 1;
-        serde_json::from_str(self.text.get(start..self.pos)?).ok()
-    }
-
-    /// A number, `true`, `false` or `null`: its text as written.
-    fn scalar(&mut self) -> Option<String> {
-        let start = self.pos;
-        while matches!(self.peek(), Some(b'0'..=b'9' | b'a'..=b'z' | b'E' | b'+' | b'-' | b'.')) {
-            self.pos += 1;
-        }
-        (self.pos > start).then(|| self.text[start..self.pos].to_string())
     }
 }
 
@@ -147,6 +89,7 @@ impl Canonical<'_> {
 mod tests {
     use super::*;
     use axum::http::StatusCode;
+    use serde_json::Value;
 
     fn canonical(text: &str) -> String {
         canonical_params(text).unwrap_or_else(|e| panic!("{text}: {e:?}"))
@@ -198,6 +141,20 @@ mod tests {
         for text in ["", "[1]", "3", r#""x""#, "null", "{", r#"{"a": 1} x"#, r#"{"a": 01}"#, "{'a': 1}"] {
             let e = canonical_params(text).unwrap_err();
             assert_eq!((e.status(), e.kind()), (StatusCode::BAD_REQUEST, ErrorKind::InvalidParams), "{text}");
+        }
+    }
+
+    #[test]
+    fn canonical_params_nest_as_deep_as_serde_json_reads_and_no_deeper() {
+        // Reading a raw value skips its contents without serde_json's recursion limit:
+        // the walk keeps the same bound, so no upload recurses deeper than a `Value` read.
+        for depth in [1usize, 2, 126, 127, 128, 129, 10_000] {
+            let text = format!(r#"{{"a":{}0{}}}"#, "[".repeat(depth - 1), "]".repeat(depth - 1));
+            let read = serde_json::from_str::<Value>(&text).is_ok();
+            assert_eq!(canonical_params(&text).is_ok(), read, "depth {depth}");
+            assert_eq!(read, depth <= MAX_DEPTH, "depth {depth}");
+            let objects = format!("{}0{}", r#"{"a":"#.repeat(depth), "}".repeat(depth));
+            assert_eq!(canonical_params(&objects).is_ok(), depth <= MAX_DEPTH, "objects, depth {depth}");
         }
     }
 }

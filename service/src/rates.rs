@@ -61,6 +61,41 @@ impl WriteRates {
         let mut rates = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let rates = rates.entry(tenant.to_string()).or_default();
         let now = Instant::now();
+        rates.room(tenant, limits, kind, now)?;
+        if kind == WriteKind::Upload {
+            rates.uploads.0.push_back(now);
+        }
+        rates.writes.0.push_back(now);
+        Ok(())
+    }
+
+    /// Refuses a write as [`WriteRates::admit`] would now, without counting one: for an
+    /// early check, before the work an admitted write does. Keeps nothing for a tenant
+    /// with no writes.
+    pub(crate) fn check(
+        &self,
+        tenant: &str,
+        limits: &ServiceLimits,
+        kind: WriteKind,
+    ) -> Result<(), ApiError> {
+        let mut rates = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match rates.get_mut(tenant) {
+            Some(rates) => rates.room(tenant, limits, kind, Instant::now()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl TenantRates {
+    /// Whether the allowances have room for one more write of `kind` at `now` (429
+    /// `rate-limited` naming the limit if not).
+    fn room(
+        &mut self,
+        tenant: &str,
+        limits: &ServiceLimits,
+        kind: WriteKind,
+        now: Instant,
+    ) -> Result<(), ApiError> {
         let refuse = |what: &str, n: usize, limit: usize, name: &str| {
             ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -70,18 +105,16 @@ impl WriteRates {
                 ),
             )
         };
-        let writes = rates.writes.count(now);
+        let writes = self.writes.count(now);
         if writes >= limits.writes_per_minute {
             return Err(refuse("writes", writes, limits.writes_per_minute, "writes_per_minute"));
         }
         if kind == WriteKind::Upload {
-            let uploads = rates.uploads.count(now);
+            let uploads = self.uploads.count(now);
             if uploads >= limits.uploads_per_minute {
                 return Err(refuse("uploads", uploads, limits.uploads_per_minute, "uploads_per_minute"));
             }
-            rates.uploads.0.push_back(now);
         }
-        rates.writes.0.push_back(now);
         Ok(())
     }
 }

@@ -42,8 +42,16 @@ pub fn select_error(e: SelectError) -> ApiError {
 }
 
 impl Service {
-    /// One selection for `who`, from the raw body.
-    pub fn select(&self, who: &Principal, body: &[u8]) -> Result<SelectionAnswer, ApiError> {
+    /// One selection for `who`, from the raw body. `share` is the caller's own in-flight
+    /// share when the caller is a tenant (taken from its token before the body was read,
+    /// see `Service::enter`); for a router or the admin, the share of the tenant the body
+    /// names is taken here, once that tenant is known to exist.
+    pub fn select(
+        &self,
+        who: &Principal,
+        share: Option<InFlight>,
+        body: &[u8],
+    ) -> Result<SelectionAnswer, ApiError> {
         let invalid = |m: String| ApiError::bad_request(ErrorKind::InvalidInput, m);
         // Straight into the request's own types: no JSON tree (which costs ~16× the body)
         // is ever built from a client's bytes.
@@ -52,21 +60,23 @@ impl Service {
         let tenant =
             request.tenant.clone().ok_or_else(|| invalid("`tenant` (a string) is required".into()))?;
         require_selector(who, &tenant)?;
-        // The tenant's share of the service: its own selections in flight.
-        let _in_flight = self.enter(&tenant)?;
         let class = request.classifier_class.clone().or_else(|| request.policy_class.clone());
+        // The route alone is held while the selection runs, not the whole snapshot.
+        let route =
+            self.snapshot().route(&tenant, class.as_deref()).cloned().ok_or_else(|| {
+                ApiError::not_found(ErrorKind::UnknownTenant, format!("no tenant `{tenant}`"))
+            })?;
+        // The tenant's share of the service: its own selections in flight. A tenant's
+        // share came with its token (`require_selector` made sure the body names it).
+        let _in_flight = match share {
+            Some(share) => share,
+            None => self.enter(&tenant)?,
+        };
         let (table, request) =
             request.into_parts_within(self.limits.requests()).map_err(|e| invalid(e.to_string()))?;
 
         let started = Instant::now();
-        let route = self
-            .snapshot()
-            .route(&tenant, class.as_deref())
-            .ok_or_else(|| ApiError::not_found(ErrorKind::UnknownTenant, format!("no tenant `{tenant}`")))?;
-        let metrics = match &route.target {
-            Target::Guest(v) => v.metrics().clone(),
-            Target::Builtin(_) | Target::Unavailable(_) => self.metrics.policy(&tenant, &route.policy),
-        };
+        let metrics = route.metrics(&tenant, &self.metrics);
         let outcome = match &route.target {
             Target::Builtin(b) => native(b, &table, &request),
             Target::Guest(v) => run_guest(&tenant, v, route.on_fault, &table, &request),
@@ -188,9 +198,11 @@ impl Drop for InFlight {
 
 impl Service {
     /// Admits one more selection of `tenant`, or refuses with 429 `tenant-busy` when its
-    /// `max_in_flight_per_tenant` are all running: one tenant's burst (or a slow policy)
-    /// takes at most its share of the selection threads.
-    fn enter(&self, tenant: &str) -> Result<InFlight, ApiError> {
+    /// `max_in_flight_per_tenant` are all running: one tenant's burst (or a slow policy,
+    /// or bodies that never finish arriving) takes at most its share of the selection
+    /// slots. Only for a tenant that exists (one a token names, or one a route was found
+    /// for), so the counters are never kept for names a caller made up.
+    pub(crate) fn enter(&self, tenant: &str) -> Result<InFlight, ApiError> {
         let counter = {
             let mut map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
             Arc::clone(map.entry(tenant.to_string()).or_default())

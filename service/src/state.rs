@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 use switchyard::guard::GuardConfig;
@@ -45,12 +45,29 @@ impl IdleSlots {
     fn new(max: usize) -> Arc<Self> {
         Arc::new(Self { held: AtomicUsize::new(0), max })
     }
-    /// Takes a slot for one more idle instance, if any is left.
-    fn take(&self) -> bool {
-        self.held.try_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1)).is_ok()
+    /// Takes a slot for one more idle instance, if any is left. The slot is given back
+    /// when the answer is dropped, with the idle instance it is kept beside.
+    fn take(self: &Arc<Self>) -> Option<IdleSlot> {
+        self.held
+            .try_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1))
+            .ok()
+            .map(|_| IdleSlot(Arc::clone(self)))
     }
-    fn give_back(&self, n: usize) {
-        self.held.fetch_sub(n, Ordering::AcqRel);
+    /// Idle instances kept now, across every version.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
+}
+
+/// One of the `max_idle_instances` slots, owned by the idle instance it is kept with:
+/// however that instance leaves its pool (checked out, its version retired or dropped
+/// whole), the slot comes back with it.
+#[derive(Debug)]
+struct IdleSlot(Arc<IdleSlots>);
+
+impl Drop for IdleSlot {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -70,11 +87,13 @@ pub struct LoadedVersion {
     /// instance is its sibling (see [`GuestScorer::sibling`]).
     template: Mutex<GuestScorer>,
     /// Idle guarded selectors, each owning one guest instance (a Store is
-    /// single-threaded, so a concurrent selection takes its own).
-    idle: Mutex<Vec<GuardedSelector>>,
+    /// single-threaded, so a concurrent selection takes its own) and the idle slot it
+    /// holds.
+    idle: Mutex<Vec<(GuardedSelector, IdleSlot)>>,
     max_idle: usize,
     /// Whether a route uses this version; a retired version keeps no idle instances
-    /// (they hold slots of the engine's instance pool).
+    /// (they hold slots of the engine's instance pool). Written and read under `idle`'s
+    /// lock, so an instance checked in as the version retires is never kept.
     routed: AtomicBool,
     metrics: Arc<PolicyMetrics>,
     /// Quarantine of this version, shared by all its instances and threads.
@@ -104,10 +123,9 @@ impl LoadedVersion {
     /// An idle guarded selector, or a new one whose guest instantiates on its first call
     /// (a failure then is contained like any fault). Fails as `mode` says.
     pub fn checkout(&self, mode: FailMode) -> GuardedSelector {
-        let pooled = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        if pooled.is_some() {
-            self.idle_slots.give_back(1);
-        }
+        // The idle slot goes back as the entry is taken apart.
+        let pooled =
+            self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop().map(|(selector, _slot)| selector);
         let mut selector = pooled.unwrap_or_else(|| {
             let scorer = self.template.lock().unwrap_or_else(|p| p.into_inner()).sibling();
             self.wrap(scorer)
@@ -119,11 +137,14 @@ impl LoadedVersion {
     /// Returns a selector for reuse, or drops it (and its instance, freeing its slot and
     /// its tenant's share) when the version is retired or the idle pools are full.
     pub fn checkin(&self, selector: GuardedSelector) {
-        if self.routed.load(Ordering::Acquire) {
-            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            if idle.len() < self.max_idle && self.idle_slots.take() {
-                idle.push(selector);
-            }
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        // Under the lock that `set_routed` clears the pool under: a version retired
+        // meanwhile keeps nothing.
+        if self.routed.load(Ordering::Acquire)
+            && idle.len() < self.max_idle
+            && let Some(slot) = self.idle_slots.take()
+        {
+            idle.push((selector, slot));
         }
     }
 
@@ -135,13 +156,14 @@ impl LoadedVersion {
             .with_label(format!("`{}` version {short}", self.policy))
     }
 
+    /// Marks the version routed or retired; a retired one drops its idle instances, and
+    /// their slots come back with them.
     fn set_routed(&self, routed: bool) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         self.routed.store(routed, Ordering::Release);
-        if !routed {
-            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            self.idle_slots.give_back(idle.len());
-            idle.clear();
-        }
+        let dropped = if routed { Vec::new() } else { std::mem::take(&mut *idle) };
+        drop(idle);
+        drop(dropped);
     }
 }
 
@@ -199,13 +221,42 @@ pub struct Route {
     pub target: Target,
     /// What a fault of the policy does to the selection.
     pub on_fault: FailMode,
+    /// The counters of a builtin's or an unavailable version's route, from the service's
+    /// metrics on its first selection through this snapshot (so a series still appears
+    /// on a policy's first selection, and later ones take no lock).
+    metrics: OnceLock<Arc<PolicyMetrics>>,
+}
+
+impl Route {
+    fn new(policy: String, target: Target, on_fault: FailMode) -> Self {
+        Self { policy, target, on_fault, metrics: OnceLock::new() }
+    }
+
+    /// The counters the route's selections count into: a guest version's own, else
+    /// those of (`tenant`, the policy) in `all`.
+    pub fn metrics(&self, tenant: &str, all: &Metrics) -> &Arc<PolicyMetrics> {
+        match &self.target {
+            Target::Guest(v) => v.metrics(),
+            Target::Builtin(_) | Target::Unavailable(_) => {
+                self.metrics.get_or_init(|| all.policy(tenant, &self.policy))
+            }
+        }
+    }
+}
+
+/// One tenant's routes.
+struct TenantRoutes {
+    /// class → route, for the classes it assigned.
+    classes: HashMap<String, Arc<Route>>,
+    /// What an unassigned class runs: the builtin default, fail-open.
+    default: Arc<Route>,
 }
 
 /// An immutable view for readers: swapped whole on every change.
 pub struct Snapshot {
     manifest: Arc<Manifest>,
-    /// tenant → class → route.
-    routes: HashMap<String, HashMap<String, Route>>,
+    /// tenant → its routes.
+    routes: HashMap<String, TenantRoutes>,
     /// Every loaded version, routed or not (for listing their breakers).
     versions: HashMap<VersionKey, Arc<LoadedVersion>>,
     /// Versions that did not load, and why.
@@ -238,8 +289,8 @@ impl Snapshot {
     /// count: no traffic reaches it.
     pub fn quarantined(&self) -> BTreeSet<(String, String)> {
         let mut out = BTreeSet::new();
-        for (tenant, classes) in &self.routes {
-            for route in classes.values() {
+        for (tenant, routes) in &self.routes {
+            for route in routes.classes.values() {
                 if let Target::Guest(v) = &route.target
                     && v.breaker().state().is_quarantined()
                 {
@@ -252,13 +303,9 @@ impl Snapshot {
 
     /// The route of `class` for `tenant`: `None` for an unknown tenant; the builtin
     /// default (fail-open) for an unassigned class.
-    pub fn route(&self, tenant: &str, class: Option<&str>) -> Option<Route> {
-        let classes = self.routes.get(tenant)?;
-        Some(class.and_then(|c| classes.get(c)).cloned().unwrap_or_else(|| Route {
-            policy: "default".into(),
-            target: Target::Builtin(builtin::find("default").expect("the default builtin exists")),
-            on_fault: FailMode::Open,
-        }))
+    pub fn route(&self, tenant: &str, class: Option<&str>) -> Option<&Arc<Route>> {
+        let routes = self.routes.get(tenant)?;
+        Some(class.and_then(|c| routes.classes.get(c)).unwrap_or(&routes.default))
     }
 }
 
@@ -381,9 +428,10 @@ impl Service {
         }
         sweep_orphan_blobs(&store, &engine, &writer.manifest);
         let snapshot = build_snapshot(&writer);
+        mark_routed(&snapshot, &writer.loaded);
         record_state(&metrics, &writer);
         let service = Arc::new(Self {
-            compile_permits: Semaphore::new(limits.compile_concurrency.max(1)),
+            compile_permits: Semaphore::new(limits.compile_concurrency),
             limits,
             guard,
             engine,
@@ -414,6 +462,11 @@ impl Service {
     pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         let snapshot = self.snapshot();
         self.metrics.register(registry, &snapshot.quarantined(), snapshot.unavailable_count());
+        registry.register(
+            "switchyard_idle_instances",
+            "Idle guest instances kept for reuse, across every version (at most max_idle_instances)",
+            prometheus_client::metrics::gauge::ConstGauge::new(self.idle_slots.held()),
+        );
     }
 
     /// Makes `manifest` durable, then visible: writes it (temp + fsync + rename), adopts
@@ -428,20 +481,9 @@ impl Service {
             .map_err(|e| ApiError::internal(format!("writing the manifest: {e}")))?;
         let old = std::mem::replace(&mut writer.manifest, manifest);
         self.release_unnamed(writer, &old);
-        let snapshot = build_snapshot(writer);
-        let routed: HashSet<*const LoadedVersion> = snapshot
-            .routes
-            .values()
-            .flat_map(|classes| classes.values())
-            .filter_map(|r| match &r.target {
-                Target::Guest(v) => Some(Arc::as_ptr(v)),
-                Target::Builtin(_) | Target::Unavailable(_) => None,
-            })
-            .collect();
-        self.snapshot.store(Arc::new(snapshot));
-        for v in writer.loaded.values() {
-            v.set_routed(routed.contains(&Arc::as_ptr(v)));
-        }
+        let snapshot = Arc::new(build_snapshot(writer));
+        self.snapshot.store(Arc::clone(&snapshot));
+        mark_routed(&snapshot, &writer.loaded);
         record_state(&self.metrics, writer);
         Ok(())
     }
@@ -455,7 +497,15 @@ impl Service {
     /// blob. A deletion that fails leaves the file; the commit stands.
     fn release_unnamed(&self, writer: &mut Writer, old: &Manifest) {
         let named: HashMap<(&str, &str, &str), &str> = versions_of(&writer.manifest).collect();
-        writer.loaded.retain(|(t, p, v), _| named.contains_key(&(t.as_str(), p.as_str(), v.as_str())));
+        writer.loaded.retain(|(t, p, v), loaded| {
+            let keep = named.contains_key(&(t.as_str(), p.as_str(), v.as_str()));
+            if !keep {
+                // Retired now, routed or not: its idle instances go (a selection still on
+                // it drops its instance when done), and their slots come back.
+                loaded.set_routed(false);
+            }
+            keep
+        });
         writer.unavailable.retain(|(t, p, v), _| named.contains_key(&(t.as_str(), p.as_str(), v.as_str())));
         let in_use: HashSet<&str> = writer
             .loaded
@@ -484,16 +534,16 @@ impl Service {
         });
     }
 
-    /// A loaded version for the writer's map; `first` is the scorer the upload's
-    /// configure check created, its instance kept as the first idle one.
-    pub(crate) fn new_version(&self, key: &VersionKey, first: GuestScorer) -> Arc<LoadedVersion> {
+    /// A loaded version for the writer's map; `template` is an instance-less sibling of
+    /// the scorer the upload's configure check accepted.
+    pub(crate) fn new_version(&self, key: &VersionKey, template: GuestScorer) -> Arc<LoadedVersion> {
         let ctx = VersionContext {
             limits: &self.limits,
             guard: &self.guard,
             metrics: &self.metrics,
             idle: &self.idle_slots,
         };
-        new_version(&ctx, (&key.0, &key.1, &key.2), first)
+        new_version(&ctx, (&key.0, &key.1, &key.2), template)
     }
 }
 
@@ -515,29 +565,43 @@ fn sweep_orphan_blobs(store: &Store, engine: &PolicyEngine, manifest: &Manifest)
     }
 }
 
-/// A loaded version of (tenant, policy, version), with a closed breaker of its own.
-/// `accepted` is a scorer that configured successfully; its instance, if it has one
-/// (an upload's configure check), is kept as the first idle one.
+/// A loaded version of (tenant, policy, version), with a closed breaker of its own and
+/// no instance yet: `template` is an instance-less sibling of a scorer that configured
+/// successfully. Retired until a commit (or start-up) routes a class to it.
 fn new_version(
     ctx: &VersionContext<'_>,
     (tenant, policy, version): (&str, &str, &str),
-    accepted: GuestScorer,
+    template: GuestScorer,
 ) -> Arc<LoadedVersion> {
-    let loaded = Arc::new(LoadedVersion {
+    Arc::new(LoadedVersion {
         policy: policy.to_string(),
         version: version.to_string(),
-        template: Mutex::new(accepted.sibling()),
+        template: Mutex::new(template),
         idle: Mutex::new(Vec::new()),
         max_idle: ctx.limits.idle_instances_per_version,
-        routed: AtomicBool::new(true),
+        routed: AtomicBool::new(false),
         metrics: ctx.metrics.policy(tenant, policy),
         breaker: Arc::new(SharedBreaker::new(ctx.guard.clone())),
         guard: ctx.guard.clone(),
         idle_slots: Arc::clone(ctx.idle),
-    });
-    let selector = loaded.wrap(accepted);
-    loaded.checkin(selector);
-    loaded
+    })
+}
+
+/// Marks each loaded version routed if `snapshot` routes a class to it, else retired
+/// (which drops its idle instances).
+fn mark_routed(snapshot: &Snapshot, loaded: &HashMap<VersionKey, Arc<LoadedVersion>>) {
+    let routed: HashSet<*const LoadedVersion> = snapshot
+        .routes
+        .values()
+        .flat_map(|routes| routes.classes.values())
+        .filter_map(|r| match &r.target {
+            Target::Guest(v) => Some(Arc::as_ptr(v)),
+            Target::Builtin(_) | Target::Unavailable(_) => None,
+        })
+        .collect();
+    for v in loaded.values() {
+        v.set_routed(routed.contains(&Arc::as_ptr(v)));
+    }
 }
 
 /// Every version `manifest` names: ((tenant, policy, version), blob).
@@ -589,9 +653,14 @@ fn build_snapshot(writer: &Writer) -> Snapshot {
             } else {
                 continue;
             };
-            classes.insert(class.clone(), Route { policy: a.policy.clone(), target, on_fault: a.on_fault });
+            classes.insert(class.clone(), Arc::new(Route::new(a.policy.clone(), target, a.on_fault)));
         }
-        routes.insert(tenant.clone(), classes);
+        let default = Arc::new(Route::new(
+            "default".into(),
+            Target::Builtin(builtin::find("default").expect("the default builtin exists")),
+            FailMode::Open,
+        ));
+        routes.insert(tenant.clone(), TenantRoutes { classes, default });
     }
     Snapshot {
         manifest: Arc::new(writer.manifest.clone()),

@@ -19,7 +19,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use switchyard::cache::{is_temp_name, private_dir, read_private, write_private};
+use switchyard::cache::{private_dir, read_private, write_private};
 use switchyard::{FailMode, PolicyEngine};
 
 /// The manifest format this build writes and reads.
@@ -127,8 +127,8 @@ impl Store {
             for entry in std::fs::read_dir(&sub)? {
                 let entry = entry?;
                 let path = entry.path();
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if path.extension().is_some_and(|e| e == "tmp") || is_temp_name(&name) {
+                // Every temp name `write_private` makes (`.NAME.PID.N.tmp`) ends so.
+                if path.extension().is_some_and(|e| e == "tmp") {
                     let _ = std::fs::remove_file(path);
                     continue;
                 }
@@ -139,11 +139,6 @@ impl Store {
             }
         }
         Ok(Self { dir: dir.to_path_buf(), _lock: lock })
-    }
-
-    /// The data directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// The committed manifest; empty on first start.
@@ -167,7 +162,7 @@ impl Store {
     /// Commits `manifest`: after this returns, a restart sees it.
     pub fn write_manifest(&self, manifest: &Manifest) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(manifest).map_err(std::io::Error::other)?;
-        atomic_write(&self.dir, "manifest.json", &bytes)
+        write_private(&self.dir, "manifest.json", &bytes)
     }
 
     /// Stores component bytes under their sha256 (a no-op if present).
@@ -178,7 +173,7 @@ impl Store {
         if present {
             return Ok(());
         }
-        atomic_write(&self.dir.join("blobs"), &name, bytes)
+        write_private(&self.dir.join("blobs"), &name, bytes)
     }
 
     /// The component bytes stored under `sha256` (through [`read_private`]: owner-only,
@@ -208,11 +203,13 @@ impl Store {
     /// absent files are fine. Only for a blob no committed version names, under the
     /// writer lock: an upload makes sure its blob exists under that lock before it commits,
     /// so it never commits a manifest naming a blob deleted here. The artifact goes first:
-    /// a crash in between leaves a blob (harmless), never an artifact nothing finds.
+    /// a crash in between leaves a blob (harmless), never an artifact nothing finds. The
+    /// blob is read as [`Store::read_blob`] reads it (never through a symlink, owner-only,
+    /// at most `MAX_BLOB_BYTES`); one it refuses is an error, and stays.
     pub fn remove_blob(&self, sha256: &str, engine: &PolicyEngine) -> std::io::Result<()> {
         let path = self.blob_path(sha256);
         if let Some(cache) = engine.artifact_cache() {
-            match std::fs::read(&path) {
+            match self.read_blob(sha256) {
                 Ok(bytes) => {
                     let artifact = cache.path_for(engine.engine(), &bytes);
                     remove_if_present(&artifact)?;
@@ -258,13 +255,6 @@ fn lock(dir: &Path) -> std::io::Result<File> {
         )),
         Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
-}
-
-/// Writes `dir/name` owner-only so that it is either absent/old or complete (see
-/// [`write_private`]: a temp name unique to the write, fsync, rename, fsync of the
-/// directory).
-pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    write_private(dir, name, bytes)
 }
 
 #[cfg(test)]
@@ -316,12 +306,30 @@ mod tests {
     }
 
     #[test]
+    fn a_blob_that_is_a_symlink_is_not_read_through_when_removed() {
+        let dir = temp("remove-symlink");
+        let store = Store::open(&dir).unwrap();
+        let cache = switchyard::ArtifactCache::open(dir.join("compiled")).unwrap();
+        let engine =
+            PolicyEngine::new(switchyard::Limits::default()).unwrap().with_artifact_cache(cache.clone());
+        // Another blob's artifact, and a "blob" that is a link to that blob's bytes.
+        store.write_blob("00ff", b"bytes").unwrap();
+        let artifact = cache.path_for(engine.engine(), b"bytes");
+        std::fs::write(&artifact, b"compiled").unwrap();
+        std::os::unix::fs::symlink(dir.join("blobs/00ff.wasm"), dir.join("blobs/00bb.wasm")).unwrap();
+        let refused = store.remove_blob("00bb", &engine).unwrap_err();
+        assert!(refused.to_string().contains("symbolic link"), "{refused}");
+        assert!(artifact.exists(), "the artifact of the bytes the link points at stays");
+        assert_eq!(store.read_blob("00ff").unwrap(), b"bytes");
+    }
+
+    #[test]
     fn a_corrupt_or_foreign_manifest_is_an_error_not_an_empty_store() {
         let dir = temp("corrupt");
         let store = Store::open(&dir).unwrap();
-        atomic_write(&dir, "manifest.json", b"{\"format\": 1, \"tenants\": ").unwrap();
+        write_private(&dir, "manifest.json", b"{\"format\": 1, \"tenants\": ").unwrap();
         assert!(store.load_manifest().unwrap_err().contains("manifest.json"));
-        atomic_write(&dir, "manifest.json", b"{\"format\": 9, \"tenants\": {}}").unwrap();
+        write_private(&dir, "manifest.json", b"{\"format\": 9, \"tenants\": {}}").unwrap();
         assert!(store.load_manifest().unwrap_err().contains("format 9"));
     }
 

@@ -15,6 +15,7 @@ mod sandbox_cli;
 mod server;
 mod service;
 mod service_hostile;
+mod service_limits;
 mod service_load;
 mod service_quarantine;
 mod service_shares;

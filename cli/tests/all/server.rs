@@ -1,6 +1,7 @@
 //! A real `switchyard serve` on a loopback port, and a small blocking HTTP client.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -303,4 +304,64 @@ pub fn select_body(tenant: &str, class: Option<&str>) -> Value {
     v["tenant"] = Value::from(tenant);
     v["policy_class"] = class.map_or(Value::Null, Value::from);
     v
+}
+
+// Raw HTTP, for requests a client library would not send (stalled bodies, lying
+// lengths).
+
+/// Opens a connection and sends a request's head (and the start of its body).
+pub fn send_head(addr: &str, head: &str, body_start: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).expect("connecting");
+    stream.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body_start).unwrap();
+    stream
+}
+
+/// The head of a raw HTTP/1.1 request (with a bearer `token`, if any).
+pub fn head(method: &str, path: &str, token: Option<&str>, content_length: usize) -> String {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Length: {content_length}\r\n\r\n")
+}
+
+/// Reads one response (status and body) from `stream`, within `within`.
+pub fn read_response(stream: &mut TcpStream, within: Duration) -> Result<(u16, String), String> {
+    let deadline = Instant::now() + within;
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "no complete answer within {within:?}: {:?}",
+                String::from_utf8_lossy(&bytes)
+            ));
+        }
+        stream.set_read_timeout(Some(left)).unwrap();
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if bytes.is_empty() => return Err(format!("reading the answer: {e}")),
+            Err(_) => break,
+        }
+        if let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&bytes[..end]).to_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if bytes.len() >= end + 4 + length {
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes).to_string();
+    let status = text
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("not an HTTP answer: {text:?}"))?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, body))
 }

@@ -5,14 +5,17 @@
 //! loopback port; every loop is bounded in count and time, and traffic goes only to
 //! 127.0.0.1.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::server::{ADMIN, Body, Client, Server, select_body, serve_command, serve_refused, temp_dir};
+use crate::server::{
+    ADMIN, Body, Client, Server, head, read_response, select_body, send_head, serve_command, serve_refused,
+    temp_dir,
+};
 use crate::support::DEFAULT_POLICY;
 
 /// What a healthy server answers /healthz within, whatever else it is doing: a generous
@@ -50,62 +53,6 @@ fn assert_healthy(c: &Client, when: &str) {
     let took = healthz(c);
     println!("/healthz {when}: {took:?}");
     assert!(took < HEALTHY, "/healthz took {took:?} {when}");
-}
-
-/// Opens a connection and sends a request's head (and the start of its body).
-fn send_head(addr: &str, head: &str, body_start: &[u8]) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).expect("connecting");
-    stream.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body_start).unwrap();
-    stream
-}
-
-fn head(method: &str, path: &str, token: Option<&str>, content_length: usize) -> String {
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Length: {content_length}\r\n\r\n")
-}
-
-/// Reads one response (status and body) from `stream`, within `within`.
-fn read_response(stream: &mut TcpStream, within: Duration) -> Result<(u16, String), String> {
-    let deadline = Instant::now() + within;
-    let mut bytes = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(format!(
-                "no complete answer within {within:?}: {:?}",
-                String::from_utf8_lossy(&bytes)
-            ));
-        }
-        stream.set_read_timeout(Some(left)).unwrap();
-        match stream.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
-            Err(e) if bytes.is_empty() => return Err(format!("reading the answer: {e}")),
-            Err(_) => break,
-        }
-        if let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&bytes[..end]).to_lowercase();
-            let length = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            if bytes.len() >= end + 4 + length {
-                break;
-            }
-        }
-    }
-    let text = String::from_utf8_lossy(&bytes).to_string();
-    let status = text
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|r| r.get(..3))
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("not an HTTP answer: {text:?}"))?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    Ok((status, body))
 }
 
 #[test]
@@ -344,10 +291,14 @@ fn selections_in_flight_are_capped_with_a_503_overloaded() {
     let mut server = Server::start(&dir, None, Some(ADMIN));
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
-    // 64 selections (the default cap) whose bodies never finish arriving.
+    // 64 selections (the default cap) whose bodies never finish arriving, from a router: a
+    // tenant's own token would get its 429 past its share (`max_in_flight_per_tenant`).
+    let (status, v) = c.call("POST", "/v1/routers", Some(ADMIN), Body::Json(json!({ "name": "edge" })));
+    assert_eq!(status, 201, "{v}");
+    let router = v["token"].as_str().unwrap().to_string();
     let addr = server.addr();
     let stalled: Vec<TcpStream> =
-        (0..64).map(|_| send_head(&addr, &head("POST", "/v1/select", Some(&token), 1000), b"{")).collect();
+        (0..64).map(|_| send_head(&addr, &head("POST", "/v1/select", Some(&router), 1000), b"{")).collect();
     let full = c.wait_for_metric("switchyard_selections_in_flight", 64.0);
     let (status, v) = c.select(&token, "acme", None);
     assert_eq!((status, kind(&v)), (503, "overloaded"), "{v}");
