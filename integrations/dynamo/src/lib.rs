@@ -50,6 +50,18 @@
 //!    every partition of the instance), commits the pick through `on-selected`;
 //! 4. maps the chosen slot back to Dynamo's row.
 //!
+//! # Scorer mode
+//!
+//! A Dynamo image with scorers of its own composes a guest with them: its provider calls
+//! [`LoadedPolicy::scorers`] (which refuses, naming the reason, a policy that filters or
+//! wants commits: a Dynamo scorer can neither drop a row nor learn the pick) and its
+//! factory puts [`ScorerFactory::scorer`] beside its own scorers in a
+//! `WorkerSelectionPolicy`. The guest's costs (the columns built as in picker mode, no
+//! pin: Dynamo applied it before scoring) are written per row and Dynamo adds them to its
+//! scorers' in declaration order; its picker decides. Faults are contained as in picker
+//! mode: fail-open writes the native default's costs instead, fail-closed fails the
+//! selection.
+//!
 //! # What maps, and how
 //!
 //! | Switchyard | from Dynamo 1.6.1's picker view |
@@ -109,19 +121,25 @@
 
 mod config;
 mod picker;
+mod rows;
+mod scorer;
 
 use std::sync::{Arc, Mutex};
 
+use dynamo_kv_router::plugins::worker_selection::WorkerInputs as DynamoInputs;
 use dynamo_kv_router::plugins::{
     RouterPluginRegistry, WorkerSelectionPolicyProvider, WorkerSelectionPolicyRegistryError,
 };
 use dynamo_kv_router::{WorkerSelectionPolicy, WorkerSelectionPolicyFactory, WorkerType};
 use switchyard::selection::Scorer;
-use switchyard::{GuestScorer, LoadErrorKind, PolicyComponent, PolicyEngine, SharedBreaker};
-use switchyard_guest_sdk::{InputGroups, Pool};
+use switchyard::{
+    FailMode, GuardedSelector, GuestScorer, LoadErrorKind, PolicyComponent, PolicyEngine, SharedBreaker,
+};
+use switchyard_guest_sdk::{InputGroups, PolicyInfo, Pool};
 
 pub use config::{ConfigError, PolicySource, SwitchyardConfig};
 pub use picker::SwitchyardPicker;
+pub use scorer::SwitchyardScorer;
 
 /// The worker-selection policy type this crate registers.
 pub const POLICY_TYPE: &str = "switchyard";
@@ -143,7 +161,7 @@ pub fn provider() -> WorkerSelectionPolicyProvider {
 }
 
 /// A policy loaded and configured once at start-up, from which every partition's picker
-/// is made.
+/// (or scorer) is made.
 pub struct LoadedPolicy {
     config: SwitchyardConfig,
     /// The configured guest's template: configured once at start-up (so a bad `params`
@@ -151,7 +169,7 @@ pub struct LoadedPolicy {
     /// only because a scorer is not `Sync` and Dynamo's factory must be; it is taken once
     /// per factory call.
     guest: Mutex<GuestScorer>,
-    groups: InputGroups,
+    info: PolicyInfo,
     breaker: Arc<SharedBreaker>,
 }
 
@@ -188,33 +206,61 @@ impl LoadedPolicy {
             let field = if e.kind == LoadErrorKind::ConfigureFailed { "params" } else { "policy.file" };
             ConfigError::new(field, e.to_string())
         })?;
-        let groups = guest.info().inputs;
+        let info = guest.info();
         Ok(Arc::new(Self {
             config: config.clone(),
             // Only a template: the configured instance goes (its pool slot and memory with
             // it); each picker's sibling instantiates on its first selection.
             guest: Mutex::new(guest.sibling()),
-            groups,
+            info,
             breaker: Arc::new(SharedBreaker::new(config.guard().clone())),
         }))
     }
 
-    /// A picker for `pool`: a sibling instance of the guest (created on its first
-    /// selection), guarded with the native default as fallback; at the configured
-    /// temperature, else `router_temperature`.
-    pub fn picker(&self, pool: Pool, router_temperature: f64) -> SwitchyardPicker {
-        let guest = self.guest.lock().unwrap_or_else(|p| p.into_inner()).sibling();
-        let guard = switchyard_builtins::guarded(
-            Box::new(guest),
-            self.config.fail_mode(),
-            self.config.guard().clone(),
-        )
-        .with_breaker(Arc::clone(&self.breaker));
-        let temperature = self.config.temperature().unwrap_or(router_temperature);
-        SwitchyardPicker::new(guard, self.groups, self.config.fail_mode(), pool, temperature)
+    /// What the policy declared: the inputs it reads, whether it filters, whether it
+    /// wants commits.
+    pub fn info(&self) -> PolicyInfo {
+        self.info
     }
 
-    /// The factory Dynamo calls once per routing partition and pool.
+    /// A sibling instance of the guest (created on its first selection), guarded with the
+    /// native default as fallback, behind the instance's shared breaker.
+    fn guard(&self) -> GuardedSelector {
+        let guest = self.guest.lock().unwrap_or_else(|p| p.into_inner()).sibling();
+        switchyard_builtins::guarded(Box::new(guest), self.config.fail_mode(), self.config.guard().clone())
+            .with_breaker(Arc::clone(&self.breaker))
+    }
+
+    /// The Dynamo inputs a component running this policy declares: the guest's groups,
+    /// and in fail-open mode the fallback's (the native default reads all three), so it
+    /// can decide.
+    fn inputs(&self) -> DynamoInputs {
+        let groups = match self.config.fail_mode() {
+            FailMode::Open => {
+                self.info.inputs | InputGroups::CACHE | InputGroups::LOAD | InputGroups::AFFINITY
+            }
+            FailMode::Closed => self.info.inputs,
+        };
+        let mut inputs = DynamoInputs::NONE;
+        if groups.contains(InputGroups::CACHE) {
+            inputs = inputs | DynamoInputs::CACHE;
+        }
+        if groups.contains(InputGroups::LOAD) {
+            inputs = inputs | DynamoInputs::LOAD;
+        }
+        if groups.contains(InputGroups::AFFINITY) {
+            inputs = inputs | DynamoInputs::PREFERRED_TAINT;
+        }
+        inputs
+    }
+
+    /// A picker for `pool`, at the configured temperature, else `router_temperature`.
+    pub fn picker(&self, pool: Pool, router_temperature: f64) -> SwitchyardPicker {
+        let temperature = self.config.temperature().unwrap_or(router_temperature);
+        SwitchyardPicker::new(self.guard(), self.inputs(), pool, temperature)
+    }
+
+    /// The factory Dynamo calls once per routing partition and pool (picker mode).
     pub fn factory(self: Arc<Self>) -> WorkerSelectionPolicyFactory {
         Arc::new(move |router_config, worker_type, _partition| {
             WorkerSelectionPolicy::new(
@@ -227,6 +273,39 @@ impl LoadedPolicy {
             // candidate.
             .with_exclusive_affinity(true)
         })
+    }
+
+    /// Scorer mode: a factory of [`SwitchyardScorer`]s for a host that composes them with
+    /// its own scorers. Refused, with the reason, for a policy that filters or wants
+    /// commits: a Dynamo scorer can neither drop a row nor learn the pick. Call it where
+    /// failing is allowed (a provider); the factory's scorers cannot fail to be made.
+    pub fn scorers(self: &Arc<Self>) -> Result<ScorerFactory, ConfigError> {
+        let why = match (self.info.filters, self.info.wants_commits) {
+            (true, _) => Some("filters candidates, which a Dynamo scorer cannot (use picker mode)"),
+            (_, true) => {
+                Some("wants commits (`on-selected`), which a Dynamo scorer never sees (use picker mode)")
+            }
+            _ => None,
+        };
+        match why {
+            Some(why) => Err(ConfigError::new("policy", format!("scorer mode: the policy {why}"))),
+            None => Ok(ScorerFactory { loaded: Arc::clone(self) }),
+        }
+    }
+}
+
+/// Makes a [`SwitchyardScorer`] per routing partition and pool, for a policy checked to
+/// suit scorer mode ([`LoadedPolicy::scorers`]).
+#[derive(Clone)]
+pub struct ScorerFactory {
+    loaded: Arc<LoadedPolicy>,
+}
+
+impl ScorerFactory {
+    /// A scorer for `worker_type`'s pool: a sibling instance of the guest, guarded as a
+    /// picker's is.
+    pub fn scorer(&self, worker_type: WorkerType) -> SwitchyardScorer {
+        SwitchyardScorer::new(self.loaded.guard(), self.loaded.inputs(), pool_of(worker_type))
     }
 }
 

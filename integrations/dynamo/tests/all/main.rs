@@ -5,3 +5,4 @@ mod common;
 mod config;
 mod contract;
 mod hostile;
+mod scorer;

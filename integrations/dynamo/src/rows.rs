@@ -1,0 +1,243 @@
+//! Dynamo's candidate rows → Switchyard's worker table, columns and request: the one
+//! conversion both modes use (a picker sees a [`WorkerInputView`], a scorer
+//! [`WorkerCandidates`]; the rows and what they carry are the same).
+
+use dynamo_kv_router::plugins::worker_selection::{
+    WorkerCacheInput, WorkerCandidates, WorkerInputView, WorkerLoadInput, WorkerSelectionContext,
+    WorkerSelectionPolicyError,
+};
+use dynamo_kv_router::protocols::WorkerWithDpRank;
+use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
+use switchyard::{SelectionRequest, WorkerTable};
+use switchyard_guest_sdk::hash::hash2;
+use switchyard_guest_sdk::{Column, Pool, RequestFacts, WorkerRank};
+
+/// What one component may read of Dynamo's rows, in Dynamo's (hash-map) order.
+pub(crate) trait Rows<'a> {
+    fn len(&self) -> usize;
+    fn worker(&self, row: usize) -> WorkerWithDpRank;
+    /// The preferred-taint multiplier, when declared and Dynamo gave one.
+    fn multiplier(&self, row: usize) -> Option<f64>;
+    /// Whether the component declared CACHE (and so every row has a cache row).
+    fn has_cache(&self) -> bool;
+    fn cache(&self, row: usize) -> Option<WorkerCacheInput<'a>>;
+    fn has_load(&self) -> bool;
+    fn load(&self, row: usize) -> Option<&'a WorkerLoadInput>;
+}
+
+impl<'a> Rows<'a> for WorkerInputView<'a> {
+    fn len(&self) -> usize {
+        self.candidates().len()
+    }
+    fn worker(&self, row: usize) -> WorkerWithDpRank {
+        self.candidates()[row].worker()
+    }
+    fn multiplier(&self, row: usize) -> Option<f64> {
+        self.candidates()[row].preferred_taint_multiplier()
+    }
+    fn has_cache(&self) -> bool {
+        WorkerInputView::cache(*self).is_some()
+    }
+    fn cache(&self, row: usize) -> Option<WorkerCacheInput<'a>> {
+        WorkerInputView::cache(*self)?.get(row)
+    }
+    fn has_load(&self) -> bool {
+        WorkerInputView::load(*self).is_some()
+    }
+    fn load(&self, row: usize) -> Option<&'a WorkerLoadInput> {
+        WorkerInputView::load(*self)?.get(row)
+    }
+}
+
+impl<'a> Rows<'a> for WorkerCandidates<'a> {
+    fn len(&self) -> usize {
+        WorkerCandidates::len(*self)
+    }
+    fn worker(&self, row: usize) -> WorkerWithDpRank {
+        self.get(row).map_or(WorkerWithDpRank::new(0, 0), |c| c.worker())
+    }
+    fn multiplier(&self, row: usize) -> Option<f64> {
+        self.get(row)?.preferred_taint_multiplier()
+    }
+    fn has_cache(&self) -> bool {
+        self.get(0).is_some_and(|c| c.cache().is_some())
+    }
+    fn cache(&self, row: usize) -> Option<WorkerCacheInput<'a>> {
+        self.get(row)?.cache()
+    }
+    fn has_load(&self) -> bool {
+        self.get(0).is_some_and(|c| c.load().is_some())
+    }
+    fn load(&self, row: usize) -> Option<&'a WorkerLoadInput> {
+        self.get(row)?.load()
+    }
+}
+
+/// How the request is put to the policy.
+pub(crate) struct Framing {
+    pub pool: Pool,
+    /// The picker's temperature when the request carries no override.
+    pub temperature: f64,
+    /// Whether Dynamo's pin is passed on (a picker honours it; a scorer scores every row
+    /// it is given, and Dynamo has applied the pin before scoring).
+    pub pin: bool,
+}
+
+/// Builds the worker table and request for `rows`, leaving in `order` Dynamo's row
+/// indices in the contract's ascending (worker id, dp rank): slot `i` of the table is
+/// Dynamo's row `order[i]`.
+pub(crate) fn build<'a>(
+    rows: &impl Rows<'a>,
+    context: &WorkerSelectionContext<'_>,
+    framing: &Framing,
+    order: &mut Vec<usize>,
+) -> Result<(WorkerTable, SelectionRequest), WorkerSelectionPolicyError> {
+    let n = rows.len();
+    let key = |row: usize| {
+        let w = rows.worker(row);
+        (w.worker_id, w.dp_rank)
+    };
+    // Dynamo's rows come in hash-map order; Switchyard's contract is ascending.
+    order.clear();
+    order.extend(0..n);
+    order.sort_unstable_by_key(|&row| key(row));
+    // One worker per id with exactly Dynamo's candidate ranks (they need not start at 0
+    // nor be all of the worker's), and the multiplier Dynamo computed for it.
+    let mut workers: Vec<Worker> = Vec::new();
+    let mut multipliers: Vec<(u64, f64)> = Vec::new();
+    for group in order.chunk_by(|&a, &b| key(a).0 == key(b).0) {
+        let id = key(group[0]).0;
+        if let Some(pair) = group.windows(2).find(|p| key(p[0]) == key(p[1])) {
+            return Err(WorkerSelectionPolicyError::failed(format!(
+                "worker {id} rank {} is listed twice",
+                key(pair[0]).1
+            )));
+        }
+        let ranks = group.iter().map(|&row| key(row).1).collect();
+        workers.push(Worker::new(id, 1, 0, None).with_ranks(ranks));
+        if let Some(m) = rows.multiplier(group[0])
+            && m != 1.0
+            && m.is_finite()
+            && m > 0.0
+        {
+            multipliers.push((id, m));
+        }
+    }
+    let table = WorkerTable::new(workers).map_err(|e| WorkerSelectionPolicyError::failed(e.to_string()))?;
+
+    let mut seed = hash2(context.prompt_tokens() as u64, u64::from(context.block_size()));
+    seed = hash2(seed, context.request_blocks());
+    seed = hash2(seed, context.expected_output_tokens().map_or(u64::MAX, u64::from));
+    if let Some(session) = context.session_context() {
+        for chunk in session.session_id().as_bytes().chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            seed = hash2(seed, u64::from_le_bytes(word));
+        }
+    }
+    let ids = order.iter().map(|&row| key(row).0).collect();
+    let ranks = order.iter().map(|&row| key(row).1).collect();
+    let mut columns = WorkerInputs::new(ids).with(Column::DpRank, ranks);
+    if rows.has_cache() {
+        let tiers = rows.cache(0).is_some_and(|c| c.has_tier_matches());
+        let mut dev = Vec::with_capacity(n);
+        let mut host = Vec::with_capacity(n);
+        let mut disk = Vec::with_capacity(n);
+        let mut cached = Vec::with_capacity(n);
+        for &row in order.iter() {
+            let c = rows.cache(row).ok_or_else(|| short("cache", row))?;
+            let (effective, cached_tokens) = c.accounting_cache_estimate();
+            // Dynamo's default credits the device tier when the lookup reported tiers,
+            // else the effective overlap (what a tierless index returns).
+            dev.push(blocks(if tiers { c.device_overlap_blocks() } else { effective }));
+            host.push(blocks(c.host_overlap_blocks()));
+            disk.push(blocks(c.disk_overlap_blocks()));
+            cached.push(saturate(cached_tokens));
+        }
+        columns = columns
+            .with(Column::DeviceOverlapBlocks, dev)
+            .with(Column::HostOverlapBlocks, host)
+            .with(Column::DiskOverlapBlocks, disk)
+            .with(Column::CachedTokens, cached);
+    }
+    if rows.has_load() {
+        let mut prefill = Vec::with_capacity(n);
+        let mut decode = Vec::with_capacity(n);
+        let mut requests = Vec::with_capacity(n);
+        for &row in order.iter() {
+            let l = rows.load(row).ok_or_else(|| short("load", row))?;
+            let (p, d, r) = (
+                saturate(l.active_prefill_tokens()),
+                blocks(l.decode_cost_blocks()),
+                saturate(l.active_requests()),
+            );
+            seed = hash2(seed, hash2(u64::from(p), u64::from(d) << 32 | u64::from(r)));
+            prefill.push(p);
+            decode.push(d);
+            requests.push(r);
+        }
+        columns = columns
+            .with(Column::ActivePrefillTokens, prefill)
+            .with(Column::DecodeBlocks, decode)
+            .with(Column::ActiveRequests, requests);
+    }
+    for &row in order.iter() {
+        let (id, rank) = key(row);
+        seed = hash2(seed, hash2(id, u64::from(rank)));
+    }
+
+    // A pin on a worker Dynamo did not hand over pins nothing here, as in Dynamo.
+    let pinned = context
+        .pinned_worker()
+        .filter(|_| framing.pin)
+        .map(|p| WorkerRank { worker_id: p.worker_id, dp_rank: p.dp_rank })
+        .filter(|p| order.binary_search_by(|&row| key(row).cmp(&(p.worker_id, p.dp_rank))).is_ok());
+    let facts = RequestFacts {
+        prompt_tokens: saturate(context.prompt_tokens()),
+        block_size: context.block_size().max(1),
+        request_blocks: u32::try_from(context.request_blocks()).unwrap_or(u32::MAX),
+        expected_output_tokens: context.expected_output_tokens(),
+        pinned,
+        pool: framing.pool,
+        seed,
+    };
+    let temperature = context
+        .router_temperature_override()
+        .filter(|t| t.is_finite() && *t >= 0.0)
+        .unwrap_or(framing.temperature);
+    let options = RequestOptions {
+        worker_multipliers: (!multipliers.is_empty()).then_some(multipliers),
+        temperature: Some(temperature),
+        ..Default::default()
+    };
+    let request = SelectionRequest::new(&table, facts, options, columns)
+        .map_err(|e| WorkerSelectionPolicyError::failed(format!("switchyard: {e}")))?;
+    Ok((table, request))
+}
+
+/// Dynamo's row for a Switchyard slot: slots are Dynamo's rows in `order`, so a slot's
+/// index in the table is its position there.
+pub(crate) fn row_of(
+    table: &WorkerTable,
+    order: &[usize],
+    slot: WorkerRank,
+) -> Result<usize, WorkerSelectionPolicyError> {
+    table
+        .slots()
+        .binary_search(&slot)
+        .map(|pos| order[pos])
+        .map_err(|_| WorkerSelectionPolicyError::failed("switchyard answered for a slot it was not given"))
+}
+
+/// f64 blocks → the contract's u32 blocks: rounded to nearest, clamped to the u32 range.
+fn blocks(x: f64) -> u32 {
+    if x.is_nan() { 0 } else { x.round().clamp(0.0, f64::from(u32::MAX)) as u32 }
+}
+
+fn saturate(x: usize) -> u32 {
+    u32::try_from(x).unwrap_or(u32::MAX)
+}
+
+fn short(what: &str, row: usize) -> WorkerSelectionPolicyError {
+    WorkerSelectionPolicyError::failed(format!("Dynamo's {what} inputs have no row {row}"))
+}

@@ -1,0 +1,70 @@
+//! Scorer mode: the guest as one of Dynamo's scorers, its costs added to those of the
+//! host's own scorers in a `WorkerSelectionPolicy`, whose picker then decides.
+
+use dynamo_kv_router::plugins::worker_selection::{
+    WorkerCandidates, WorkerInputs as DynamoInputs, WorkerScorer, WorkerSelectionContext,
+    WorkerSelectionPolicyError,
+};
+use switchyard::GuardedSelector;
+use switchyard_guest_sdk::Pool;
+
+use crate::picker::refused;
+use crate::rows::{self, Framing};
+
+/// A [`WorkerScorer`] that writes a Switchyard policy's costs (a guarded guest's, or in
+/// fail-open mode after a fault its fallback's) for every candidate Dynamo hands it.
+///
+/// Made by [`ScorerFactory::scorer`](crate::ScorerFactory::scorer), which only exists for
+/// policies that neither filter (a scorer cannot drop a row) nor want commits (a scorer
+/// never learns the pick).
+pub struct SwitchyardScorer {
+    guard: GuardedSelector,
+    framing: Framing,
+    inputs: DynamoInputs,
+    order: Vec<usize>,
+}
+
+impl SwitchyardScorer {
+    pub(crate) fn new(guard: GuardedSelector, inputs: DynamoInputs, pool: Pool) -> Self {
+        // Temperature 0: the guard's pick is discarded, only the costs are read.
+        Self { guard, framing: Framing { pool, temperature: 0.0, pin: false }, inputs, order: Vec::new() }
+    }
+
+    /// The guarded selector (its counters, its breaker).
+    pub fn guard(&self) -> &GuardedSelector {
+        &self.guard
+    }
+}
+
+impl WorkerScorer for SwitchyardScorer {
+    fn required_worker_inputs(&self) -> DynamoInputs {
+        self.inputs
+    }
+
+    fn score(
+        &mut self,
+        context: &WorkerSelectionContext<'_>,
+        candidates: WorkerCandidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), WorkerSelectionPolicyError> {
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let (table, request) = rows::build(&candidates, context, &self.framing, &mut self.order)?;
+        // The guard scores every row (the policy does not filter), contained as a
+        // selection is; its costs are those of whichever policy decided.
+        self.guard.select(&table, &request).map_err(|e| refused(&self.guard, e))?;
+        let scored = self.guard.last_costs();
+        if scored.len() != costs.len() {
+            return Err(WorkerSelectionPolicyError::failed(format!(
+                "switchyard scored {} of {} candidates",
+                scored.len(),
+                costs.len()
+            )));
+        }
+        for (slot, &cost) in self.guard.last_candidates().zip(scored) {
+            costs[rows::row_of(&table, &self.order, slot)?] = cost;
+        }
+        Ok(())
+    }
+}
