@@ -4,7 +4,8 @@
 //! A crate of its own so the runtime library stays free of tokio and HTTP for routers
 //! that embed it; this crate adds only the service around it.
 //!
-//! - [`store`]: the data directory (content-addressed blobs, an atomically written manifest).
+//! - [`store`]: the data directory (content-addressed blobs, an atomically written
+//!   manifest), from `switchyard-store`.
 //! - [`state`]: compiled versions, instance pools, and the snapshot swapped on every change.
 //! - [`manage`]: tenants, uploads, assignments, rollback, listing; `rates`: their
 //!   per-tenant write rate limits.
@@ -24,7 +25,9 @@ mod params;
 mod rates;
 pub mod select;
 pub mod state;
-pub mod store;
+/// The data directory, a crate of its own (`switchyard-store`) so that a router's
+/// adapter can follow it without the service.
+pub use switchyard_store as store;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -641,8 +641,7 @@ fn build_snapshot(writer: &Writer) -> Snapshot {
         let mut classes = HashMap::new();
         for (class, a) in &record.classes {
             let target = if let Some(policy) = record.policies.get(&a.policy) {
-                let version = a.version.clone().unwrap_or_else(|| policy.active.clone());
-                let key = (tenant.clone(), a.policy.clone(), version);
+                let key = (tenant.clone(), a.policy.clone(), a.version_in(policy).to_string());
                 match (writer.loaded.get(&key), writer.unavailable.get(&key)) {
                     (Some(v), _) => Target::Guest(v.clone()),
                     (None, Some(reason)) => Target::Unavailable(reason.clone()),

@@ -12,6 +12,13 @@
 //! are opened without following symlinks. One server at a time: [`Store::open`] takes an
 //! exclusive lock on `lock` for the store's lifetime, and a second server on the same
 //! directory is refused.
+//!
+//! Readers: [`StoreReader`] reads the same directory without the lock, for a router's
+//! adapter following the registry a running `serve` writes (`switchyard-dynamo`'s store
+//! source). Because every file is replaced by rename, a reader sees a whole manifest, old
+//! or new, and every blob it names.
+
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -103,9 +110,139 @@ pub struct Assignment {
     pub on_fault: FailMode,
 }
 
+impl Assignment {
+    /// The version this assignment routes to within `policy` (the policy it names): the
+    /// pinned one, else the policy's active one.
+    pub fn version_in<'a>(&'a self, policy: &'a PolicyRecord) -> &'a str {
+        self.version.as_deref().unwrap_or(&policy.active)
+    }
+}
+
+/// Where a tenant's class routes, as the manifest says.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Routed<'a> {
+    /// The class is unassigned: the builtin default, fail-open.
+    Unassigned,
+    /// A policy that is not the tenant's: a builtin's name (or nothing the service knows,
+    /// which it does not route).
+    Named {
+        /// The policy name as assigned.
+        policy: &'a str,
+        /// What a fault does.
+        on_fault: FailMode,
+    },
+    /// One of the tenant's uploaded versions.
+    Version {
+        /// The tenant's policy name.
+        policy: &'a str,
+        /// The version routed to (pinned or active).
+        record: &'a VersionRecord,
+        /// What a fault does.
+        on_fault: FailMode,
+    },
+}
+
+impl TenantRecord {
+    /// Where `class` routes. `Err` names what is missing when the class names one of the
+    /// tenant's policies at a version the policy no longer keeps (the service never
+    /// commits such a manifest).
+    pub fn route(&self, class: &str) -> Result<Routed<'_>, String> {
+        let Some(a) = self.classes.get(class) else { return Ok(Routed::Unassigned) };
+        let Some(policy) = self.policies.get(&a.policy) else {
+            return Ok(Routed::Named { policy: &a.policy, on_fault: a.on_fault });
+        };
+        let version = a.version_in(policy);
+        let record = policy
+            .version(version)
+            .ok_or_else(|| format!("policy `{}` keeps no version {version}", a.policy))?;
+        Ok(Routed::Version { policy: &a.policy, record, on_fault: a.on_fault })
+    }
+}
+
+/// A data directory read without its lock: the committed manifest and the blobs, as a
+/// running `serve` writes them. Owner-only reads, no symlink followed, as the store's own.
+#[derive(Debug, Clone)]
+pub struct StoreReader {
+    dir: PathBuf,
+}
+
+/// What changes when the manifest is replaced (a rename gives it a new inode): compared
+/// before re-reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManifestStamp {
+    ino: u64,
+    mtime_ns: i128,
+    len: u64,
+}
+
+impl StoreReader {
+    /// A reader of `dir`; refused if it is not a directory.
+    pub fn new(dir: &Path) -> std::io::Result<Self> {
+        let meta = std::fs::metadata(dir)?;
+        if !meta.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", dir.display()),
+            ));
+        }
+        Ok(Self { dir: dir.to_path_buf() })
+    }
+
+    /// The directory read.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The committed manifest; empty when none was written yet.
+    pub fn load_manifest(&self) -> Result<Manifest, String> {
+        let path = self.dir.join("manifest.json");
+        let text = match read_private(&path, MAX_MANIFEST_BYTES) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Manifest { format: FORMAT, ..Manifest::default() });
+            }
+            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        };
+        let manifest: Manifest =
+            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        if manifest.format != FORMAT {
+            return Err(format!("{}: format {} is not {FORMAT}", path.display(), manifest.format));
+        }
+        Ok(manifest)
+    }
+
+    /// The manifest's stamp now (`None`: none written yet): a cheap check for a change.
+    pub fn manifest_stamp(&self) -> Option<ManifestStamp> {
+        let meta = std::fs::symlink_metadata(self.dir.join("manifest.json")).ok()?;
+        Some(ManifestStamp {
+            ino: meta.ino(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            len: meta.len(),
+        })
+    }
+
+    /// The component bytes stored under `sha256` (through [`read_private`]: owner-only,
+    /// no symlink, at most `MAX_BLOB_BYTES`). `sha256` must be a blob name the manifest
+    /// gave (hex digits); anything else (a path) is refused.
+    pub fn read_blob(&self, sha256: &str) -> std::io::Result<Vec<u8>> {
+        if sha256.is_empty() || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("`{sha256}` is not a blob name (hex digits)"),
+            ));
+        }
+        read_private(&self.blob_path(sha256), MAX_BLOB_BYTES)
+    }
+
+    fn blob_path(&self, sha256: &str) -> PathBuf {
+        self.dir.join("blobs").join(format!("{sha256}.wasm"))
+    }
+}
+
 /// The data directory, locked for this process.
 pub struct Store {
     dir: PathBuf,
+    reader: StoreReader,
     /// Holds the exclusive lock on `lock` while the store lives.
     _lock: File,
 }
@@ -138,25 +275,12 @@ impl Store {
                 }
             }
         }
-        Ok(Self { dir: dir.to_path_buf(), _lock: lock })
+        Ok(Self { dir: dir.to_path_buf(), reader: StoreReader { dir: dir.to_path_buf() }, _lock: lock })
     }
 
     /// The committed manifest; empty on first start.
     pub fn load_manifest(&self) -> Result<Manifest, String> {
-        let path = self.dir.join("manifest.json");
-        let text = match read_private(&path, MAX_MANIFEST_BYTES) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Manifest { format: FORMAT, ..Manifest::default() });
-            }
-            Err(e) => return Err(format!("reading {}: {e}", path.display())),
-        };
-        let manifest: Manifest =
-            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        if manifest.format != FORMAT {
-            return Err(format!("{}: format {} is not {FORMAT}", path.display(), manifest.format));
-        }
-        Ok(manifest)
+        self.reader.load_manifest()
     }
 
     /// Commits `manifest`: after this returns, a restart sees it.
@@ -176,10 +300,9 @@ impl Store {
         write_private(&self.dir.join("blobs"), &name, bytes)
     }
 
-    /// The component bytes stored under `sha256` (through [`read_private`]: owner-only,
-    /// no symlink).
+    /// The component bytes stored under `sha256` (see [`StoreReader::read_blob`]).
     pub fn read_blob(&self, sha256: &str) -> std::io::Result<Vec<u8>> {
-        read_private(&self.blob_path(sha256), MAX_BLOB_BYTES)
+        self.reader.read_blob(sha256)
     }
 
     /// The sha256 of every stored blob.
@@ -195,7 +318,7 @@ impl Store {
     }
 
     fn blob_path(&self, sha256: &str) -> PathBuf {
-        self.dir.join("blobs").join(format!("{sha256}.wasm"))
+        self.reader.blob_path(sha256)
     }
 
     /// Deletes the blob `sha256` and our compiled artifact of it in `engine`'s cache (the
@@ -357,5 +480,69 @@ mod tests {
         assert!(store.read_blob("00bb").unwrap_err().to_string().contains("symbolic link"));
         drop(store);
         assert!(Store::open(&dir).is_ok(), "the lock goes with the store");
+    }
+
+    #[test]
+    fn a_reader_follows_a_locked_store_and_resolves_its_routes() {
+        let dir = temp("reader");
+        let store = Store::open(&dir).unwrap();
+        let reader = StoreReader::new(&dir).unwrap();
+        assert_eq!(reader.manifest_stamp(), None, "nothing written yet");
+        assert!(reader.load_manifest().unwrap().tenants.is_empty());
+        let v = |version: &str| VersionRecord {
+            version: version.into(),
+            blob: "00ff".into(),
+            params: "{}".into(),
+            size: 5,
+        };
+        let mut tenant = TenantRecord::default();
+        tenant.policies.insert(
+            "mine".into(),
+            PolicyRecord {
+                versions: vec![v("v1"), v("v2")],
+                active: "v2".into(),
+                previous: vec!["v1".into()],
+            },
+        );
+        let assign = |policy: &str, version: Option<&str>| Assignment {
+            policy: policy.into(),
+            version: version.map(Into::into),
+            on_fault: FailMode::Closed,
+        };
+        tenant.classes.insert("follows".into(), assign("mine", None));
+        tenant.classes.insert("pinned".into(), assign("mine", Some("v1")));
+        tenant.classes.insert("builtin".into(), assign("lmetric", None));
+        tenant.classes.insert("gone".into(), assign("mine", Some("v9")));
+        let mut manifest = store.load_manifest().unwrap();
+        manifest.tenants.insert("acme".into(), tenant);
+        store.write_blob("00ff", b"bytes").unwrap();
+        store.write_manifest(&manifest).unwrap();
+
+        // The store still holds the lock; the reader needs none.
+        let stamp = reader.manifest_stamp().expect("written");
+        let read = reader.load_manifest().unwrap();
+        assert_eq!(read, manifest);
+        assert_eq!(reader.read_blob("00ff").unwrap(), b"bytes");
+        let tenant = &read.tenants["acme"];
+        let version = |class| match tenant.route(class).unwrap() {
+            Routed::Version { record, on_fault, .. } => (record.version.clone(), on_fault),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(version("follows"), ("v2".to_string(), FailMode::Closed));
+        assert_eq!(version("pinned").0, "v1");
+        assert_eq!(
+            tenant.route("builtin").unwrap(),
+            Routed::Named { policy: "lmetric", on_fault: FailMode::Closed }
+        );
+        assert_eq!(tenant.route("other").unwrap(), Routed::Unassigned);
+        assert!(tenant.route("gone").unwrap_err().contains("no version v9"));
+
+        // A commit replaces the file: the stamp moves.
+        store.write_manifest(&read).unwrap();
+        assert_ne!(reader.manifest_stamp(), Some(stamp));
+        // A blob name from a tampered manifest never becomes a path.
+        let refused = reader.read_blob("../manifest.json").unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(StoreReader::new(&dir.join("manifest.json")).is_err(), "a file is not a data dir");
     }
 }
