@@ -6,6 +6,7 @@ mod bounds;
 mod cache;
 mod cli;
 mod contract;
+mod dynamo_store;
 mod equivalence;
 mod guard;
 mod isolation;

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use dynamo_kv_router::plugins::{WorkerSelectionPolicyParameters, WorkerSelectionPolicyProviderError};
 use serde::Deserialize;
@@ -53,7 +54,45 @@ impl From<ConfigError> for WorkerSelectionPolicyProviderError {
 pub enum PolicySource {
     /// A component file, read once at start-up (`policy: {file: /path/policy.wasm}`).
     File(PathBuf),
+    /// A tenant's class in a Switchyard data directory, followed while the router runs
+    /// (`policy: {store: {data_dir: …, tenant: …, class: …}}`).
+    Store(StoreSource),
 }
+
+/// A (tenant, class) in the data directory a `switchyard serve` writes: the version the
+/// class routes to now, swapped for the next one once that is compiled and configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreSource {
+    data_dir: PathBuf,
+    tenant: String,
+    class: String,
+    poll: Duration,
+}
+
+impl StoreSource {
+    /// The data directory (`serve --data-dir`).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The tenant whose class is followed.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// The class followed.
+    pub fn class(&self) -> &str {
+        &self.class
+    }
+
+    /// How often the manifest is checked for a change (one `stat`).
+    pub fn poll(&self) -> Duration {
+        self.poll
+    }
+}
+
+/// The default of `policy.store.poll_ms`.
+const DEFAULT_POLL_MS: u64 = 200;
 
 /// The YAML mapping as written; every field is checked again in [`SwitchyardConfig`].
 #[derive(Deserialize)]
@@ -63,7 +102,7 @@ struct Raw {
     #[serde(default)]
     params: Option<serde_json::Value>,
     #[serde(default)]
-    on_fault: FailMode,
+    on_fault: Option<FailMode>,
     #[serde(default)]
     temperature: Option<f64>,
     #[serde(default)]
@@ -76,6 +115,17 @@ struct Raw {
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 enum RawSource {
     File(PathBuf),
+    Store(RawStore),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    data_dir: PathBuf,
+    tenant: String,
+    class: String,
+    #[serde(default)]
+    poll_ms: Option<u64>,
 }
 
 /// A validated `switchyard` instance configuration.
@@ -87,13 +137,17 @@ enum RawSource {
 ///     - name: tenant-a
 ///       type: switchyard
 ///       parameters:
-///         policy: {file: /etc/switchyard/tenant-a.wasm}   # required
-///         params: {overlap_score_credit: 0.5}             # the policy's own; default {}
-///         on_fault: open                                  # open (default) | closed
+///         policy: {file: /etc/switchyard/tenant-a.wasm}   # required: a file, or
+///         # policy: {store: {data_dir: /var/lib/switchyard, tenant: acme, class: latency, poll_ms: 200}}
+///         params: {overlap_score_credit: 0.5}             # the policy's own; default {} (file only)
+///         on_fault: open                                  # open (default) | closed (file only)
 ///         temperature: 0.0                                # default: Dynamo's router_temperature
 ///         limits: {fuel_base: 2000000}                    # Switchyard's [limits]; optional
 ///         guard: {quarantine_after: 3}                    # Switchyard's [guard]; optional
 /// ```
+///
+/// With a `store` source, the version's own parameters (set at upload) and the class's
+/// `on_fault` (set at assignment) apply, so `params` and `on_fault` are refused there.
 #[derive(Debug, Clone)]
 pub struct SwitchyardConfig {
     source: PolicySource,
@@ -130,6 +184,41 @@ impl SwitchyardConfig {
                 return Err(ConfigError::new("policy.file", "empty path"));
             }
             RawSource::File(path) => PolicySource::File(path),
+            RawSource::Store(store) => {
+                if store.data_dir.as_os_str().is_empty() {
+                    return Err(ConfigError::new("policy.store.data_dir", "empty path"));
+                }
+                for (field, value) in [("tenant", &store.tenant), ("class", &store.class)] {
+                    if value.is_empty() {
+                        return Err(ConfigError::new(format!("policy.store.{field}"), "empty"));
+                    }
+                }
+                let poll_ms = store.poll_ms.unwrap_or(DEFAULT_POLL_MS);
+                if !(10..=60_000).contains(&poll_ms) {
+                    return Err(ConfigError::new(
+                        "policy.store.poll_ms",
+                        format!("must be 10 to 60000 (ms), got {poll_ms}"),
+                    ));
+                }
+                if raw.params.is_some() {
+                    return Err(ConfigError::new(
+                        "params",
+                        "a store source runs each version with the parameters it was uploaded with",
+                    ));
+                }
+                if raw.on_fault.is_some() {
+                    return Err(ConfigError::new(
+                        "on_fault",
+                        "a store source takes what a fault does from the class's assignment",
+                    ));
+                }
+                PolicySource::Store(StoreSource {
+                    data_dir: store.data_dir,
+                    tenant: store.tenant,
+                    class: store.class,
+                    poll: Duration::from_millis(poll_ms),
+                })
+            }
         };
         let params = match raw.params {
             None => "{}".to_string(),
@@ -150,7 +239,7 @@ impl SwitchyardConfig {
         Ok(Self {
             source,
             params,
-            fail_mode: raw.on_fault,
+            fail_mode: raw.on_fault.unwrap_or_default(),
             temperature,
             limits,
             guard: raw.guard.unwrap_or_default(),
@@ -166,6 +255,7 @@ impl SwitchyardConfig {
     pub fn file(&self) -> Option<&Path> {
         match &self.source {
             PolicySource::File(path) => Some(path),
+            PolicySource::Store(_) => None,
         }
     }
 
@@ -175,7 +265,7 @@ impl SwitchyardConfig {
     }
 
     /// Fail-open (Switchyard's native default decides) or fail-closed (Dynamo's policy
-    /// error).
+    /// error), for a file source (a store source's comes with each version).
     pub fn fail_mode(&self) -> FailMode {
         self.fail_mode
     }

@@ -33,6 +33,26 @@
 //! and compiles the component, and instantiates and configures it once with `params`. A
 //! factory call then only makes a sibling instance, created on its first selection.
 //!
+//! # Policy source
+//!
+//! - `policy: {file: PATH}`: a component file, read once at start-up, with the instance's
+//!   `params` and `on_fault`.
+//! - `policy: {store: {data_dir: DIR, tenant: NAME, class: NAME, poll_ms: 200}}`: the
+//!   version a tenant's class routes to in the data directory a running `switchyard
+//!   serve` writes (read-only, without its lock: [`switchyard_store::StoreReader`]), with
+//!   that version's uploaded parameters and the assignment's `on_fault`. A thread of the
+//!   instance's checks the manifest's stamp every `poll_ms`; when the class routes
+//!   elsewhere (an upload it follows, an assignment, a rollback) it reads, compiles and
+//!   configures the new version off the selection path and only then swaps it in
+//!   ([`LivePolicy`]): each picker takes a sibling of it on its next selection, so no
+//!   selection waits on a compile, none fails, and each answer is one version's. A change
+//!   that cannot be taken (a component that does not load, the tenant gone) leaves the
+//!   running version in place, reported by [`LivePolicy::last_error`] and a `tracing`
+//!   warning. An unassigned class runs the builtin default's guest build, as the service
+//!   routes it; so does a class assigned to a builtin by name. Pickers of a store source
+//!   declare all three input groups to Dynamo, because Dynamo fixes a picker's inputs
+//!   when it builds the policy and a later version may read any of them.
+//!
 //! # Picker mode
 //!
 //! Each policy Dynamo builds is a [`WorkerSelectionPolicy`] with no filters or scorers of
@@ -58,7 +78,8 @@
 //! factory puts [`ScorerFactory::scorer`] beside its own scorers in a
 //! `WorkerSelectionPolicy`. The guest's costs (the columns built as in picker mode, no
 //! pin: Dynamo applied it before scoring) are written per row and Dynamo adds them to its
-//! scorers' in declaration order; its picker decides. Faults are contained as in picker
+//! scorers' in declaration order; its picker decides. Scorer mode takes a file source
+//! only: a followed store's next version might filter or want commits. Faults are contained as in picker
 //! mode: fail-open writes the native default's costs instead, fail-closed fails the
 //! selection.
 //!
@@ -120,26 +141,26 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod follow;
 mod picker;
 mod rows;
 mod scorer;
+mod version;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use dynamo_kv_router::plugins::worker_selection::WorkerInputs as DynamoInputs;
 use dynamo_kv_router::plugins::{
     RouterPluginRegistry, WorkerSelectionPolicyProvider, WorkerSelectionPolicyRegistryError,
 };
-use dynamo_kv_router::{WorkerSelectionPolicy, WorkerSelectionPolicyFactory, WorkerType};
-use switchyard::selection::Scorer;
-use switchyard::{
-    FailMode, GuardedSelector, GuestScorer, LoadErrorKind, PolicyComponent, PolicyEngine, SharedBreaker,
-};
-use switchyard_guest_sdk::{InputGroups, PolicyInfo, Pool};
+use dynamo_kv_router::{WorkerSelectionPolicy, WorkerSelectionPolicyFactory};
+use switchyard::PolicyEngine;
+use switchyard_guest_sdk::Pool;
 
-pub use config::{ConfigError, PolicySource, SwitchyardConfig};
+pub use config::{ConfigError, PolicySource, StoreSource, SwitchyardConfig};
 pub use picker::SwitchyardPicker;
-pub use scorer::SwitchyardScorer;
+pub use rows::pool_of;
+pub use scorer::{ScorerFactory, SwitchyardScorer};
+pub use version::{LivePolicy, LoadedPolicy};
 
 /// The worker-selection policy type this crate registers.
 pub const POLICY_TYPE: &str = "switchyard";
@@ -150,117 +171,54 @@ pub fn register(registry: &mut RouterPluginRegistry) -> Result<(), WorkerSelecti
     registry.register_worker_selection(POLICY_TYPE, provider())
 }
 
-/// The provider behind `switchyard`: parameters → a checked, loaded policy → the factory
-/// Dynamo calls per routing partition.
+/// The provider behind `switchyard`: parameters → a checked, loaded policy (followed, for
+/// a store source) → the factory Dynamo calls per routing partition.
 pub fn provider() -> WorkerSelectionPolicyProvider {
     Arc::new(|parameters| {
         let config = SwitchyardConfig::from_parameters(parameters)?;
-        let loaded = LoadedPolicy::load(&config)?;
-        Ok(loaded.factory())
+        Ok(LivePolicy::load(&config)?.factory())
     })
 }
 
-/// A policy loaded and configured once at start-up, from which every partition's picker
-/// (or scorer) is made.
-pub struct LoadedPolicy {
-    config: SwitchyardConfig,
-    /// The configured guest's template: configured once at start-up (so a bad `params`
-    /// is refused then), holding no instance; each picker gets a sibling. Behind a lock
-    /// only because a scorer is not `Sync` and Dynamo's factory must be; it is taken once
-    /// per factory call.
-    guest: Mutex<GuestScorer>,
-    info: PolicyInfo,
-    breaker: Arc<SharedBreaker>,
+impl LoadedPolicy {
+    /// Picker mode for this version alone: the factory Dynamo calls once per routing
+    /// partition and pool.
+    pub fn factory(self: Arc<Self>) -> WorkerSelectionPolicyFactory {
+        LivePolicy::fixed(self).factory()
+    }
+
+    /// Scorer mode for this version alone (see [`LivePolicy::scorers`]).
+    pub fn scorers(self: &Arc<Self>) -> Result<ScorerFactory, ConfigError> {
+        LivePolicy::fixed(Arc::clone(self)).scorers()
+    }
 }
 
-impl LoadedPolicy {
-    /// Reads, compiles, instantiates and configures the policy of `config`; each failure
-    /// names the field at fault.
+impl LivePolicy {
+    /// Loads the policy of `config`: a file once, or a store's (tenant, class), followed
+    /// from then on by a thread of its own. Each failure names the field at fault.
     pub fn load(config: &SwitchyardConfig) -> Result<Arc<Self>, ConfigError> {
         let engine = PolicyEngine::new(config.limits().clone())
             .map_err(|e| ConfigError::new("limits", format!("{e:#}")))?;
-        let (bytes, name) = match config.source() {
+        match config.source() {
             PolicySource::File(path) => {
                 let bytes = std::fs::read(path).map_err(|e| {
                     ConfigError::new("policy.file", format!("cannot read {}: {e}", path.display()))
                 })?;
                 let name =
                     path.file_stem().map_or_else(|| "policy".into(), |s| s.to_string_lossy().into_owned());
-                (bytes, name)
+                Ok(Self::fixed(LoadedPolicy::from_bytes(config, &engine, &bytes, name)?))
             }
-        };
-        Self::from_bytes(config, &engine, &bytes, name)
-    }
-
-    /// As [`LoadedPolicy::load`], with the component's bytes given (`name` names it in
-    /// faults).
-    pub fn from_bytes(
-        config: &SwitchyardConfig,
-        engine: &PolicyEngine,
-        bytes: &[u8],
-        name: String,
-    ) -> Result<Arc<Self>, ConfigError> {
-        let component = PolicyComponent::load(engine, bytes)
-            .map_err(|e| ConfigError::new("policy.file", e.to_string()))?;
-        let guest = GuestScorer::new(name, component, config.params()).map_err(|e| {
-            let field = if e.kind == LoadErrorKind::ConfigureFailed { "params" } else { "policy.file" };
-            ConfigError::new(field, e.to_string())
-        })?;
-        let info = guest.info();
-        Ok(Arc::new(Self {
-            config: config.clone(),
-            // Only a template: the configured instance goes (its pool slot and memory with
-            // it); each picker's sibling instantiates on its first selection.
-            guest: Mutex::new(guest.sibling()),
-            info,
-            breaker: Arc::new(SharedBreaker::new(config.guard().clone())),
-        }))
-    }
-
-    /// What the policy declared: the inputs it reads, whether it filters, whether it
-    /// wants commits.
-    pub fn info(&self) -> PolicyInfo {
-        self.info
-    }
-
-    /// A sibling instance of the guest (created on its first selection), guarded with the
-    /// native default as fallback, behind the instance's shared breaker.
-    fn guard(&self) -> GuardedSelector {
-        let guest = self.guest.lock().unwrap_or_else(|p| p.into_inner()).sibling();
-        switchyard_builtins::guarded(Box::new(guest), self.config.fail_mode(), self.config.guard().clone())
-            .with_breaker(Arc::clone(&self.breaker))
-    }
-
-    /// The Dynamo inputs a component running this policy declares: the guest's groups,
-    /// and in fail-open mode the fallback's (the native default reads all three), so it
-    /// can decide.
-    fn inputs(&self) -> DynamoInputs {
-        let groups = match self.config.fail_mode() {
-            FailMode::Open => {
-                self.info.inputs | InputGroups::CACHE | InputGroups::LOAD | InputGroups::AFFINITY
-            }
-            FailMode::Closed => self.info.inputs,
-        };
-        let mut inputs = DynamoInputs::NONE;
-        if groups.contains(InputGroups::CACHE) {
-            inputs = inputs | DynamoInputs::CACHE;
+            PolicySource::Store(store) => follow::start(config, store, engine),
         }
-        if groups.contains(InputGroups::LOAD) {
-            inputs = inputs | DynamoInputs::LOAD;
-        }
-        if groups.contains(InputGroups::AFFINITY) {
-            inputs = inputs | DynamoInputs::PREFERRED_TAINT;
-        }
-        inputs
     }
 
-    /// A picker for `pool`, at the configured temperature, else `router_temperature`.
-    pub fn picker(&self, pool: Pool, router_temperature: f64) -> SwitchyardPicker {
-        let temperature = self.config.temperature().unwrap_or(router_temperature);
-        SwitchyardPicker::new(self.guard(), self.inputs(), pool, temperature)
+    /// A picker for `pool`, at the instance's temperature, else `router_temperature`.
+    pub fn picker(self: &Arc<Self>, pool: Pool, router_temperature: f64) -> SwitchyardPicker {
+        let temperature = self.temperature.unwrap_or(router_temperature);
+        SwitchyardPicker::new(Arc::clone(self), pool, temperature)
     }
 
-    /// The factory Dynamo calls once per routing partition and pool (picker mode).
+    /// Picker mode: the factory Dynamo calls once per routing partition and pool.
     pub fn factory(self: Arc<Self>) -> WorkerSelectionPolicyFactory {
         Arc::new(move |router_config, worker_type, _partition| {
             WorkerSelectionPolicy::new(
@@ -277,43 +235,23 @@ impl LoadedPolicy {
 
     /// Scorer mode: a factory of [`SwitchyardScorer`]s for a host that composes them with
     /// its own scorers. Refused, with the reason, for a policy that filters or wants
-    /// commits: a Dynamo scorer can neither drop a row nor learn the pick. Call it where
-    /// failing is allowed (a provider); the factory's scorers cannot fail to be made.
+    /// commits (a Dynamo scorer can neither drop a row nor learn the pick), and for a
+    /// followed source (a later version might do either). Call it where failing is
+    /// allowed (a provider); the factory's scorers cannot fail to be made.
     pub fn scorers(self: &Arc<Self>) -> Result<ScorerFactory, ConfigError> {
-        let why = match (self.info.filters, self.info.wants_commits) {
-            (true, _) => Some("filters candidates, which a Dynamo scorer cannot (use picker mode)"),
-            (_, true) => {
-                Some("wants commits (`on-selected`), which a Dynamo scorer never sees (use picker mode)")
-            }
-            _ => None,
+        let info = self.current().info;
+        let why = if self.followed {
+            Some("follows a store, whose next version may filter or want commits (use a file source)")
+        } else if info.filters {
+            Some("filters candidates, which a Dynamo scorer cannot (use picker mode)")
+        } else if info.wants_commits {
+            Some("wants commits (`on-selected`), which a Dynamo scorer never sees (use picker mode)")
+        } else {
+            None
         };
         match why {
             Some(why) => Err(ConfigError::new("policy", format!("scorer mode: the policy {why}"))),
-            None => Ok(ScorerFactory { loaded: Arc::clone(self) }),
+            None => Ok(ScorerFactory::new(self.current())),
         }
-    }
-}
-
-/// Makes a [`SwitchyardScorer`] per routing partition and pool, for a policy checked to
-/// suit scorer mode ([`LoadedPolicy::scorers`]).
-#[derive(Clone)]
-pub struct ScorerFactory {
-    loaded: Arc<LoadedPolicy>,
-}
-
-impl ScorerFactory {
-    /// A scorer for `worker_type`'s pool: a sibling instance of the guest, guarded as a
-    /// picker's is.
-    pub fn scorer(&self, worker_type: WorkerType) -> SwitchyardScorer {
-        SwitchyardScorer::new(self.loaded.guard(), self.loaded.inputs(), pool_of(worker_type))
-    }
-}
-
-/// The Switchyard pool a Dynamo worker pool routes as.
-pub fn pool_of(worker_type: WorkerType) -> Pool {
-    match worker_type {
-        WorkerType::Prefill => Pool::Prefill,
-        WorkerType::Decode => Pool::Decode,
-        WorkerType::Aggregated | WorkerType::Encode => Pool::Aggregated,
     }
 }

@@ -5,14 +5,20 @@ use dynamo_kv_router::plugins::worker_selection::{
     WorkerInputView, WorkerInputs as DynamoInputs, WorkerPicker, WorkerSelectionContext,
     WorkerSelectionPolicyError,
 };
-use switchyard::{GuardedSelector, SelectError};
+use std::sync::Arc;
+
+use switchyard::GuardedSelector;
 use switchyard_guest_sdk::Pool;
 
-use crate::rows::{self, Framing};
+use crate::rows::{self, Framing, refused};
+use crate::version::LivePolicy;
 
 /// A [`WorkerPicker`] that runs a Switchyard policy (a guarded guest) over Dynamo's
 /// eligible candidates. One per routing partition and pool (Dynamo calls it serially).
 pub struct SwitchyardPicker {
+    live: Arc<LivePolicy>,
+    /// The generation `guard` runs.
+    generation: u64,
     guard: GuardedSelector,
     framing: Framing,
     inputs: DynamoInputs,
@@ -21,11 +27,18 @@ pub struct SwitchyardPicker {
 }
 
 impl SwitchyardPicker {
-    /// A picker running `guard`'s policy for `pool`, at `temperature` unless the request
-    /// overrides it, reading `inputs` (what the guest declared, and in fail-open mode
-    /// what its fallback reads).
-    pub(crate) fn new(guard: GuardedSelector, inputs: DynamoInputs, pool: Pool, temperature: f64) -> Self {
-        Self { guard, framing: Framing { pool, temperature, pin: true }, inputs, order: Vec::new() }
+    /// A picker running `live`'s policy for `pool`, at `temperature` unless the request
+    /// overrides it.
+    pub(crate) fn new(live: Arc<LivePolicy>, pool: Pool, temperature: f64) -> Self {
+        let (generation, policy) = live.now();
+        Self {
+            generation,
+            guard: policy.guard(),
+            inputs: live.inputs,
+            live,
+            framing: Framing { pool, temperature, pin: true },
+            order: Vec::new(),
+        }
     }
 
     /// The guarded selector (its counters, its breaker).
@@ -47,6 +60,12 @@ impl WorkerPicker for SwitchyardPicker {
         if input.candidates().is_empty() {
             return Err(WorkerSelectionPolicyError::failed("no candidate to pick from"));
         }
+        // A followed source moved: this selection runs on the new version (a sibling,
+        // instantiated on first use); the old one's instance goes with its guard.
+        if let Some((generation, policy)) = self.live.changed_since(self.generation) {
+            self.guard = policy.guard();
+            self.generation = generation;
+        }
         let (table, request) = rows::build(&input, context, &self.framing, &mut self.order)?;
         let decision = self.guard.select(&table, &request).map_err(|e| refused(&self.guard, e))?;
         let chosen = decision.selection.chosen;
@@ -54,19 +73,5 @@ impl WorkerPicker for SwitchyardPicker {
         // counted and the instance dropped); fail-closed fails the selection.
         self.guard.commit(&table, &request, chosen).map_err(|e| refused(&self.guard, e))?;
         rows::row_of(&table, &self.order, chosen)
-    }
-}
-
-/// A selection Switchyard refused, as Dynamo's policy error.
-pub(crate) fn refused(guard: &GuardedSelector, e: SelectError) -> WorkerSelectionPolicyError {
-    match e {
-        SelectError::NoEligibleWorker => WorkerSelectionPolicyError::failed(format!(
-            "switchyard policy `{}` filtered out every candidate",
-            guard.name()
-        )),
-        SelectError::Fault { scorer, fault } => WorkerSelectionPolicyError::failed(format!(
-            "switchyard policy `{scorer}` faulted ({}): {}",
-            fault.kind, fault.message
-        )),
     }
 }

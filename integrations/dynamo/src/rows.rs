@@ -2,13 +2,14 @@
 //! conversion both modes use (a picker sees a [`WorkerInputView`], a scorer
 //! [`WorkerCandidates`]; the rows and what they carry are the same).
 
+use dynamo_kv_router::WorkerType;
 use dynamo_kv_router::plugins::worker_selection::{
     WorkerCacheInput, WorkerCandidates, WorkerInputView, WorkerLoadInput, WorkerSelectionContext,
     WorkerSelectionPolicyError,
 };
 use dynamo_kv_router::protocols::WorkerWithDpRank;
 use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
-use switchyard::{SelectionRequest, WorkerTable};
+use switchyard::{GuardedSelector, SelectError, SelectionRequest, WorkerTable};
 use switchyard_guest_sdk::hash::hash2;
 use switchyard_guest_sdk::{Column, Pool, RequestFacts, WorkerRank};
 
@@ -240,4 +241,27 @@ fn saturate(x: usize) -> u32 {
 
 fn short(what: &str, row: usize) -> WorkerSelectionPolicyError {
     WorkerSelectionPolicyError::failed(format!("Dynamo's {what} inputs have no row {row}"))
+}
+
+/// A selection Switchyard refused, as Dynamo's policy error.
+pub(crate) fn refused(guard: &GuardedSelector, e: SelectError) -> WorkerSelectionPolicyError {
+    match e {
+        SelectError::NoEligibleWorker => WorkerSelectionPolicyError::failed(format!(
+            "switchyard policy `{}` filtered out every candidate",
+            guard.name()
+        )),
+        SelectError::Fault { scorer, fault } => WorkerSelectionPolicyError::failed(format!(
+            "switchyard policy `{scorer}` faulted ({}): {}",
+            fault.kind, fault.message
+        )),
+    }
+}
+
+/// The Switchyard pool a Dynamo worker pool routes as.
+pub fn pool_of(worker_type: WorkerType) -> Pool {
+    match worker_type {
+        WorkerType::Prefill => Pool::Prefill,
+        WorkerType::Decode => Pool::Decode,
+        WorkerType::Aggregated | WorkerType::Encode => Pool::Aggregated,
+    }
 }

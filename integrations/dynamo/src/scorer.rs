@@ -8,8 +8,12 @@ use dynamo_kv_router::plugins::worker_selection::{
 use switchyard::GuardedSelector;
 use switchyard_guest_sdk::Pool;
 
-use crate::picker::refused;
-use crate::rows::{self, Framing};
+use std::sync::Arc;
+
+use dynamo_kv_router::WorkerType;
+
+use crate::rows::{self, Framing, pool_of, refused};
+use crate::version::LoadedPolicy;
 
 /// A [`WorkerScorer`] that writes a Switchyard policy's costs (a guarded guest's, or in
 /// fail-open mode after a fault its fallback's) for every candidate Dynamo hands it.
@@ -66,5 +70,24 @@ impl WorkerScorer for SwitchyardScorer {
             costs[rows::row_of(&table, &self.order, slot)?] = cost;
         }
         Ok(())
+    }
+}
+
+/// Makes a [`SwitchyardScorer`] per routing partition and pool, for a policy checked to
+/// suit scorer mode ([`LivePolicy::scorers`](crate::LivePolicy::scorers)).
+#[derive(Clone)]
+pub struct ScorerFactory {
+    policy: Arc<LoadedPolicy>,
+}
+
+impl ScorerFactory {
+    pub(crate) fn new(policy: Arc<LoadedPolicy>) -> Self {
+        Self { policy }
+    }
+
+    /// A scorer for `worker_type`'s pool: a sibling instance of the guest, guarded as a
+    /// picker's is.
+    pub fn scorer(&self, worker_type: WorkerType) -> SwitchyardScorer {
+        SwitchyardScorer::new(self.policy.guard(), self.policy.inputs(), pool_of(worker_type))
     }
 }

@@ -16,7 +16,35 @@ fn each_bad_field_is_refused_by_name() {
     let cases = [
         ("no-policy", "        on_fault: open".to_string(), "missing field `policy`"),
         ("unknown-field", format!("{policy}        tempreature: 1"), "unknown field `tempreature`"),
-        ("source", "        policy: {store: acme}".to_string(), "policy: unknown variant `store`"),
+        ("source", "        policy: {registry: acme}".to_string(), "policy: unknown variant `registry`"),
+        ("store-type", "        policy: {store: acme}".to_string(), "policy.store: invalid type"),
+        (
+            "store-missing",
+            "        policy: {store: {data_dir: /nonexistent, tenant: a, class: c}}".to_string(),
+            "policy.store.data_dir: /nonexistent: No such file",
+        ),
+        (
+            "store-tenant",
+            "        policy: {store: {data_dir: /tmp, tenant: '', class: c}}".to_string(),
+            "policy.store.tenant: empty",
+        ),
+        (
+            "store-poll",
+            "        policy: {store: {data_dir: /tmp, tenant: a, class: c, poll_ms: 0}}".to_string(),
+            "policy.store.poll_ms: must be 10 to 60000 (ms), got 0",
+        ),
+        (
+            "store-params",
+            "        policy: {store: {data_dir: /tmp, tenant: a, class: c}}\n        params: {a: 1}"
+                .to_string(),
+            "params: a store source runs each version with the parameters it was uploaded with",
+        ),
+        (
+            "store-on-fault",
+            "        policy: {store: {data_dir: /tmp, tenant: a, class: c}}\n        on_fault: open"
+                .to_string(),
+            "on_fault: a store source takes what a fault does from the class's assignment",
+        ),
         (
             "missing-file",
             "        policy: {file: /nonexistent/p.wasm}".to_string(),

@@ -6,3 +6,4 @@ mod config;
 mod contract;
 mod hostile;
 mod scorer;
+mod store;

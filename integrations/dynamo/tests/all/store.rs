@@ -1,0 +1,96 @@
+//! A store source whose next change cannot be taken (a component that does not load, the
+//! tenant gone) keeps its running version, says why, and takes the next good change; at
+//! start-up the same failures refuse the configuration, naming the store.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use switchyard::FailMode;
+use switchyard_dynamo::{LivePolicy, SwitchyardConfig};
+use switchyard_store::{Assignment, Manifest, PolicyRecord, Store, TenantRecord, VersionRecord};
+
+use crate::common::{Rng, policy, random_fixture};
+
+fn config(dir: &Path) -> SwitchyardConfig {
+    SwitchyardConfig::from_json(serde_json::json!({
+        "policy": {"store": {"data_dir": dir, "tenant": "acme", "class": "latency", "poll_ms": 10}},
+        "temperature": 0,
+    }))
+    .expect("valid parameters")
+}
+
+/// A manifest in which acme's class `latency` follows policy `mine`, whose active
+/// version is `active`; `blobs` are (version, blob name).
+fn manifest(blobs: &[(&str, &str)], active: &str) -> Manifest {
+    let versions = blobs
+        .iter()
+        .map(|(v, blob)| VersionRecord {
+            version: (*v).into(),
+            blob: (*blob).into(),
+            params: "{}".into(),
+            size: 1,
+        })
+        .collect();
+    let mut tenant = TenantRecord::default();
+    tenant.policies.insert("mine".into(), PolicyRecord { versions, active: active.into(), previous: vec![] });
+    let assignment = Assignment { policy: "mine".into(), version: None, on_fault: FailMode::Closed };
+    tenant.classes.insert("latency".into(), assignment);
+    let mut manifest = Manifest { format: 1, ..Manifest::default() };
+    manifest.tenants.insert("acme".into(), tenant);
+    manifest
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_change_that_cannot_be_taken_keeps_the_running_version() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("switchyard-dynamo-store-bad");
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = Store::open(&dir).expect("a data dir");
+    let (good, bad, good2) = ("aa".repeat(32), "bb".repeat(32), "cc".repeat(32));
+    store.write_blob(&good, switchyard_test_guests::DEFAULT_POLICY).unwrap();
+    store.write_blob(&bad, b"\0asm not a component").unwrap();
+    store.write_blob(&good2, switchyard_test_guests::DEFAULT_POLICY).unwrap();
+
+    // At start-up: no tenant yet is a refusal naming the store.
+    let e = LivePolicy::load(&config(&dir)).err().expect("refused");
+    assert_eq!(e.field(), "policy.store");
+    assert!(e.message().contains("tenant `acme` is not in"), "{e}");
+
+    store.write_manifest(&manifest(&[("v1", &good)], "v1")).unwrap();
+    let live = LivePolicy::load(&config(&dir)).expect("loads");
+    let factory = std::sync::Arc::clone(&live).factory();
+    let mut rng = Rng::new(5);
+    let mut select = || {
+        let fixture = random_fixture(&mut rng);
+        fixture.select(&policy(&factory, fixture.worker_type)).expect("answered")
+    };
+    select();
+
+    // A version that does not load: the running one stays, and says why.
+    store.write_manifest(&manifest(&[("v1", &good), ("v2", &bad)], "v2")).unwrap();
+    wait_until("the bad version is reported", || live.last_error().is_some());
+    let error = live.last_error().unwrap();
+    assert!(error.contains("acme/mine@v2") && error.contains("not-wasm"), "{error}");
+    assert_eq!(live.generation(), 0);
+    select();
+
+    // The tenant gone: the same.
+    store.write_manifest(&Manifest { format: 1, ..Manifest::default() }).unwrap();
+    wait_until("the missing tenant is reported", || live.last_error().is_some_and(|e| e.contains("tenant")));
+    assert_eq!(live.generation(), 0);
+    select();
+
+    // The next good change is taken.
+    store.write_manifest(&manifest(&[("v1", &good), ("v3", &good2)], "v3")).unwrap();
+    wait_until("v3 runs", || live.generation() == 1);
+    assert_eq!(live.last_error(), None);
+    assert!(live.current().name().ends_with("@v3"), "{}", live.current().name());
+    select();
+}
