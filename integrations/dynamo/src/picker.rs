@@ -10,7 +10,7 @@ use std::sync::Arc;
 use switchyard::GuardedSelector;
 use switchyard_guest_sdk::Pool;
 
-use crate::rows::{self, Framing, refused};
+use crate::rows::{Converter, Framing, refused};
 use crate::version::LivePolicy;
 
 /// A [`WorkerPicker`] that runs a Switchyard policy (a guarded guest) over Dynamo's
@@ -22,8 +22,8 @@ pub struct SwitchyardPicker {
     guard: GuardedSelector,
     framing: Framing,
     inputs: DynamoInputs,
-    /// Dynamo's rows in ascending (worker id, dp rank): scratch, reused.
-    order: Vec<usize>,
+    /// Dynamo's rows → Switchyard's table and request, its scratch reused.
+    converter: Converter,
 }
 
 impl SwitchyardPicker {
@@ -37,7 +37,7 @@ impl SwitchyardPicker {
             inputs: live.inputs,
             live,
             framing: Framing { pool, temperature, pin: true },
-            order: Vec::new(),
+            converter: Converter::default(),
         }
     }
 
@@ -66,12 +66,13 @@ impl WorkerPicker for SwitchyardPicker {
             self.guard = policy.guard();
             self.generation = generation;
         }
-        let (table, request) = rows::build(&input, context, &self.framing, &mut self.order)?;
-        let decision = self.guard.select(&table, &request).map_err(|e| refused(&self.guard, e))?;
+        let request = self.converter.build(&input, context, &self.framing)?;
+        let table = self.converter.table();
+        let decision = self.guard.select(table, &request).map_err(|e| refused(&self.guard, e))?;
         let chosen = decision.selection.chosen;
         // The pick stands whatever the commit does in fail-open mode (its fault is
         // counted and the instance dropped); fail-closed fails the selection.
-        self.guard.commit(&table, &request, chosen).map_err(|e| refused(&self.guard, e))?;
-        rows::row_of(&table, &self.order, chosen)
+        self.guard.commit(table, &request, chosen).map_err(|e| refused(&self.guard, e))?;
+        self.converter.row_of(chosen)
     }
 }

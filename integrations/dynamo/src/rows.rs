@@ -84,47 +84,100 @@ pub(crate) struct Framing {
     pub pin: bool,
 }
 
-/// Builds the worker table and request for `rows`, leaving in `order` Dynamo's row
-/// indices in the contract's ascending (worker id, dp rank): slot `i` of the table is
-/// Dynamo's row `order[i]`.
-pub(crate) fn build<'a>(
+/// Dynamo's rows → Switchyard's table and request, with the scratch reused across
+/// selections: the row order, and the worker table itself while Dynamo hands over the
+/// same (worker, rank) set (the common case; a table costs a map of every worker to
+/// build).
+#[derive(Default)]
+pub(crate) struct Converter {
+    /// Dynamo's row indices in the contract's ascending (worker id, dp rank): slot `i`
+    /// of the table is Dynamo's row `order[i]`.
+    order: Vec<usize>,
+    /// (worker id, dp rank, Dynamo's row), sorted: scratch.
+    keys: Vec<(u64, u32, usize)>,
+    table: Option<WorkerTable>,
+}
+
+impl Converter {
+    /// The table of the last [`Converter::build`].
+    pub(crate) fn table(&self) -> &WorkerTable {
+        self.table.as_ref().expect("built before use")
+    }
+
+    /// Dynamo's row for a Switchyard slot of the last build.
+    pub(crate) fn row_of(&self, slot: WorkerRank) -> Result<usize, WorkerSelectionPolicyError> {
+        self.table().slots().binary_search(&slot).map(|pos| self.order[pos]).map_err(|_| {
+            WorkerSelectionPolicyError::failed("switchyard answered for a slot it was not given")
+        })
+    }
+
+    /// Builds the request for `rows` (and the table, unless the last one has exactly
+    /// these slots).
+    pub(crate) fn build<'a>(
+        &mut self,
+        rows: &impl Rows<'a>,
+        context: &WorkerSelectionContext<'_>,
+        framing: &Framing,
+    ) -> Result<SelectionRequest, WorkerSelectionPolicyError> {
+        let n = rows.len();
+        // Dynamo's rows come in hash-map order; Switchyard's contract is ascending.
+        self.keys.clear();
+        self.keys.extend((0..n).map(|row| {
+            let w = rows.worker(row);
+            (w.worker_id, w.dp_rank, row)
+        }));
+        self.keys.sort_unstable();
+        if let Some(pair) = self.keys.windows(2).find(|p| (p[0].0, p[0].1) == (p[1].0, p[1].1)) {
+            return Err(WorkerSelectionPolicyError::failed(format!(
+                "worker {} rank {} is listed twice",
+                pair[0].0, pair[0].1
+            )));
+        }
+        self.order.clear();
+        self.order.extend(self.keys.iter().map(|k| k.2));
+        let same_slots = self.table.as_ref().is_some_and(|t| {
+            t.slots().len() == n
+                && t.slots().iter().zip(&self.keys).all(|(s, k)| (s.worker_id, s.dp_rank) == (k.0, k.1))
+        });
+        if !same_slots {
+            // One worker per id with exactly Dynamo's candidate ranks (they need not start
+            // at 0 nor be all of the worker's).
+            let workers = self
+                .keys
+                .chunk_by(|a, b| a.0 == b.0)
+                .map(|group| {
+                    Worker::new(group[0].0, 1, 0, None).with_ranks(group.iter().map(|k| k.1).collect())
+                })
+                .collect();
+            self.table = Some(
+                WorkerTable::new(workers).map_err(|e| WorkerSelectionPolicyError::failed(e.to_string()))?,
+            );
+        }
+        request(rows, context, framing, &self.keys, self.table())
+    }
+}
+
+/// The request for `rows` over `table`, whose slots are `keys` in order.
+fn request<'a>(
     rows: &impl Rows<'a>,
     context: &WorkerSelectionContext<'_>,
     framing: &Framing,
-    order: &mut Vec<usize>,
-) -> Result<(WorkerTable, SelectionRequest), WorkerSelectionPolicyError> {
-    let n = rows.len();
-    let key = |row: usize| {
-        let w = rows.worker(row);
-        (w.worker_id, w.dp_rank)
-    };
-    // Dynamo's rows come in hash-map order; Switchyard's contract is ascending.
-    order.clear();
-    order.extend(0..n);
-    order.sort_unstable_by_key(|&row| key(row));
-    // One worker per id with exactly Dynamo's candidate ranks (they need not start at 0
-    // nor be all of the worker's), and the multiplier Dynamo computed for it.
-    let mut workers: Vec<Worker> = Vec::new();
+    keys: &[(u64, u32, usize)],
+    table: &WorkerTable,
+) -> Result<SelectionRequest, WorkerSelectionPolicyError> {
+    let n = keys.len();
+    let order = keys.iter().map(|k| k.2);
+    // The multiplier Dynamo computed for each worker (the same for all its ranks).
     let mut multipliers: Vec<(u64, f64)> = Vec::new();
-    for group in order.chunk_by(|&a, &b| key(a).0 == key(b).0) {
-        let id = key(group[0]).0;
-        if let Some(pair) = group.windows(2).find(|p| key(p[0]) == key(p[1])) {
-            return Err(WorkerSelectionPolicyError::failed(format!(
-                "worker {id} rank {} is listed twice",
-                key(pair[0]).1
-            )));
-        }
-        let ranks = group.iter().map(|&row| key(row).1).collect();
-        workers.push(Worker::new(id, 1, 0, None).with_ranks(ranks));
-        if let Some(m) = rows.multiplier(group[0])
+    for group in keys.chunk_by(|a, b| a.0 == b.0) {
+        if let Some(m) = rows.multiplier(group[0].2)
             && m != 1.0
             && m.is_finite()
             && m > 0.0
         {
-            multipliers.push((id, m));
+            multipliers.push((group[0].0, m));
         }
     }
-    let table = WorkerTable::new(workers).map_err(|e| WorkerSelectionPolicyError::failed(e.to_string()))?;
 
     let mut seed = hash2(context.prompt_tokens() as u64, u64::from(context.block_size()));
     seed = hash2(seed, context.request_blocks());
@@ -136,8 +189,8 @@ pub(crate) fn build<'a>(
             seed = hash2(seed, u64::from_le_bytes(word));
         }
     }
-    let ids = order.iter().map(|&row| key(row).0).collect();
-    let ranks = order.iter().map(|&row| key(row).1).collect();
+    let ids = keys.iter().map(|k| k.0).collect();
+    let ranks = keys.iter().map(|k| k.1).collect();
     let mut columns = WorkerInputs::new(ids).with(Column::DpRank, ranks);
     if rows.has_cache() {
         let tiers = rows.cache(0).is_some_and(|c| c.has_tier_matches());
@@ -145,7 +198,7 @@ pub(crate) fn build<'a>(
         let mut host = Vec::with_capacity(n);
         let mut disk = Vec::with_capacity(n);
         let mut cached = Vec::with_capacity(n);
-        for &row in order.iter() {
+        for row in order.clone() {
             let c = rows.cache(row).ok_or_else(|| short("cache", row))?;
             let (effective, cached_tokens) = c.accounting_cache_estimate();
             // Dynamo's default credits the device tier when the lookup reported tiers,
@@ -165,7 +218,7 @@ pub(crate) fn build<'a>(
         let mut prefill = Vec::with_capacity(n);
         let mut decode = Vec::with_capacity(n);
         let mut requests = Vec::with_capacity(n);
-        for &row in order.iter() {
+        for row in order.clone() {
             let l = rows.load(row).ok_or_else(|| short("load", row))?;
             let (p, d, r) = (
                 saturate(l.active_prefill_tokens()),
@@ -182,8 +235,7 @@ pub(crate) fn build<'a>(
             .with(Column::DecodeBlocks, decode)
             .with(Column::ActiveRequests, requests);
     }
-    for &row in order.iter() {
-        let (id, rank) = key(row);
+    for &(id, rank, _) in keys {
         seed = hash2(seed, hash2(id, u64::from(rank)));
     }
 
@@ -192,7 +244,7 @@ pub(crate) fn build<'a>(
         .pinned_worker()
         .filter(|_| framing.pin)
         .map(|p| WorkerRank { worker_id: p.worker_id, dp_rank: p.dp_rank })
-        .filter(|p| order.binary_search_by(|&row| key(row).cmp(&(p.worker_id, p.dp_rank))).is_ok());
+        .filter(|p| keys.binary_search_by(|k| (k.0, k.1).cmp(&(p.worker_id, p.dp_rank))).is_ok());
     let facts = RequestFacts {
         prompt_tokens: saturate(context.prompt_tokens()),
         block_size: context.block_size().max(1),
@@ -211,23 +263,8 @@ pub(crate) fn build<'a>(
         temperature: Some(temperature),
         ..Default::default()
     };
-    let request = SelectionRequest::new(&table, facts, options, columns)
-        .map_err(|e| WorkerSelectionPolicyError::failed(format!("switchyard: {e}")))?;
-    Ok((table, request))
-}
-
-/// Dynamo's row for a Switchyard slot: slots are Dynamo's rows in `order`, so a slot's
-/// index in the table is its position there.
-pub(crate) fn row_of(
-    table: &WorkerTable,
-    order: &[usize],
-    slot: WorkerRank,
-) -> Result<usize, WorkerSelectionPolicyError> {
-    table
-        .slots()
-        .binary_search(&slot)
-        .map(|pos| order[pos])
-        .map_err(|_| WorkerSelectionPolicyError::failed("switchyard answered for a slot it was not given"))
+    SelectionRequest::new(table, facts, options, columns)
+        .map_err(|e| WorkerSelectionPolicyError::failed(format!("switchyard: {e}")))
 }
 
 /// f64 blocks → the contract's u32 blocks: rounded to nearest, clamped to the u32 range.

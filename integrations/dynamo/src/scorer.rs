@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use dynamo_kv_router::WorkerType;
 
-use crate::rows::{self, Framing, pool_of, refused};
+use crate::rows::{Converter, Framing, pool_of, refused};
 use crate::version::LoadedPolicy;
 
 /// A [`WorkerScorer`] that writes a Switchyard policy's costs (a guarded guest's, or in
@@ -25,13 +25,18 @@ pub struct SwitchyardScorer {
     guard: GuardedSelector,
     framing: Framing,
     inputs: DynamoInputs,
-    order: Vec<usize>,
+    converter: Converter,
 }
 
 impl SwitchyardScorer {
     pub(crate) fn new(guard: GuardedSelector, inputs: DynamoInputs, pool: Pool) -> Self {
         // Temperature 0: the guard's pick is discarded, only the costs are read.
-        Self { guard, framing: Framing { pool, temperature: 0.0, pin: false }, inputs, order: Vec::new() }
+        Self {
+            guard,
+            framing: Framing { pool, temperature: 0.0, pin: false },
+            inputs,
+            converter: Converter::default(),
+        }
     }
 
     /// The guarded selector (its counters, its breaker).
@@ -54,10 +59,11 @@ impl WorkerScorer for SwitchyardScorer {
         if candidates.is_empty() {
             return Ok(());
         }
-        let (table, request) = rows::build(&candidates, context, &self.framing, &mut self.order)?;
+        let request = self.converter.build(&candidates, context, &self.framing)?;
+        let table = self.converter.table();
         // The guard scores every row (the policy does not filter), contained as a
         // selection is; its costs are those of whichever policy decided.
-        self.guard.select(&table, &request).map_err(|e| refused(&self.guard, e))?;
+        self.guard.select(table, &request).map_err(|e| refused(&self.guard, e))?;
         let scored = self.guard.last_costs();
         if scored.len() != costs.len() {
             return Err(WorkerSelectionPolicyError::failed(format!(
@@ -67,7 +73,7 @@ impl WorkerScorer for SwitchyardScorer {
             )));
         }
         for (slot, &cost) in self.guard.last_candidates().zip(scored) {
-            costs[rows::row_of(&table, &self.order, slot)?] = cost;
+            costs[self.converter.row_of(slot)?] = cost;
         }
         Ok(())
     }
