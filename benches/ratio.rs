@@ -1,15 +1,21 @@
 //! The one-run ratio table: native, guest and Dynamo selections interleaved in one
 //! process (native, guest, Dynamo, native, guest, Dynamo, …), medians per selection, and
 //! the ratios. Prints markdown. `cargo bench --bench ratio` (about a minute on 2 cores).
+//! "Inside Dynamo" times Dynamo's default selector against a `WorkerSelectionPolicy` from
+//! the `switchyard` plugin (`switchyard-dynamo`) whose picker is the default guest.
 
 mod common;
 
 use std::hint::black_box;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, switchyard_fixture};
+use dynamo_kv_router::{KvRouterConfig, RoutingPartitionRef, WorkerType};
 use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 use switchyard_builtins as builtin;
+use switchyard_dynamo::{LoadedPolicy, SwitchyardConfig};
+use switchyard_test_guests::DEFAULT_POLICY;
 
 const ROUNDS: usize = 31;
 /// Each timed batch runs about this long, so timer overhead is negligible.
@@ -86,6 +92,67 @@ fn selection_table(engine: &PolicyEngine, temperature: f64) {
             fmt_ns(t[2]),
             t[1] / t[2]
         );
+    }
+}
+
+/// Inside Dynamo (issue 14): Dynamo's own `DefaultWorkerSelector` against the
+/// `WorkerSelectionPolicy` the `switchyard` plugin's factory builds (picker mode, the
+/// default policy's guest, fail-closed, temperature 0), both driven the same way on the
+/// same `DynamoFixture` (one workers map, one request). The policy's time includes
+/// Dynamo's own plugin path (eligibility, candidate rows) and the adapter's per-selection
+/// work (sorting the rows, a fresh `WorkerTable` and columns, the guest's score and
+/// `on-selected`).
+fn inside_dynamo_table(engine: &PolicyEngine) {
+    // The config names a file (the provider's path reads it); `from_bytes` takes the
+    // same bytes directly.
+    let file = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("switchyard-ratio-default.wasm");
+    std::fs::write(&file, DEFAULT_POLICY).expect("writing the component");
+    let config = SwitchyardConfig::from_json(serde_json::json!({
+        "policy": {"file": file},
+        "on_fault": "closed",
+        "temperature": 0,
+    }))
+    .expect("a valid configuration");
+    let loaded = LoadedPolicy::from_bytes(&config, engine, DEFAULT_POLICY, "default".into())
+        .expect("the default guest loads");
+    let factory = loaded.factory();
+    let router_config = KvRouterConfig { router_temperature: 0.0, ..Default::default() };
+    let default = builtin::find("default").unwrap();
+    println!(
+        "\n### Inside Dynamo: Dynamo's default selector vs the Switchyard default guest as its picker, temperature 0\n"
+    );
+    println!("| workers | Dynamo default | Switchyard picker (guest) | ratio guest/Dynamo |");
+    println!("| ---: | ---: | ---: | ---: |");
+    for &n in &SIZES {
+        let dynamo = DynamoFixture::new(n, 0.0);
+        // As Dynamo's fixture labels its selector: the prefill pool (the default policy
+        // costs prefill and aggregated alike).
+        let policy =
+            factory(&router_config, WorkerType::Prefill, RoutingPartitionRef::new("model", "default"));
+        // Same fixture, same answer. Dynamo breaks ties with an unseeded RNG, Switchyard
+        // with the request's seed, so where costs tie the two may pick different members
+        // of the tied set: then both picks must have the minimum cost (Switchyard's native
+        // default on the same fixture gives the costs, as `selection_table` checks); where
+        // the minimum is unique they must be the same worker.
+        let theirs = dynamo.select();
+        let ours = dynamo.select_with(&policy);
+        let (table, request) = switchyard_fixture(n, 0.0);
+        let mut native = Selector::new(default.native("{}").unwrap());
+        let best = native.select(&table, &request).unwrap().cost;
+        let costs = native.last_costs();
+        assert_eq!(costs[theirs as usize], best, "Dynamo's pick is one of the argmins");
+        assert_eq!(costs[ours as usize], best, "the picker's pick is one of the argmins");
+        if costs.iter().filter(|&&c| c == best).count() == 1 {
+            assert_eq!(ours, theirs, "a unique argmin: the same worker");
+        }
+        let mut run_dynamo = || {
+            black_box(dynamo.select());
+        };
+        let mut run_guest = || {
+            black_box(dynamo.select_with(&policy));
+        };
+        let t = interleaved(&mut [&mut run_dynamo, &mut run_guest]);
+        println!("| {n} | {} | {} | {:.3} |", fmt_ns(t[0]), fmt_ns(t[1]), t[1] / t[0]);
     }
 }
 
@@ -223,6 +290,7 @@ fn main() {
     println!("Medians of {ROUNDS} interleaved rounds of ~{} ms batches.", BATCH.as_millis());
     selection_table(&engine, 0.0);
     selection_table(&engine, 0.7);
+    inside_dynamo_table(&engine);
     ported_table(&engine);
     overhead_table(&engine);
     concurrency(&engine);

@@ -162,6 +162,19 @@ impl DynamoFixture {
         );
         self.selector.select_worker(input).expect("dynamo selects").worker.worker_id
     }
+
+    /// One selection by another of Dynamo's selectors (a plugin's `WorkerSelectionPolicy`)
+    /// on the same workers map and request, as [`DynamoFixture::select`] drives Dynamo's
+    /// default; returns the chosen worker id.
+    pub fn select_with(&self, selector: &impl WorkerSelector<DynamoWorker>) -> u64 {
+        let input = WorkerSelectionInput::configured(
+            &self.workers,
+            &self.request,
+            self.request.eligibility(),
+            BLOCK_SIZE,
+        );
+        selector.select_worker(input).expect("the policy selects").worker.worker_id
+    }
 }
 
 /// Materialised columns for calling a scorer directly: the score call alone, without
