@@ -11,7 +11,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, switchyard_fixture};
-use dynamo_kv_router::{KvRouterConfig, RoutingPartitionRef, WorkerType};
+use dynamo_kv_router::{
+    KvRouterConfig, RoutingPartitionRef, WorkerInputView, WorkerInputs, WorkerPicker, WorkerSelectionContext,
+    WorkerSelectionPolicy, WorkerSelectionPolicyError, WorkerType,
+};
 use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 use switchyard_builtins as builtin;
 use switchyard_dynamo::{LoadedPolicy, SwitchyardConfig};
@@ -121,14 +124,19 @@ fn inside_dynamo_table(engine: &PolicyEngine) {
     println!(
         "\n### Inside Dynamo: Dynamo's default selector vs the Switchyard default guest as its picker, temperature 0\n"
     );
-    println!("| workers | Dynamo default | Switchyard picker (guest) | ratio guest/Dynamo |");
-    println!("| ---: | ---: | ---: | ---: |");
+    println!(
+        "| workers | Dynamo default | plugin floor (a native picker, same inputs) | Switchyard picker (guest) | guest/Dynamo | floor/Dynamo |"
+    );
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
     for &n in &SIZES {
         let dynamo = DynamoFixture::new(n, 0.0);
         // As Dynamo's fixture labels its selector: the prefill pool (the default policy
         // costs prefill and aggregated alike).
         let policy =
             factory(&router_config, WorkerType::Prefill, RoutingPartitionRef::new("model", "default"));
+        let floor =
+            WorkerSelectionPolicy::new(router_config.clone(), "prefill", Vec::new(), Box::new(FirstRow))
+                .with_exclusive_affinity(true);
         // Same fixture, same answer. Dynamo breaks ties with an unseeded RNG, Switchyard
         // with the request's seed, so where costs tie the two may pick different members
         // of the tied set: then both picks must have the minimum cost (Switchyard's native
@@ -151,8 +159,37 @@ fn inside_dynamo_table(engine: &PolicyEngine) {
         let mut run_guest = || {
             black_box(dynamo.select_with(&policy));
         };
-        let t = interleaved(&mut [&mut run_dynamo, &mut run_guest]);
-        println!("| {n} | {} | {} | {:.3} |", fmt_ns(t[0]), fmt_ns(t[1]), t[1] / t[0]);
+        let mut run_floor = || {
+            black_box(dynamo.select_with(&floor));
+        };
+        let t = interleaved(&mut [&mut run_dynamo, &mut run_floor, &mut run_guest]);
+        println!(
+            "| {n} | {} | {} | {} | {:.3} | {:.3} |",
+            fmt_ns(t[0]),
+            fmt_ns(t[1]),
+            fmt_ns(t[2]),
+            t[2] / t[0],
+            t[1] / t[0]
+        );
+    }
+}
+
+/// The floor of any plugin inside Dynamo 1.6.1: a native picker that declares what the
+/// default guest reads (cache, load, preferred taints) and returns row 0, so a selection
+/// is Dynamo's eligibility and candidate rows alone.
+struct FirstRow;
+
+impl WorkerPicker for FirstRow {
+    fn required_worker_inputs(&self) -> WorkerInputs {
+        WorkerInputs::CACHE | WorkerInputs::LOAD | WorkerInputs::PREFERRED_TAINT
+    }
+    fn pick(
+        &mut self,
+        _context: &WorkerSelectionContext<'_>,
+        input: WorkerInputView<'_>,
+    ) -> Result<usize, WorkerSelectionPolicyError> {
+        black_box(input.candidates().len());
+        Ok(0)
     }
 }
 
@@ -288,6 +325,11 @@ fn main() {
         "Fixture: Dynamo's bench fixture (prompt 2,048 tokens, block 16, one dp rank). Guest budget: both (the default: fuel, with the epoch deadline as backstop)."
     );
     println!("Medians of {ROUNDS} interleaved rounds of ~{} ms batches.", BATCH.as_millis());
+    // `-- inside-dynamo`: that section alone.
+    if std::env::args().any(|a| a == "inside-dynamo") {
+        inside_dynamo_table(&engine);
+        return;
+    }
     selection_table(&engine, 0.0);
     selection_table(&engine, 0.7);
     inside_dynamo_table(&engine);

@@ -70,6 +70,11 @@ impl WorkerInputs {
             }
         }
         let dp_rank = &self[Column::DpRank];
+        // Every slot of the table, in slot order (what a router that keeps its table
+        // sends): valid and sorted by construction, with no lookup per row.
+        if self.is_dense_for(table) {
+            return Ok(());
+        }
         for (row, (&id, &rank)) in self.worker_id.iter().zip(dp_rank).enumerate() {
             let worker = table.worker(id).ok_or_else(|| {
                 InputError::new(format!("row {row}: worker {id} is not in the worker table"))
@@ -98,6 +103,16 @@ impl WorkerInputs {
             }
         }
         Ok(())
+    }
+
+    /// Whether the rows are exactly `table`'s slots, in slot order.
+    fn is_dense_for(&self, table: &WorkerTable) -> bool {
+        let slots = table.slots();
+        self.worker_id.len() == slots.len()
+            && slots
+                .iter()
+                .zip(self.worker_id.iter().zip(&self[Column::DpRank]))
+                .all(|(s, (&id, &rank))| s.worker_id == id && s.dp_rank == rank)
     }
 
     /// Rows given (workers with any input).
@@ -185,11 +200,7 @@ impl SelectionRequest {
             )));
         }
         inputs.normalise(table)?;
-        let dense =
-            inputs.len() == table.slots().len()
-                && table.slots().iter().enumerate().all(|(i, s)| {
-                    inputs.worker_id[i] == s.worker_id && inputs[Column::DpRank][i] == s.dp_rank
-                });
+        let dense = inputs.is_dense_for(table);
         let mut allowed = options.allowed_workers;
         if let Some(ids) = &mut allowed {
             ids.sort_unstable();

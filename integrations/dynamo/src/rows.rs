@@ -10,7 +10,7 @@ use dynamo_kv_router::plugins::worker_selection::{
 use dynamo_kv_router::protocols::WorkerWithDpRank;
 use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
 use switchyard::{GuardedSelector, SelectError, SelectionRequest, WorkerTable};
-use switchyard_guest_sdk::hash::hash2;
+use switchyard_guest_sdk::hash::{hash2, mix64};
 use switchyard_guest_sdk::{Column, Pool, RequestFacts, WorkerRank};
 
 /// What one component may read of Dynamo's rows, in Dynamo's (hash-map) order.
@@ -93,8 +93,15 @@ pub(crate) struct Converter {
     /// Dynamo's row indices in the contract's ascending (worker id, dp rank): slot `i`
     /// of the table is Dynamo's row `order[i]`.
     order: Vec<usize>,
+    /// The inverse: Dynamo's row `r` is slot `position[r]`. Columns are filled reading
+    /// Dynamo's rows in their own order (sequential reads, scattered small writes:
+    /// 48.0 µs per selection at 1,024 workers instead of 52.7 in slot order).
+    position: Vec<u32>,
     /// (worker id, dp rank, Dynamo's row), sorted: scratch.
     keys: Vec<(u64, u32, usize)>,
+    /// The (worker id, dp rank) of each of Dynamo's rows, as they came last time: while
+    /// Dynamo's map is unchanged its rows come in the same order, and `keys` stands.
+    incoming: Vec<(u64, u32)>,
     table: Option<WorkerTable>,
 }
 
@@ -120,21 +127,34 @@ impl Converter {
         framing: &Framing,
     ) -> Result<SelectionRequest, WorkerSelectionPolicyError> {
         let n = rows.len();
-        // Dynamo's rows come in hash-map order; Switchyard's contract is ascending.
-        self.keys.clear();
-        self.keys.extend((0..n).map(|row| {
-            let w = rows.worker(row);
-            (w.worker_id, w.dp_rank, row)
-        }));
-        self.keys.sort_unstable();
-        if let Some(pair) = self.keys.windows(2).find(|p| (p[0].0, p[0].1) == (p[1].0, p[1].1)) {
-            return Err(WorkerSelectionPolicyError::failed(format!(
-                "worker {} rank {} is listed twice",
-                pair[0].0, pair[0].1
-            )));
+        let same_rows = self.incoming.len() == n
+            && self.incoming.iter().enumerate().all(|(row, &(id, rank))| {
+                let w = rows.worker(row);
+                (w.worker_id, w.dp_rank) == (id, rank)
+            });
+        if !same_rows {
+            // Dynamo's rows come in hash-map order; Switchyard's contract is ascending.
+            self.incoming.clear();
+            self.keys.clear();
+            for row in 0..n {
+                let w = rows.worker(row);
+                self.incoming.push((w.worker_id, w.dp_rank));
+                self.keys.push((w.worker_id, w.dp_rank, row));
+            }
+            self.keys.sort_unstable();
+            if let Some(pair) = self.keys.windows(2).find(|p| (p[0].0, p[0].1) == (p[1].0, p[1].1)) {
+                let e = format!("worker {} rank {} is listed twice", pair[0].0, pair[0].1);
+                self.incoming.clear();
+                return Err(WorkerSelectionPolicyError::failed(e));
+            }
+            self.order.clear();
+            self.order.extend(self.keys.iter().map(|k| k.2));
+            self.position.clear();
+            self.position.resize(n, 0);
+            for (slot, &row) in self.order.iter().enumerate() {
+                self.position[row] = slot as u32;
+            }
         }
-        self.order.clear();
-        self.order.extend(self.keys.iter().map(|k| k.2));
         let same_slots = self.table.as_ref().is_some_and(|t| {
             t.slots().len() == n
                 && t.slots().iter().zip(&self.keys).all(|(s, k)| (s.worker_id, s.dp_rank) == (k.0, k.1))
@@ -153,20 +173,21 @@ impl Converter {
                 WorkerTable::new(workers).map_err(|e| WorkerSelectionPolicyError::failed(e.to_string()))?,
             );
         }
-        request(rows, context, framing, &self.keys, self.table())
+        request(rows, context, framing, &self.keys, &self.position, self.table())
     }
 }
 
-/// The request for `rows` over `table`, whose slots are `keys` in order.
+/// The request for `rows` over `table`, whose slots are `keys` in order; Dynamo's row `r`
+/// is slot `position[r]`.
 fn request<'a>(
     rows: &impl Rows<'a>,
     context: &WorkerSelectionContext<'_>,
     framing: &Framing,
     keys: &[(u64, u32, usize)],
+    position: &[u32],
     table: &WorkerTable,
 ) -> Result<SelectionRequest, WorkerSelectionPolicyError> {
     let n = keys.len();
-    let order = keys.iter().map(|k| k.2);
     // The multiplier Dynamo computed for each worker (the same for all its ranks).
     let mut multipliers: Vec<(u64, f64)> = Vec::new();
     for group in keys.chunk_by(|a, b| a.0 == b.0) {
@@ -179,6 +200,11 @@ fn request<'a>(
         }
     }
 
+    // The seed: the request's data, then the rows (ids, ranks, loads), so the same request
+    // over the same state picks the same worker and ties spread as the loads move. Each
+    // row is mixed on its own and the mixes summed: a chain of hashes through every row
+    // would cost a serial multiply chain per row (7 µs of 60 at 1,024 workers, measured).
+    let mut rows_hash = 0u64;
     let mut seed = hash2(context.prompt_tokens() as u64, u64::from(context.block_size()));
     seed = hash2(seed, context.request_blocks());
     seed = hash2(seed, context.expected_output_tokens().map_or(u64::MAX, u64::from));
@@ -194,19 +220,17 @@ fn request<'a>(
     let mut columns = WorkerInputs::new(ids).with(Column::DpRank, ranks);
     if rows.has_cache() {
         let tiers = rows.cache(0).is_some_and(|c| c.has_tier_matches());
-        let mut dev = Vec::with_capacity(n);
-        let mut host = Vec::with_capacity(n);
-        let mut disk = Vec::with_capacity(n);
-        let mut cached = Vec::with_capacity(n);
-        for row in order.clone() {
+        let (mut dev, mut host, mut disk, mut cached) = (vec![0; n], vec![0; n], vec![0; n], vec![0; n]);
+        for (row, &slot) in position.iter().enumerate() {
             let c = rows.cache(row).ok_or_else(|| short("cache", row))?;
             let (effective, cached_tokens) = c.accounting_cache_estimate();
+            let slot = slot as usize;
             // Dynamo's default credits the device tier when the lookup reported tiers,
             // else the effective overlap (what a tierless index returns).
-            dev.push(blocks(if tiers { c.device_overlap_blocks() } else { effective }));
-            host.push(blocks(c.host_overlap_blocks()));
-            disk.push(blocks(c.disk_overlap_blocks()));
-            cached.push(saturate(cached_tokens));
+            dev[slot] = blocks(if tiers { c.device_overlap_blocks() } else { effective });
+            host[slot] = blocks(c.host_overlap_blocks());
+            disk[slot] = blocks(c.disk_overlap_blocks());
+            cached[slot] = saturate(cached_tokens);
         }
         columns = columns
             .with(Column::DeviceOverlapBlocks, dev)
@@ -215,20 +239,24 @@ fn request<'a>(
             .with(Column::CachedTokens, cached);
     }
     if rows.has_load() {
-        let mut prefill = Vec::with_capacity(n);
-        let mut decode = Vec::with_capacity(n);
-        let mut requests = Vec::with_capacity(n);
-        for row in order.clone() {
+        let (mut prefill, mut decode, mut requests) = (vec![0; n], vec![0; n], vec![0; n]);
+        for (row, &slot) in position.iter().enumerate() {
             let l = rows.load(row).ok_or_else(|| short("load", row))?;
             let (p, d, r) = (
                 saturate(l.active_prefill_tokens()),
                 blocks(l.decode_cost_blocks()),
                 saturate(l.active_requests()),
             );
-            seed = hash2(seed, hash2(u64::from(p), u64::from(d) << 32 | u64::from(r)));
-            prefill.push(p);
-            decode.push(d);
-            requests.push(r);
+            let slot = slot as usize;
+            rows_hash = rows_hash.wrapping_add(mix64(
+                keys[slot].0
+                    ^ u64::from(p).rotate_left(17)
+                    ^ u64::from(d).rotate_left(37)
+                    ^ u64::from(r).rotate_left(53),
+            ));
+            prefill[slot] = p;
+            decode[slot] = d;
+            requests[slot] = r;
         }
         columns = columns
             .with(Column::ActivePrefillTokens, prefill)
@@ -236,8 +264,9 @@ fn request<'a>(
             .with(Column::ActiveRequests, requests);
     }
     for &(id, rank, _) in keys {
-        seed = hash2(seed, hash2(id, u64::from(rank)));
+        rows_hash = rows_hash.wrapping_add(mix64(id ^ u64::from(rank).rotate_left(32)));
     }
+    seed = hash2(seed, rows_hash);
 
     // A pin on a worker Dynamo did not hand over pins nothing here, as in Dynamo.
     let pinned = context
@@ -269,6 +298,11 @@ fn request<'a>(
 
 /// f64 blocks → the contract's u32 blocks: rounded to nearest, clamped to the u32 range.
 fn blocks(x: f64) -> u32 {
+    // Whole block counts (the usual case) need no `round`, a libm call per value here.
+    let whole = x as u32;
+    if f64::from(whole) == x {
+        return whole;
+    }
     if x.is_nan() { 0 } else { x.round().clamp(0.0, f64::from(u32::MAX)) as u32 }
 }
 
