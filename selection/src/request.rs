@@ -54,8 +54,8 @@ impl WorkerInputs {
     }
 
     /// Checks lengths, sorts rows by (worker, rank) and refuses duplicates and workers
-    /// that the table does not have.
-    fn normalise(&mut self, table: &WorkerTable) -> Result<(), InputError> {
+    /// that the table does not have. `true`: the rows are exactly the table's slots.
+    fn normalise(&mut self, table: &WorkerTable) -> Result<bool, InputError> {
         let n = self.worker_id.len();
         for column in Column::ALL {
             let len = self[column].len();
@@ -73,7 +73,7 @@ impl WorkerInputs {
         // Every slot of the table, in slot order (what a router that keeps its table
         // sends): valid and sorted by construction, with no lookup per row.
         if self.is_dense_for(table) {
-            return Ok(());
+            return Ok(true);
         }
         for (row, (&id, &rank)) in self.worker_id.iter().zip(dp_rank).enumerate() {
             let worker = table.worker(id).ok_or_else(|| {
@@ -102,7 +102,7 @@ impl WorkerInputs {
                 permute(column, &order);
             }
         }
-        Ok(())
+        Ok(self.is_dense_for(table))
     }
 
     /// Whether the rows are exactly `table`'s slots, in slot order.
@@ -199,8 +199,7 @@ impl SelectionRequest {
                 "preferred taint `{taint}` has weight {w}; it must be finite"
             )));
         }
-        inputs.normalise(table)?;
-        let dense = inputs.is_dense_for(table);
+        let dense = inputs.normalise(table)?;
         let mut allowed = options.allowed_workers;
         if let Some(ids) = &mut allowed {
             ids.sort_unstable();

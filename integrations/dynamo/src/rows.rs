@@ -155,10 +155,12 @@ impl Converter {
                 self.position[row] = slot as u32;
             }
         }
-        let same_slots = self.table.as_ref().is_some_and(|t| {
-            t.slots().len() == n
-                && t.slots().iter().zip(&self.keys).all(|(s, k)| (s.worker_id, s.dp_rank) == (k.0, k.1))
-        });
+        // The same rows in the same order are the same slots; else compare with the table.
+        let same_slots = same_rows
+            || self.table.as_ref().is_some_and(|t| {
+                t.slots().len() == n
+                    && t.slots().iter().zip(&self.keys).all(|(s, k)| (s.worker_id, s.dp_rank) == (k.0, k.1))
+            });
         if !same_slots {
             // One worker per id with exactly Dynamo's candidate ranks (they need not start
             // at 0 nor be all of the worker's).
@@ -188,15 +190,16 @@ fn request<'a>(
     table: &WorkerTable,
 ) -> Result<SelectionRequest, WorkerSelectionPolicyError> {
     let n = keys.len();
-    // The multiplier Dynamo computed for each worker (the same for all its ranks).
+    // The multiplier Dynamo computed for each worker (the same for all its ranks), read
+    // in Dynamo's row order.
     let mut multipliers: Vec<(u64, f64)> = Vec::new();
-    for group in keys.chunk_by(|a, b| a.0 == b.0) {
-        if let Some(m) = rows.multiplier(group[0].2)
+    for (row, &slot) in position.iter().enumerate() {
+        if let Some(m) = rows.multiplier(row)
             && m != 1.0
             && m.is_finite()
             && m > 0.0
         {
-            multipliers.push((group[0].0, m));
+            multipliers.push((keys[slot as usize].0, m));
         }
     }
 
@@ -248,8 +251,9 @@ fn request<'a>(
                 saturate(l.active_requests()),
             );
             let slot = slot as usize;
+            let (id, rank, _) = keys[slot];
             rows_hash = rows_hash.wrapping_add(mix64(
-                keys[slot].0
+                id ^ u64::from(rank).rotate_left(7)
                     ^ u64::from(p).rotate_left(17)
                     ^ u64::from(d).rotate_left(37)
                     ^ u64::from(r).rotate_left(53),
@@ -263,8 +267,10 @@ fn request<'a>(
             .with(Column::DecodeBlocks, decode)
             .with(Column::ActiveRequests, requests);
     }
-    for &(id, rank, _) in keys {
-        rows_hash = rows_hash.wrapping_add(mix64(id ^ u64::from(rank).rotate_left(32)));
+    if !rows.has_load() {
+        for &(id, rank, _) in keys {
+            rows_hash = rows_hash.wrapping_add(mix64(id ^ u64::from(rank).rotate_left(7)));
+        }
     }
     seed = hash2(seed, rows_hash);
 
