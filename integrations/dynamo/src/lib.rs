@@ -64,7 +64,9 @@
 //!    `affinity` → `PREFERRED_TAINT`; in fail-open mode all three, which the native
 //!    default that then decides reads);
 //! 2. sorts Dynamo's rows, which arrive in hash-map order, into the contract's ascending
-//!    (worker id, dp rank), builds a [`switchyard::WorkerTable`] and the columns;
+//!    (worker id, dp rank), and builds a [`switchyard::WorkerTable`] and the columns (the
+//!    order and the table are kept while Dynamo hands over the same rows in the same
+//!    order, as it does while its worker map is unchanged);
 //! 3. runs the guest's filter and score and Switchyard's picker through a
 //!    [`switchyard::GuardedSelector`] (fault containment, quarantine breaker shared by
 //!    every partition of the instance), commits the pick through `on-selected`;
