@@ -134,7 +134,11 @@ impl Follower {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, "switchyard: a change in the store was not taken");
+                    // Once per distinct reason: a lasting one (an unreadable manifest is
+                    // retried every poll) is not logged every poll.
+                    if live.last_error().as_deref() != Some(e.as_str()) {
+                        tracing::warn!(error = %e, "switchyard: a change in the store was not taken");
+                    }
                     live.set_error(Some(e));
                 }
             }

@@ -156,7 +156,7 @@ impl Converter {
             }
         }
         // The same rows in the same order are the same slots; else compare with the table.
-        let same_slots = same_rows
+        let same_slots = (same_rows && self.table.is_some())
             || self.table.as_ref().is_some_and(|t| {
                 t.slots().len() == n
                     && t.slots().iter().zip(&self.keys).all(|(s, k)| (s.worker_id, s.dp_rank) == (k.0, k.1))
@@ -171,9 +171,15 @@ impl Converter {
                     Worker::new(group[0].0, 1, 0, None).with_ranks(group.iter().map(|k| k.1).collect())
                 })
                 .collect();
-            self.table = Some(
-                WorkerTable::new(workers).map_err(|e| WorkerSelectionPolicyError::failed(e.to_string()))?,
-            );
+            match WorkerTable::new(workers) {
+                Ok(table) => self.table = Some(table),
+                Err(e) => {
+                    // Nothing kept from these rows: the next selection starts afresh.
+                    self.incoming.clear();
+                    self.table = None;
+                    return Err(WorkerSelectionPolicyError::failed(e.to_string()));
+                }
+            }
         }
         request(rows, context, framing, &self.keys, &self.position, self.table())
     }
