@@ -1,0 +1,32 @@
+//! Switchyard's registry on NATS JetStream: what a fleet of `switchyard serve` replicas
+//! shares instead of one data directory's manifest.
+//!
+//! - **Tenants and routers** are keys of a key-value bucket, one per record:
+//!   `tenant.<name>` holds a [`TenantRecord`](switchyard_store::TenantRecord) (token hash, policies, versions, rollback
+//!   history, assignments) as JSON, `router.<name>` a router's token hash. Names are the
+//!   service's (`[a-z0-9_-]`, 1–64), valid key tokens as they are.
+//! - **Every change is a compare-and-set** on the key's revision ([`Expected`]): a write
+//!   made against a revision another replica has since replaced fails with
+//!   [`RegistryError::Conflict`], so no update is lost; the writer reloads the key and
+//!   decides again (or answers 409).
+//! - **Component blobs** are objects of an object store named by their sha256, checked
+//!   against it on the way in and on the way out ([`blobs`]).
+//! - **Every change is watched** ([`NatsRegistry::watch`]): a replica loads the registry
+//!   once ([`NatsRegistry::load`]), then follows the changes after the revision it loaded.
+//!
+//! Both buckets use file storage, so a restarted server keeps them. This crate is the
+//! registry alone, tested against a real `nats-server`; `switchyard serve` runs on the
+//! data directory's store (`switchyard-store`) until it is wired to this one.
+
+#![forbid(unsafe_code)]
+
+pub mod blobs;
+mod error;
+mod keys;
+mod registry;
+pub mod watch;
+
+pub use error::RegistryError;
+pub use keys::{Expected, Key};
+pub use registry::{Buckets, Loaded, NatsRegistry};
+pub use watch::{Change, Value};
