@@ -1,6 +1,7 @@
 //! Switchyard inside Dynamo's own router: the worker-selection plugin type `switchyard`
 //! for `dynamo-kv-router` 1.6.1, which runs a tenant's policy component, sandboxed, as
-//! Dynamo's picker.
+//! Dynamo's picker (or, composed by the host, as one of its scorers), from a file or
+//! followed in a Switchyard store.
 //!
 //! # Registration
 //!
@@ -68,8 +69,9 @@
 //!    order and the table are kept while Dynamo hands over the same rows in the same
 //!    order, as it does while its worker map is unchanged);
 //! 3. runs the guest's filter and score and Switchyard's picker through a
-//!    [`switchyard::GuardedSelector`] (fault containment, quarantine breaker shared by
-//!    every partition of the instance), commits the pick through `on-selected`;
+//!    [`switchyard::GuardedSelector`] (fault containment, a quarantine breaker per
+//!    version shared by every partition of the instance), commits the pick through
+//!    `on-selected`;
 //! 4. maps the chosen slot back to Dynamo's row.
 //!
 //! # Scorer mode
