@@ -14,9 +14,8 @@
 //! - **Every change is watched** ([`NatsRegistry::watch`]): a replica loads the registry
 //!   once ([`NatsRegistry::load`]), then follows the changes after the revision it loaded.
 //!
-//! Both buckets use file storage, so a restarted server keeps them. This crate is the
-//! registry alone, tested against a real `nats-server`; `switchyard serve` runs on the
-//! data directory's store (`switchyard-store`) until it is wired to this one.
+//! Both buckets use file storage, so a restarted server keeps them. `switchyard serve
+//! --registry nats://…` runs on it (`switchyard-service`'s `registry` and `fleet`).
 
 #![forbid(unsafe_code)]
 

@@ -1,5 +1,5 @@
 //! The guests the tests and benchmarks load (and the requests hostile guests meet,
-//! [`requests`]): real components built from source by
+//! [`requests`]; and a real NATS server for a fleet's tests, [`nats`]): real components built from source by
 //! `build.rs` (Rust guests from `policies/testing` and `policies/adversarial`, wrapped
 //! like any tenant's policy; WAT guests for shapes Rust cannot produce).
 //!
@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod nats;
 pub mod requests;
 
 macro_rules! out_dir_file {

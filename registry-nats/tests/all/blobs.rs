@@ -3,12 +3,12 @@
 use switchyard_registry_nats::RegistryError;
 use switchyard_registry_nats::blobs::sha256;
 
-use crate::server::NatsServer;
+use crate::server::{registry, start};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_blob_round_trips_and_a_wrong_name_is_refused() {
-    let server = NatsServer::start("blobs");
-    let registry = server.registry().await;
+    let server = start("blobs");
+    let registry = registry(&server).await;
     // A blob larger than one object-store chunk (128 KiB).
     let bytes: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     let name = sha256(&bytes);

@@ -5,7 +5,7 @@
 use switchyard_registry_nats::{Expected, Key, RegistryError};
 use switchyard_store::TenantRecord;
 
-use crate::server::NatsServer;
+use crate::server::{registry, start};
 
 fn tenant(token: &str) -> TenantRecord {
     TenantRecord { token_sha256: token.into(), ..Default::default() }
@@ -13,8 +13,8 @@ fn tenant(token: &str) -> TenantRecord {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_writes_to_one_tenant_lose_no_update() {
-    let server = NatsServer::start("cas");
-    let (a, b) = (server.registry().await, server.registry().await);
+    let server = start("cas");
+    let (a, b) = (registry(&server).await, registry(&server).await);
     a.put_tenant("acme", &tenant("t0"), Expected::Absent).await.expect("created");
     let again = b.put_tenant("acme", &tenant("t1"), Expected::Absent).await;
     assert!(matches!(again, Err(RegistryError::Conflict { .. })), "{again:?}");
@@ -52,8 +52,8 @@ async fn concurrent_writes_to_one_tenant_lose_no_update() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn routers_and_tenants_load_back_as_a_manifest() {
-    let server = NatsServer::start("load");
-    let registry = server.registry().await;
+    let server = start("load");
+    let registry = registry(&server).await;
     registry.put_tenant("acme", &tenant("aa"), Expected::Absent).await.unwrap();
     registry.put_tenant("globex", &tenant("bb"), Expected::Absent).await.unwrap();
     let r = registry.put_router("edge", "cc", Expected::Absent).await.unwrap();

