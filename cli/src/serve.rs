@@ -17,6 +17,10 @@ pub struct ServeArgs {
     /// Where tenants, policies and the admin token are kept.
     #[arg(long, default_value = "./switchyard-data")]
     data_dir: PathBuf,
+    /// A fleet's registry (`nats://HOST:PORT`, NATS with JetStream) shared by every
+    /// replica, instead of the data dir's manifest and blobs.
+    #[arg(long)]
+    registry: Option<String>,
     /// Sandbox limits (`[limits]`), service limits (`[service]`) and the quarantine
     /// breaker (`[guard]`, or --quarantine-after etc.); see --config.
     #[command(flatten)]
@@ -27,6 +31,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let options = switchyard_service::ServeOptions {
         listen: args.listen,
         data_dir: args.data_dir,
+        registry: args.registry,
         limits: args.limits.service_limits()?,
         guard: args.limits.guard()?,
         engine_limits: args.limits.limits()?,

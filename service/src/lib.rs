@@ -11,6 +11,8 @@
 //!   per-tenant write rate limits.
 //! - [`select`]: one selection, its policy guarded by the runtime's containment
 //!   (`switchyard::GuardedSelector`) behind each version's shared quarantine breaker.
+//! - [`registry`]: the data dir's store or a fleet's NATS registry, behind one type;
+//!   [`fleet`]: a replica following the others' changes.
 //! - [`auth`]: tokens; [`metrics`]: Prometheus text; [`http`]: the routes.
 
 #![forbid(unsafe_code)]
@@ -18,11 +20,13 @@
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod fleet;
 pub mod http;
 pub mod manage;
 pub mod metrics;
 mod params;
 mod rates;
+pub mod registry;
 pub mod select;
 pub mod state;
 /// The data directory, a crate of its own (`switchyard-store`) so that a router's
@@ -32,6 +36,7 @@ pub use switchyard_store as store;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use config::{ServiceConfig, ServiceLimits};
 pub use error::ApiError;
@@ -44,6 +49,10 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// The data directory (`--data-dir`): manifest, blobs, admin token.
     pub data_dir: PathBuf,
+    /// A fleet's registry on NATS (`--registry nats://…`) instead of the data dir's
+    /// manifest and blobs; the data dir then keeps only this replica's admin token and
+    /// compiled cache.
+    pub registry: Option<String>,
     /// What clients may ask of the service (`[service]`).
     pub limits: ServiceLimits,
     /// The quarantine breaker's settings for every tenant policy version (`[guard]`).
@@ -62,13 +71,15 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let admin_env = std::env::var("SWITCHYARD_ADMIN_TOKEN").ok();
-        let ServeOptions { listen, data_dir, limits, guard, engine_limits, cache_dir } = options;
+        let ServeOptions { listen, data_dir, registry, limits, guard, engine_limits, cache_dir } = options;
         let dir = data_dir.clone();
         let cache = cache_dir.unwrap_or_else(|| data_dir.join("compiled"));
         let service = tokio::task::spawn_blocking(move || {
-            Service::open(&dir, &cache, limits, guard, engine_limits, admin_env)
+            Service::open(&dir, registry.as_deref(), &cache, limits, guard, engine_limits, admin_env)
         })
         .await??;
+        // A fleet's replica follows the shared registry from here on.
+        tokio::spawn(fleet::follow(Arc::clone(&service)));
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         if std::env::var_os("SWITCHYARD_ADMIN_TOKEN").is_none() {

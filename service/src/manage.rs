@@ -241,7 +241,7 @@ impl Service {
             .values()
             .any(|r| r.policies.values().any(|p| p.versions.iter().any(|v| v.blob == blob)));
         if !named {
-            let _ = tokio::task::block_in_place(|| self.store.remove_blob(blob, &self.engine));
+            let _ = tokio::task::block_in_place(|| self.registry.remove_blob(blob, &self.engine));
         }
     }
 
@@ -411,7 +411,7 @@ impl Service {
         };
         // Written before taking the lock (a component's fsync must not hold every writer).
         let store_bytes = bytes.clone();
-        tokio::task::block_in_place(|| self.store.write_blob(&blob, &store_bytes))
+        tokio::task::block_in_place(|| self.registry.write_blob(&blob, &store_bytes))
             .map_err(|e| ApiError::internal(format!("storing the component: {e}")))?;
 
         let mut writer = self.writer.lock().await;
@@ -429,7 +429,7 @@ impl Service {
         // since: under the lock, make sure it is there before the manifest names it (a
         // no-op, one `stat`, when it is).
         let stored = placed.and_then(|()| {
-            tokio::task::block_in_place(|| self.store.write_blob(&blob, &bytes))
+            tokio::task::block_in_place(|| self.registry.write_blob(&blob, &bytes))
                 .map_err(|e| ApiError::internal(format!("storing the component: {e}")))
         });
         if let Err(e) = stored {

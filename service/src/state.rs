@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
+use axum::http::StatusCode;
 use switchyard::guard::GuardConfig;
+use switchyard::selection::wire::ErrorKind;
 use switchyard::selection::{Call, Scorer};
 use switchyard::{
     ArtifactCache, FailMode, Fault, GuardedSelector, GuestScorer, Limits, PolicyComponent, PolicyEngine,
@@ -27,6 +29,7 @@ use crate::config::ServiceLimits;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, PolicyMetrics, TenantVersions};
 use crate::rates::WriteRates;
+use crate::registry::{CommitError, Registry};
 use crate::store::{Manifest, Store};
 
 /// (tenant, policy name, version).
@@ -327,7 +330,7 @@ pub struct Service {
     /// Each version's breaker settings (`[guard]`).
     pub(crate) guard: GuardConfig,
     pub(crate) engine: PolicyEngine,
-    pub(crate) store: Store,
+    pub(crate) registry: Registry,
     pub(crate) admin_sha256: String,
     pub(crate) writer: tokio::sync::Mutex<Writer>,
     snapshot: ArcSwap<Snapshot>,
@@ -348,6 +351,7 @@ impl Service {
     /// else compiled (and cached). Blocking: call before serving, or off the async runtime.
     pub fn open(
         data_dir: &Path,
+        registry_url: Option<&str>,
         cache_dir: &Path,
         limits: ServiceLimits,
         guard: GuardConfig,
@@ -368,7 +372,11 @@ impl Service {
         }
         let store = Store::open(data_dir)
             .map_err(|e| anyhow::anyhow!("opening the data dir {}: {e}", data_dir.display()))?;
-        let manifest = store.load_manifest().map_err(anyhow::Error::msg)?;
+        let registry = match registry_url {
+            None => Registry::Files(store),
+            Some(url) => Registry::connect_nats(url, store).map_err(anyhow::Error::msg)?,
+        };
+        let manifest = registry.load_manifest().map_err(anyhow::Error::msg)?;
         let admin_sha256 = crate::auth::admin_token_hash(data_dir, admin_token)
             .map_err(|e| anyhow::anyhow!("the admin token in {}: {e}", data_dir.display()))?;
         let cache = ArtifactCache::open(cache_dir)
@@ -382,51 +390,9 @@ impl Service {
             loaded: HashMap::new(),
             unavailable: HashMap::new(),
         };
-        let mut keys = Vec::new();
-        for (tenant, record) in &writer.manifest.tenants {
-            for (name, policy) in &record.policies {
-                for v in &policy.versions {
-                    keys.push((tenant.clone(), name.clone(), v.clone()));
-                }
-            }
-        }
-        // Per version: one that does not load (a missing blob, a limit lowered below its
-        // size, a configure that now fails) is marked unavailable, and everything else serves.
-        for (tenant, name, v) in keys {
-            let key = (tenant.clone(), name.clone(), v.version.clone());
-            let loaded = (|| -> Result<GuestScorer, String> {
-                if !writer.components.contains_key(&v.blob) {
-                    let bytes =
-                        store.read_blob(&v.blob).map_err(|e| format!("reading blob {}: {e}", v.blob))?;
-                    let component =
-                        PolicyComponent::load(&engine, &bytes).map_err(|e| format!("loading: {e}"))?;
-                    metrics.loaded(&component);
-                    writer.components.insert(v.blob.clone(), component);
-                }
-                let component = writer.components[&v.blob].clone();
-                // Configured once to learn what it declares; the instance is not kept (it
-                // would hold a slot of the engine's instance pool while nobody selects).
-                GuestScorer::new(name.clone(), component, &v.params)
-                    .map(|s| s.sibling())
-                    .map_err(|e| format!("configuring: {e}"))
-            })();
-            match loaded {
-                Ok(accepted) => {
-                    let ctx = VersionContext {
-                        limits: &limits,
-                        guard: &guard,
-                        metrics: &metrics,
-                        idle: &idle_slots,
-                    };
-                    writer.loaded.insert(key, new_version(&ctx, (&tenant, &name, &v.version), accepted));
-                }
-                Err(reason) => {
-                    tracing::warn!(tenant = %tenant, policy = %name, version = %v.version, %reason, "stored version unavailable");
-                    writer.unavailable.insert(key, reason.into());
-                }
-            }
-        }
-        sweep_orphan_blobs(&store, &engine, &writer.manifest);
+        let ctx = VersionContext { limits: &limits, guard: &guard, metrics: &metrics, idle: &idle_slots };
+        load_versions(&mut writer, &registry, &engine, &ctx);
+        sweep_orphan_blobs(&registry, &engine, &writer.manifest);
         let snapshot = build_snapshot(&writer);
         mark_routed(&snapshot, &writer.loaded);
         record_state(&metrics, &writer);
@@ -435,7 +401,7 @@ impl Service {
             limits,
             guard,
             engine,
-            store,
+            registry,
             admin_sha256,
             writer: tokio::sync::Mutex::new(writer),
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -477,8 +443,17 @@ impl Service {
         writer: &mut MutexGuard<'_, Writer>,
         manifest: Manifest,
     ) -> Result<(), ApiError> {
-        tokio::task::block_in_place(|| self.store.write_manifest(&manifest))
-            .map_err(|e| ApiError::internal(format!("writing the manifest: {e}")))?;
+        tokio::task::block_in_place(|| self.registry.commit(&writer.manifest, &manifest)).map_err(
+            |e| match e {
+                CommitError::Io(e) => ApiError::internal(format!("writing the manifest: {e}")),
+                CommitError::Conflict(why) => ApiError::new(StatusCode::CONFLICT, ErrorKind::Conflict, why),
+                CommitError::Unavailable(why) => ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorKind::RegistryUnavailable,
+                    format!("the registry is unavailable, so writes are refused for now: {why}"),
+                ),
+            },
+        )?;
         let old = std::mem::replace(&mut writer.manifest, manifest);
         self.release_unnamed(writer, &old);
         let snapshot = Arc::new(build_snapshot(writer));
@@ -486,6 +461,27 @@ impl Service {
         mark_routed(&snapshot, &writer.loaded);
         record_state(&self.metrics, writer);
         Ok(())
+    }
+
+    /// Adopts `manifest`, committed by another replica of the fleet: loads the versions
+    /// it names that are new here (compiled, or read from this replica's artifact cache,
+    /// under the writer lock but off the selection path: selections keep the old
+    /// snapshot until the new one is swapped in), releases what it no longer names and
+    /// swaps in a new snapshot.
+    pub(crate) fn adopt(&self, writer: &mut MutexGuard<'_, Writer>, manifest: Manifest) {
+        let old = std::mem::replace(&mut writer.manifest, manifest);
+        let ctx = VersionContext {
+            limits: &self.limits,
+            guard: &self.guard,
+            metrics: &self.metrics,
+            idle: &self.idle_slots,
+        };
+        tokio::task::block_in_place(|| load_versions(writer, &self.registry, &self.engine, &ctx));
+        self.release_unnamed(writer, &old);
+        let snapshot = Arc::new(build_snapshot(writer));
+        self.snapshot.store(Arc::clone(&snapshot));
+        mark_routed(&snapshot, &writer.loaded);
+        record_state(&self.metrics, writer);
     }
 
     /// Garbage collection, once the manifest that dropped versions is durable: loaded
@@ -529,7 +525,7 @@ impl Service {
         }
         tokio::task::block_in_place(|| {
             for blob in removed_blobs {
-                let _ = self.store.remove_blob(blob, &self.engine);
+                let _ = self.registry.remove_blob(blob, &self.engine);
             }
         });
     }
@@ -547,11 +543,62 @@ impl Service {
     }
 }
 
+/// Loads every version `writer.manifest` names that is neither loaded nor known to be
+/// unavailable: from the engine's artifact cache when it holds this component, else
+/// compiled; configured once to learn what it declares (the instance is not kept: it
+/// would hold a slot of the engine's pool while nobody selects). One that does not load
+/// (a missing blob, a limit lowered below its size, a configure that now fails) is marked
+/// unavailable, and everything else serves. Blocking.
+pub(crate) fn load_versions(
+    writer: &mut Writer,
+    registry: &Registry,
+    engine: &PolicyEngine,
+    ctx: &VersionContext<'_>,
+) {
+    let mut keys = Vec::new();
+    for (tenant, record) in &writer.manifest.tenants {
+        for (name, policy) in &record.policies {
+            for v in &policy.versions {
+                let key = (tenant.clone(), name.clone(), v.version.clone());
+                if !writer.loaded.contains_key(&key) && !writer.unavailable.contains_key(&key) {
+                    keys.push((key, v.clone()));
+                }
+            }
+        }
+    }
+    for (key, v) in keys {
+        let (tenant, name) = (&key.0, &key.1);
+        let loaded = (|| -> Result<GuestScorer, String> {
+            if !writer.components.contains_key(&v.blob) {
+                let bytes =
+                    registry.read_blob(&v.blob).map_err(|e| format!("reading blob {}: {e}", v.blob))?;
+                let component = PolicyComponent::load(engine, &bytes).map_err(|e| format!("loading: {e}"))?;
+                ctx.metrics.loaded(&component);
+                writer.components.insert(v.blob.clone(), component);
+            }
+            let component = writer.components[&v.blob].clone();
+            GuestScorer::new(name.clone(), component, &v.params)
+                .map(|s| s.sibling())
+                .map_err(|e| format!("configuring: {e}"))
+        })();
+        match loaded {
+            Ok(accepted) => {
+                let version = new_version(ctx, (tenant, name, &v.version), accepted);
+                writer.loaded.insert(key, version);
+            }
+            Err(reason) => {
+                tracing::warn!(tenant = %tenant, policy = %name, version = %v.version, %reason, "stored version unavailable");
+                writer.unavailable.insert(key, reason.into());
+            }
+        }
+    }
+}
+
 /// Deletes blobs (and their compiled artifacts) that no version of the manifest names:
 /// left by a crash between a manifest write and a collection, or by an upload dropped
 /// between storing its blob and committing. Start-up holds the data dir's lock, so no
 /// upload is in flight.
-fn sweep_orphan_blobs(store: &Store, engine: &PolicyEngine, manifest: &Manifest) {
+fn sweep_orphan_blobs(store: &Registry, engine: &PolicyEngine, manifest: &Manifest) {
     let named: HashSet<&str> = versions_of(manifest).map(|(_, blob)| blob).collect();
     let blobs = match store.blob_names() {
         Ok(blobs) => blobs,

@@ -8,6 +8,7 @@ mod cli;
 mod contract;
 mod dynamo_store;
 mod equivalence;
+mod fleet;
 mod guard;
 mod isolation;
 mod policies;

@@ -88,6 +88,12 @@ error_kinds! {
     CompileBusy => "compile-busy",
     /// The server (or its engine's instance pool) is at capacity: retry.
     Overloaded => "overloaded",
+    /// Another replica of a fleet changed what this write replaces since this replica
+    /// read it (409); retry on the new state.
+    Conflict => "conflict",
+    /// The fleet's registry (NATS) is unreachable: writes are refused (503) while
+    /// selections go on from the last snapshot.
+    RegistryUnavailable => "registry-unavailable",
 
     // A component refused at load (`switchyard policy check`, an upload).
     /// Not WebAssembly.

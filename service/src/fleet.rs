@@ -1,0 +1,61 @@
+//! A replica of a fleet (`serve --registry nats://…`) follows the shared registry: every
+//! change another replica commits is adopted here, its new versions loaded before the
+//! snapshot that routes to them is swapped in, so no selection waits on a compile.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use switchyard_registry_nats::{Change, Key, Value};
+
+use crate::state::Service;
+
+/// How long to wait before watching again after the watch ended or failed.
+const REWATCH: Duration = Duration::from_millis(500);
+
+/// Follows the registry until the process ends (a no-op on the data dir's store).
+pub async fn follow(service: Arc<Service>) {
+    let Some(nats) = service.registry.nats() else { return };
+    loop {
+        match nats.registry().watch(nats.last_revision()).await {
+            Ok(changes) => {
+                let mut changes = std::pin::pin!(changes);
+                while let Some(item) = changes.next().await {
+                    match item {
+                        Ok(change) => apply(&service, change).await,
+                        Err(e) => tracing::warn!(error = %e, "a registry change this replica cannot read"),
+                    }
+                }
+                tracing::warn!("the registry's watch ended; watching again");
+            }
+            Err(e) => tracing::warn!(error = %e, "watching the registry"),
+        }
+        tokio::time::sleep(REWATCH).await;
+    }
+}
+
+/// Adopts one change, unless this replica made or saw it already.
+async fn apply(service: &Service, change: Change) {
+    let mut writer = service.writer.lock().await;
+    let Some(nats) = service.registry.nats() else { return };
+    if !nats.take(&change) {
+        return;
+    }
+    let mut manifest = writer.manifest.clone();
+    match (change.key, change.value) {
+        (Key::Tenant(name), Some(Value::Tenant(record))) => {
+            manifest.tenants.insert(name, record);
+        }
+        (Key::Router(name), Some(Value::Router(hash))) => {
+            manifest.routers.insert(name, hash);
+        }
+        (Key::Tenant(name), None) => {
+            manifest.tenants.remove(&name);
+        }
+        (Key::Router(name), None) => {
+            manifest.routers.remove(&name);
+        }
+        (key, Some(_)) => return tracing::warn!(key = %key, "a registry value of the wrong kind"),
+    }
+    service.adopt(&mut writer, manifest);
+}

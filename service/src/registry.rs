@@ -1,0 +1,221 @@
+//! Where the service keeps its registry: the data directory's store (the default), or a
+//! fleet's registry on NATS JetStream shared by every replica (`serve --registry`).
+//!
+//! Both sit behind [`Registry`]; the rest of the service commits whole manifests and
+//! reads and writes blobs without knowing which it has. On NATS a commit writes each
+//! tenant or router that changed as a compare-and-set on the revision this replica last
+//! saw of it, so a replica that decided on a stale record gets a conflict instead of
+//! overwriting another's change.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use switchyard::PolicyEngine;
+use switchyard_registry_nats::{Buckets, Change, Expected, Key, NatsRegistry, RegistryError};
+
+use crate::store::{Manifest, Store};
+
+/// The registry a service runs on.
+pub enum Registry {
+    /// The data directory: manifest and blobs on local disk.
+    Files(Store),
+    /// A fleet's registry on NATS.
+    Nats(Box<Nats>),
+}
+
+/// A commit that did not happen.
+#[derive(Debug)]
+pub enum CommitError {
+    /// Another replica changed what this commit replaces (409 `conflict`).
+    Conflict(String),
+    /// NATS is unreachable (503 `registry-unavailable`).
+    Unavailable(String),
+    /// The data directory could not be written (500).
+    Io(std::io::Error),
+}
+
+/// The NATS registry, and the revision of each key this replica has seen.
+pub struct Nats {
+    registry: NatsRegistry,
+    revisions: Mutex<BTreeMap<String, u64>>,
+    last_revision: Mutex<u64>,
+    runtime: tokio::runtime::Handle,
+    /// The local data dir, locked: the admin token and compiled cache are per replica.
+    _local: Store,
+}
+
+impl Registry {
+    /// Connects to the fleet's registry at `url`; `local` stays locked for this replica.
+    /// Blocking: call off the async runtime's workers (or inside `block_in_place`).
+    pub fn connect_nats(url: &str, local: Store) -> Result<Self, String> {
+        let runtime = tokio::runtime::Handle::current();
+        let registry = runtime
+            .block_on(NatsRegistry::connect(url, &Buckets::default()))
+            .map_err(|e| format!("the registry at {url}: {e}"))?;
+        Ok(Self::Nats(Box::new(Nats {
+            registry,
+            revisions: Mutex::default(),
+            last_revision: Mutex::new(0),
+            runtime,
+            _local: local,
+        })))
+    }
+
+    /// The committed manifest (on NATS: every tenant and router now).
+    pub fn load_manifest(&self) -> Result<Manifest, String> {
+        match self {
+            Self::Files(store) => store.load_manifest(),
+            Self::Nats(nats) => {
+                let loaded = nats.runtime.block_on(nats.registry.load()).map_err(|e| e.to_string())?;
+                *nats.revisions.lock().unwrap_or_else(|p| p.into_inner()) = loaded.revisions;
+                *nats.last_revision.lock().unwrap_or_else(|p| p.into_inner()) = loaded.last_revision;
+                Ok(loaded.manifest)
+            }
+        }
+    }
+
+    /// Makes `next` durable, replacing `previous` (what this replica last committed or
+    /// adopted).
+    pub fn commit(&self, previous: &Manifest, next: &Manifest) -> Result<(), CommitError> {
+        match self {
+            Self::Files(store) => store.write_manifest(next).map_err(CommitError::Io),
+            Self::Nats(nats) => nats.runtime.block_on(nats.commit(previous, next)),
+        }
+    }
+
+    /// Stores component bytes under their sha256 (a no-op if present).
+    pub fn write_blob(&self, sha256: &str, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Self::Files(store) => store.write_blob(sha256, bytes),
+            Self::Nats(nats) => nats.runtime.block_on(nats.registry.put_blob(sha256, bytes)).map_err(io),
+        }
+    }
+
+    /// The component bytes stored under `sha256`.
+    pub fn read_blob(&self, sha256: &str) -> std::io::Result<Vec<u8>> {
+        match self {
+            Self::Files(store) => store.read_blob(sha256),
+            Self::Nats(nats) => nats.runtime.block_on(nats.registry.read_blob(sha256)).map_err(io),
+        }
+    }
+
+    /// Deletes a blob no committed version names. On NATS blobs stay: another replica
+    /// may have stored one for an upload it has not committed yet.
+    pub fn remove_blob(&self, sha256: &str, engine: &PolicyEngine) -> std::io::Result<()> {
+        match self {
+            Self::Files(store) => store.remove_blob(sha256, engine),
+            Self::Nats(_) => Ok(()),
+        }
+    }
+
+    /// Every stored blob, for the start-up sweep (none on NATS, which is not swept).
+    pub fn blob_names(&self) -> std::io::Result<Vec<String>> {
+        match self {
+            Self::Files(store) => store.blob_names(),
+            Self::Nats(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// The NATS registry, when the service runs on one.
+    pub fn nats(&self) -> Option<&Nats> {
+        match self {
+            Self::Nats(nats) => Some(nats),
+            Self::Files(_) => None,
+        }
+    }
+}
+
+fn io(e: RegistryError) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+impl Nats {
+    /// The registry.
+    pub fn registry(&self) -> &NatsRegistry {
+        &self.registry
+    }
+
+    /// The highest revision this replica has loaded or applied.
+    pub fn last_revision(&self) -> u64 {
+        *self.last_revision.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records `change` as seen; `false` if this replica has seen it (or a newer one)
+    /// already, e.g. its own commit.
+    pub fn take(&self, change: &Change) -> bool {
+        let mut last = self.last_revision.lock().unwrap_or_else(|p| p.into_inner());
+        *last = (*last).max(change.revision);
+        let mut revisions = self.revisions.lock().unwrap_or_else(|p| p.into_inner());
+        let key = change.key.to_string();
+        if revisions.get(&key).is_some_and(|&seen| seen >= change.revision) {
+            return false;
+        }
+        match change.value {
+            Some(_) => revisions.insert(key, change.revision),
+            None => revisions.remove(&key),
+        };
+        true
+    }
+
+    async fn commit(&self, previous: &Manifest, next: &Manifest) -> Result<(), CommitError> {
+        let mut writes: Vec<(Key, Option<Write<'_>>)> = Vec::new();
+        for (name, record) in &next.tenants {
+            if previous.tenants.get(name) != Some(record) {
+                writes.push((Key::Tenant(name.clone()), Some(Write::Tenant(record))));
+            }
+        }
+        for name in previous.tenants.keys().filter(|n| !next.tenants.contains_key(*n)) {
+            writes.push((Key::Tenant(name.clone()), None));
+        }
+        for (name, hash) in &next.routers {
+            if previous.routers.get(name) != Some(hash) {
+                writes.push((Key::Router(name.clone()), Some(Write::Router(hash))));
+            }
+        }
+        for name in previous.routers.keys().filter(|n| !next.routers.contains_key(*n)) {
+            writes.push((Key::Router(name.clone()), None));
+        }
+        for (key, write) in writes {
+            let text = key.to_string();
+            let seen = self.revisions.lock().unwrap_or_else(|p| p.into_inner()).get(&text).copied();
+            let expected = seen.map_or(Expected::Absent, Expected::Revision);
+            let name = match &key {
+                Key::Tenant(name) | Key::Router(name) => name.as_str(),
+            };
+            let written = match write {
+                Some(Write::Tenant(record)) => {
+                    self.registry.put_tenant(name, record, expected).await.map(Some)
+                }
+                Some(Write::Router(hash)) => self.registry.put_router(name, hash, expected).await.map(Some),
+                None => match seen {
+                    Some(revision) => self.registry.remove(&key, revision).await.map(|()| None),
+                    None => Ok(None),
+                },
+            };
+            let mut revisions = self.revisions.lock().unwrap_or_else(|p| p.into_inner());
+            match written {
+                Ok(Some(revision)) => {
+                    revisions.insert(text, revision);
+                    let mut last = self.last_revision.lock().unwrap_or_else(|p| p.into_inner());
+                    *last = (*last).max(revision);
+                }
+                Ok(None) => {
+                    revisions.remove(&text);
+                }
+                Err(RegistryError::Conflict { .. }) => {
+                    return Err(CommitError::Conflict(format!(
+                        "`{text}` was changed by another replica since this one read it; retry"
+                    )));
+                }
+                Err(e) => return Err(CommitError::Unavailable(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A key's new value in a commit.
+enum Write<'a> {
+    Tenant(&'a crate::store::TenantRecord),
+    Router(&'a String),
+}
