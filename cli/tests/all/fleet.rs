@@ -19,6 +19,14 @@ fn replica(dir: &Path, name: &str, nats: &NatsServer) -> Server {
     Server::spawn(command, Stdio::null())
 }
 
+/// A nats-server and three replicas on it (A, B, C), for the test `name`.
+fn fleet(name: &str) -> (NatsServer, [Server; 3]) {
+    let dir = temp_dir(name);
+    let nats = NatsServer::start(Path::new(env!("CARGO_TARGET_TMPDIR")), name);
+    let servers = ["a", "b", "c"].map(|replica_name| replica(&dir, replica_name, &nats));
+    (nats, servers)
+}
+
 /// Waits until `client` answers a selection for acme's `class` with `version`.
 fn wait_for_version(client: &Client, token: &str, class: &str, version: &str, replica: &str) {
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -38,9 +46,7 @@ fn kind(v: &Value) -> &str {
 
 #[test]
 fn a_change_through_one_replica_answers_on_every_other() {
-    let dir = temp_dir("fleet");
-    let nats = NatsServer::start(Path::new(env!("CARGO_TARGET_TMPDIR")), "fleet");
-    let servers = [replica(&dir, "a", &nats), replica(&dir, "b", &nats), replica(&dir, "c", &nats)];
+    let (_nats, servers) = fleet("fleet");
     let [a, b, c] = [0, 1, 2].map(|i| Client::new(&servers[i]));
 
     // Upload and assign through A; B and C answer with the new version.
@@ -79,9 +85,7 @@ fn assign_until_taken(client: &Client, token: &str, class: &str) -> usize {
 
 #[test]
 fn concurrent_assigns_through_two_replicas_lose_no_update() {
-    let dir = temp_dir("fleet-cas");
-    let nats = NatsServer::start(Path::new(env!("CARGO_TARGET_TMPDIR")), "fleet-cas");
-    let servers = [replica(&dir, "a", &nats), replica(&dir, "b", &nats), replica(&dir, "c", &nats)];
+    let (_nats, servers) = fleet("fleet-cas");
     let [a, b, c] = [0, 1, 2].map(|i| Client::new(&servers[i]));
     let token = a.add_tenant("acme");
     let v1 = a.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);

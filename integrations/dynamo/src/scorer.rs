@@ -72,8 +72,16 @@ impl WorkerScorer for SwitchyardScorer {
                 costs.len()
             )));
         }
-        for (slot, &cost) in self.guard.last_candidates().zip(scored) {
-            costs[self.converter.row_of(slot)?] = cost;
+        // No filter and no pin: the candidates scored are the table's slots, in slot
+        // order (checked, one comparison each), so Dynamo's row `r` has the cost of slot
+        // `slot_of(r)`, with no search per row.
+        if !self.guard.last_candidates().eq(table.slots().iter().copied()) {
+            return Err(WorkerSelectionPolicyError::failed(
+                "switchyard scored other candidates than it was given",
+            ));
+        }
+        for (row, cost) in costs.iter_mut().enumerate() {
+            *cost = scored[self.converter.slot_of(row)];
         }
         Ok(())
     }
