@@ -25,6 +25,9 @@ pub enum RegistryError {
         /// Why.
         reason: String,
     },
+    /// The registry's address is not a NATS server URL: retrying cannot help.
+    #[error("not a NATS server address: {0}")]
+    Address(String),
     /// No blob of that sha256.
     #[error("no blob {0} in the registry")]
     NoBlob(String),

@@ -42,6 +42,7 @@ pub struct Loaded {
 /// A connection to one fleet's registry.
 #[derive(Clone)]
 pub struct NatsRegistry {
+    client: async_nats::Client,
     pub(crate) kv: kv::Store,
     pub(crate) blobs: jetstream::object_store::ObjectStore,
 }
@@ -53,10 +54,18 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 impl NatsRegistry {
     /// Connects to `url` (`nats://127.0.0.1:4222`) and opens the buckets, creating them
     /// (file storage) on first use.
+    /// A `url` that is not a NATS address is [`RegistryError::Address`]; a server that
+    /// cannot be reached is [`RegistryError::Unavailable`], worth retrying.
     pub async fn connect(url: &str, buckets: &Buckets) -> Result<Self, RegistryError> {
+        for server in url.split(',') {
+            server
+                .trim()
+                .parse::<async_nats::ServerAddr>()
+                .map_err(|e| RegistryError::Address(format!("`{server}`: {e}")))?;
+        }
         let options = async_nats::ConnectOptions::new().connection_timeout(CONNECT_TIMEOUT);
         let client = options.connect(url).await.map_err(RegistryError::unavailable)?;
-        let js = jetstream::new(client);
+        let js = jetstream::new(client.clone());
         let kv = match js.get_key_value(&buckets.records).await {
             Ok(kv) => kv,
             Err(_) => js
@@ -80,7 +89,14 @@ impl NatsRegistry {
                 .await
                 .map_err(RegistryError::unavailable)?,
         };
-        Ok(Self { kv, blobs })
+        Ok(Self { client, kv, blobs })
+    }
+
+    /// Whether the connection to NATS is up now. While it is down (the client
+    /// reconnecting) a write would only wait for its timeout: check this first to refuse
+    /// it at once.
+    pub fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
     }
 
     /// Every tenant and router now, with their revisions.

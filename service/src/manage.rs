@@ -412,7 +412,7 @@ impl Service {
         // Written before taking the lock (a component's fsync must not hold every writer).
         let store_bytes = bytes.clone();
         tokio::task::block_in_place(|| self.registry.write_blob(&blob, &store_bytes))
-            .map_err(|e| ApiError::internal(format!("storing the component: {e}")))?;
+            .map_err(|e| e.into_api("storing the component"))?;
 
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
@@ -430,7 +430,7 @@ impl Service {
         // no-op, one `stat`, when it is).
         let stored = placed.and_then(|()| {
             tokio::task::block_in_place(|| self.registry.write_blob(&blob, &bytes))
-                .map_err(|e| ApiError::internal(format!("storing the component: {e}")))
+                .map_err(|e| e.into_api("storing the component"))
         });
         if let Err(e) = stored {
             self.discard_blob(&writer, &blob);

@@ -9,11 +9,21 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use switchyard::PolicyEngine;
 use switchyard_registry_nats::{Buckets, Change, Expected, Key, NatsRegistry, RegistryError};
 
+use axum::http::StatusCode;
+use switchyard::selection::wire::ErrorKind;
+
+use crate::error::ApiError;
 use crate::store::{Manifest, Store};
+
+/// The first wait before connecting to an unreachable registry again; it doubles up to
+/// [`LAST_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(250);
+const LAST_RETRY: Duration = Duration::from_secs(5);
 
 /// The registry a service runs on.
 pub enum Registry {
@@ -23,15 +33,31 @@ pub enum Registry {
     Nats(Box<Nats>),
 }
 
-/// A commit that did not happen.
+/// A write to the registry (a commit, or a blob stored) that did not happen.
 #[derive(Debug)]
-pub enum CommitError {
+pub enum WriteError {
     /// Another replica changed what this commit replaces (409 `conflict`).
     Conflict(String),
     /// NATS is unreachable (503 `registry-unavailable`).
     Unavailable(String),
     /// The data directory could not be written (500).
     Io(std::io::Error),
+}
+
+impl WriteError {
+    /// The answer to the client whose write this was; `what` names the write
+    /// ("writing the manifest").
+    pub fn into_api(self, what: &str) -> ApiError {
+        match self {
+            Self::Io(e) => ApiError::internal(format!("{what}: {e}")),
+            Self::Conflict(why) => ApiError::new(StatusCode::CONFLICT, ErrorKind::Conflict, why),
+            Self::Unavailable(why) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorKind::RegistryUnavailable,
+                format!("the registry is unavailable, so writes are refused for now ({what}): {why}"),
+            ),
+        }
+    }
 }
 
 /// The NATS registry, and the revision of each key this replica has seen.
@@ -46,12 +72,23 @@ pub struct Nats {
 
 impl Registry {
     /// Connects to the fleet's registry at `url`; `local` stays locked for this replica.
-    /// Blocking: call off the async runtime's workers (or inside `block_in_place`).
+    /// While NATS cannot be reached it says so and retries (a replica started before its
+    /// registry, or during an outage, comes up when NATS does); an address that is not
+    /// NATS's is refused at once. Blocking: call off the async runtime's workers.
     pub fn connect_nats(url: &str, local: Store) -> Result<Self, String> {
         let runtime = tokio::runtime::Handle::current();
-        let registry = runtime
-            .block_on(NatsRegistry::connect(url, &Buckets::default()))
-            .map_err(|e| format!("the registry at {url}: {e}"))?;
+        let mut delay = FIRST_RETRY;
+        let registry = loop {
+            match runtime.block_on(NatsRegistry::connect(url, &Buckets::default())) {
+                Ok(registry) => break registry,
+                Err(e @ RegistryError::Unavailable(_)) => {
+                    tracing::warn!(%url, error = %e, retry_in = ?delay, "the registry is unavailable; retrying");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(LAST_RETRY);
+                }
+                Err(e) => return Err(format!("the registry at {url}: {e}")),
+            }
+        };
         Ok(Self::Nats(Box::new(Nats {
             registry,
             revisions: Mutex::default(),
@@ -76,18 +113,26 @@ impl Registry {
 
     /// Makes `next` durable, replacing `previous` (what this replica last committed or
     /// adopted).
-    pub fn commit(&self, previous: &Manifest, next: &Manifest) -> Result<(), CommitError> {
+    pub fn commit(&self, previous: &Manifest, next: &Manifest) -> Result<(), WriteError> {
         match self {
-            Self::Files(store) => store.write_manifest(next).map_err(CommitError::Io),
-            Self::Nats(nats) => nats.runtime.block_on(nats.commit(previous, next)),
+            Self::Files(store) => store.write_manifest(next).map_err(WriteError::Io),
+            Self::Nats(nats) => {
+                nats.connected()?;
+                nats.runtime.block_on(nats.commit(previous, next))
+            }
         }
     }
 
     /// Stores component bytes under their sha256 (a no-op if present).
-    pub fn write_blob(&self, sha256: &str, bytes: &[u8]) -> std::io::Result<()> {
+    pub fn write_blob(&self, sha256: &str, bytes: &[u8]) -> Result<(), WriteError> {
         match self {
-            Self::Files(store) => store.write_blob(sha256, bytes),
-            Self::Nats(nats) => nats.runtime.block_on(nats.registry.put_blob(sha256, bytes)).map_err(io),
+            Self::Files(store) => store.write_blob(sha256, bytes).map_err(WriteError::Io),
+            Self::Nats(nats) => {
+                nats.connected()?;
+                nats.runtime
+                    .block_on(nats.registry.put_blob(sha256, bytes))
+                    .map_err(|e| WriteError::Unavailable(e.to_string()))
+            }
         }
     }
 
@@ -135,6 +180,16 @@ impl Nats {
         &self.registry
     }
 
+    /// Refuses a write at once while the connection to NATS is down, instead of after
+    /// the write's timeout.
+    fn connected(&self) -> Result<(), WriteError> {
+        if self.registry.connected() {
+            Ok(())
+        } else {
+            Err(WriteError::Unavailable("not connected to NATS (reconnecting)".into()))
+        }
+    }
+
     /// The highest revision this replica has loaded or applied.
     pub fn last_revision(&self) -> u64 {
         *self.last_revision.lock().unwrap_or_else(|p| p.into_inner())
@@ -157,7 +212,7 @@ impl Nats {
         true
     }
 
-    async fn commit(&self, previous: &Manifest, next: &Manifest) -> Result<(), CommitError> {
+    async fn commit(&self, previous: &Manifest, next: &Manifest) -> Result<(), WriteError> {
         let mut writes: Vec<(Key, Option<Write<'_>>)> = Vec::new();
         for (name, record) in &next.tenants {
             if previous.tenants.get(name) != Some(record) {
@@ -203,11 +258,11 @@ impl Nats {
                     revisions.remove(&text);
                 }
                 Err(RegistryError::Conflict { .. }) => {
-                    return Err(CommitError::Conflict(format!(
+                    return Err(WriteError::Conflict(format!(
                         "`{text}` was changed by another replica since this one read it; retry"
                     )));
                 }
-                Err(e) => return Err(CommitError::Unavailable(e.to_string())),
+                Err(e) => return Err(WriteError::Unavailable(e.to_string())),
             }
         }
         Ok(())

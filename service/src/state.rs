@@ -13,9 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
-use axum::http::StatusCode;
 use switchyard::guard::GuardConfig;
-use switchyard::selection::wire::ErrorKind;
 use switchyard::selection::{Call, Scorer};
 use switchyard::{
     ArtifactCache, FailMode, Fault, GuardedSelector, GuestScorer, Limits, PolicyComponent, PolicyEngine,
@@ -29,7 +27,7 @@ use crate::config::ServiceLimits;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, PolicyMetrics, TenantVersions};
 use crate::rates::WriteRates;
-use crate::registry::{CommitError, Registry};
+use crate::registry::Registry;
 use crate::store::{Manifest, Store};
 
 /// (tenant, policy name, version).
@@ -443,17 +441,8 @@ impl Service {
         writer: &mut MutexGuard<'_, Writer>,
         manifest: Manifest,
     ) -> Result<(), ApiError> {
-        tokio::task::block_in_place(|| self.registry.commit(&writer.manifest, &manifest)).map_err(
-            |e| match e {
-                CommitError::Io(e) => ApiError::internal(format!("writing the manifest: {e}")),
-                CommitError::Conflict(why) => ApiError::new(StatusCode::CONFLICT, ErrorKind::Conflict, why),
-                CommitError::Unavailable(why) => ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorKind::RegistryUnavailable,
-                    format!("the registry is unavailable, so writes are refused for now: {why}"),
-                ),
-            },
-        )?;
+        tokio::task::block_in_place(|| self.registry.commit(&writer.manifest, &manifest))
+            .map_err(|e| e.into_api("writing the manifest"))?;
         let old = std::mem::replace(&mut writer.manifest, manifest);
         self.release_unnamed(writer, &old);
         let snapshot = Arc::new(build_snapshot(writer));

@@ -22,9 +22,14 @@ impl NatsServer {
     /// Starts a server with its JetStream store in `tmp/nats-<name>` (`tmp`: the test's
     /// `CARGO_TARGET_TMPDIR`, where the binary is installed too).
     pub fn start(tmp: &Path, name: &str) -> Self {
+        Self::start_on(tmp, name, free_port())
+    }
+
+    /// [`NatsServer::start`] on `port` (from [`free_port`]), for a client that was told
+    /// the server's address before the server ran.
+    pub fn start_on(tmp: &Path, name: &str, port: u16) -> Self {
         let store = tmp.join(format!("nats-{name}"));
         let _ = std::fs::remove_dir_all(&store);
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         Self::on(tmp, store, port)
     }
 
@@ -54,8 +59,18 @@ impl NatsServer {
     /// Kills the server (as `kill -9` would) and starts it again on the same port and
     /// store.
     pub fn restart(&mut self) {
+        self.kill();
+        self.start_again();
+    }
+
+    /// Kills the server (as `kill -9` would); [`NatsServer::start_again`] brings it back.
+    pub fn kill(&mut self) {
         self.child.kill().expect("killing nats-server");
         self.child.wait().expect("reaping nats-server");
+    }
+
+    /// Starts the server again, on the same port and store, after [`NatsServer::kill`].
+    pub fn start_again(&mut self) {
         let restarted = Self::on(&self.tmp.clone(), self.store.clone(), self.port);
         *self = restarted;
     }
@@ -66,6 +81,11 @@ impl Drop for NatsServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// The nats-server release the tests run.

@@ -2,8 +2,7 @@
 //! nats-server. A change made through any replica answers on every other; concurrent
 //! writes to one tenant lose no update.
 
-use std::path::Path;
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -12,23 +11,40 @@ use switchyard_test_guests::nats::NatsServer;
 
 use crate::server::{ADMIN, Body, Client, Server, serve_command, temp_dir};
 
-/// A replica on `nats` with its own data dir (admin token, compiled cache).
-fn replica(dir: &Path, name: &str, nats: &NatsServer) -> Server {
+/// A replica on `nats` with its own data dir (admin token, compiled cache), its log
+/// in `<dir>/<name>.log`.
+pub fn replica(dir: &Path, name: &str, nats_url: &str) -> Server {
     let mut command = serve_command(&dir.join(name), None, Some(ADMIN));
-    command.args(["--registry", &nats.url()]);
-    Server::spawn(command, Stdio::null())
+    command.args(["--registry", nats_url]);
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("creating a log file");
+    Server::spawn(command, log)
 }
 
-/// A nats-server and three replicas on it (A, B, C), for the test `name`.
-fn fleet(name: &str) -> (NatsServer, [Server; 3]) {
-    let dir = temp_dir(name);
-    let nats = NatsServer::start(Path::new(env!("CARGO_TARGET_TMPDIR")), name);
-    let servers = ["a", "b", "c"].map(|replica_name| replica(&dir, replica_name, &nats));
-    (nats, servers)
+/// A nats-server and three replicas of `switchyard serve` on it.
+pub struct Fleet {
+    pub dir: PathBuf,
+    pub nats: NatsServer,
+    /// A, B and C.
+    pub replicas: [Server; 3],
+}
+
+impl Fleet {
+    /// A fleet for the test `name`.
+    pub fn start(name: &str) -> Self {
+        let dir = temp_dir(name);
+        let nats = NatsServer::start(Path::new(env!("CARGO_TARGET_TMPDIR")), name);
+        let replicas = ["a", "b", "c"].map(|replica_name| replica(&dir, replica_name, &nats.url()));
+        Self { dir, nats, replicas }
+    }
+
+    /// A client of each replica.
+    pub fn clients(&self) -> [Client; 3] {
+        [0, 1, 2].map(|i| Client::new(&self.replicas[i]))
+    }
 }
 
 /// Waits until `client` answers a selection for acme's `class` with `version`.
-fn wait_for_version(client: &Client, token: &str, class: &str, version: &str, replica: &str) {
+pub fn wait_for_version(client: &Client, token: &str, class: &str, version: &str, replica: &str) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let (status, v) = client.select(token, "acme", Some(class));
@@ -40,14 +56,14 @@ fn wait_for_version(client: &Client, token: &str, class: &str, version: &str, re
     }
 }
 
-fn kind(v: &Value) -> &str {
+pub fn kind(v: &Value) -> &str {
     v["error"]["kind"].as_str().unwrap_or_default()
 }
 
 #[test]
 fn a_change_through_one_replica_answers_on_every_other() {
-    let (_nats, servers) = fleet("fleet");
-    let [a, b, c] = [0, 1, 2].map(|i| Client::new(&servers[i]));
+    let fleet = Fleet::start("fleet");
+    let [a, b, c] = fleet.clients();
 
     // Upload and assign through A; B and C answer with the new version.
     let token = a.add_tenant("acme");
@@ -85,8 +101,8 @@ fn assign_until_taken(client: &Client, token: &str, class: &str) -> usize {
 
 #[test]
 fn concurrent_assigns_through_two_replicas_lose_no_update() {
-    let (_nats, servers) = fleet("fleet-cas");
-    let [a, b, c] = [0, 1, 2].map(|i| Client::new(&servers[i]));
+    let fleet = Fleet::start("fleet-cas");
+    let [a, b, c] = fleet.clients();
     let token = a.add_tenant("acme");
     let v1 = a.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
     a.assigned(&token, "acme", "base", json!({ "policy": "mine" }));

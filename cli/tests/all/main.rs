@@ -9,6 +9,7 @@ mod contract;
 mod dynamo_store;
 mod equivalence;
 mod fleet;
+mod fleet_faults;
 mod guard;
 mod isolation;
 mod policies;

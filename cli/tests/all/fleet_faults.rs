@@ -1,0 +1,243 @@
+//! A fleet when things fail: NATS down and back mid-run, a replica killed with `kill -9`
+//! during uploads, a replica started before its NATS. Real `switchyard serve` replicas
+//! on a real nats-server, as in `fleet.rs`.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use switchyard_test_guests::DEFAULT_POLICY;
+use switchyard_test_guests::nats::{NatsServer, free_port};
+
+use crate::fleet::{Fleet, kind, replica, wait_for_version};
+use crate::server::{Body, Client, variant};
+
+/// Sets the flag when dropped, so threads looping on it stop even when the test fails.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Selects acme's `class` through `client` until `stop`; every answer that was not a
+/// 200 goes into `failures`.
+fn select_until(
+    client: &Client,
+    token: &str,
+    class: &str,
+    stop: &AtomicBool,
+    failures: &Mutex<Vec<String>>,
+) -> usize {
+    let mut answered = 0;
+    while !stop.load(Ordering::Relaxed) {
+        match client.send(
+            "POST",
+            "/v1/select",
+            Some(token),
+            Body::Json(crate::server::select_body("acme", Some(class))),
+        ) {
+            Ok((200, _)) => answered += 1,
+            Ok((status, v)) => failures.lock().unwrap().push(format!("{status} {v}")),
+            Err(e) => failures.lock().unwrap().push(e),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    answered
+}
+
+/// Retries `write` while it is answered 503 `registry-unavailable` (the replica has not
+/// reconnected yet), for at most 30 s; its answer.
+fn once_reconnected(mut write: impl FnMut() -> (u16, Value)) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, v) = write();
+        if (200..300).contains(&status) {
+            return v;
+        }
+        assert_eq!((status, kind(&v)), (503, "registry-unavailable"), "{v}");
+        assert!(Instant::now() < deadline, "writes never resumed: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn while_nats_is_down_selections_are_answered_and_writes_refused_then_all_resumes() {
+    let mut fleet = Fleet::start("fleet-outage");
+    let clients = fleet.clients();
+    let [a, b, c] = &clients;
+    let token = a.add_tenant("acme");
+    let v1 = a.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    a.assigned(&token, "acme", "latency", json!({ "policy": "mine" }));
+    wait_for_version(b, &token, "latency", &v1, "B");
+    wait_for_version(c, &token, "latency", &v1, "C");
+
+    let stop = AtomicBool::new(false);
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        let selectors: Vec<_> = clients
+            .iter()
+            .map(|client| s.spawn(|| select_until(client, &token, "latency", &stop, &failures)))
+            .collect();
+
+        fleet.nats.kill();
+        // Every write is refused, saying why; nothing is half-written.
+        let (status, v) = b.assign(&token, "acme", "batch", json!({ "policy": "mine" }));
+        assert_eq!((status, kind(&v)), (503, "registry-unavailable"), "{v}");
+        let (status, v) = a.upload(&token, "acme", "mine", &variant(DEFAULT_POLICY, 1), None);
+        assert_eq!((status, kind(&v)), (503, "registry-unavailable"), "{v}");
+        std::thread::sleep(Duration::from_secs(1));
+
+        fleet.nats.start_again();
+        // Writes resume on every replica, and each one's change reaches the others.
+        once_reconnected(|| b.assign(&token, "acme", "batch", json!({ "policy": "mine" })));
+        wait_for_version(a, &token, "batch", &v1, "A");
+        wait_for_version(c, &token, "batch", &v1, "C");
+        let v2 = once_reconnected(|| c.upload(&token, "acme", "mine", &variant(DEFAULT_POLICY, 2), None));
+        let v2 = v2["version"].as_str().expect("a version");
+        wait_for_version(a, &token, "latency", v2, "A");
+        wait_for_version(b, &token, "latency", v2, "B");
+        once_reconnected(|| {
+            a.call("POST", "/v1/tenants/acme/policies/mine/rollback", Some(&token), Body::None)
+        });
+        wait_for_version(b, &token, "latency", &v1, "B");
+        wait_for_version(c, &token, "latency", &v1, "C");
+
+        stop.store(true, Ordering::Relaxed);
+        for (selector, name) in selectors.into_iter().zip("ABC".chars()) {
+            let answered = selector.join().expect("a selecting thread");
+            assert!(answered > 0, "replica {name} answered no selection");
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "selections failed while NATS was down or back: {failures:?}");
+}
+
+/// The versions of acme's policy `mine` as `client`'s replica lists them; panics if one
+/// is listed that this replica could not load (a partial version).
+fn listed_versions(client: &Client, token: &str, replica: &str) -> Vec<String> {
+    let (status, v) = client.call("GET", "/v1/tenants/acme/policies", Some(token), Body::None);
+    assert_eq!(status, 200, "{v}");
+    let mine = v["policies"].as_array().expect("policies").iter().find(|p| p["name"] == "mine");
+    let Some(mine) = mine else { return Vec::new() };
+    let versions = mine["versions"].as_array().expect("versions");
+    for version in versions {
+        assert!(
+            version["unavailable"].is_null() && !version["breaker"].is_null(),
+            "replica {replica} lists a version it cannot serve: {version}"
+        );
+    }
+    versions.iter().map(|v| v["version"].as_str().expect("a version").to_string()).collect()
+}
+
+#[test]
+fn a_replica_killed_during_uploads_leaves_no_partial_version_on_the_others() {
+    let mut fleet = Fleet::start("fleet-kill");
+    let [a, b, c] = fleet.clients();
+    let token = a.add_tenant("acme");
+    let v1 = a.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    a.assigned(&token, "acme", "latency", json!({ "policy": "mine" }));
+    wait_for_version(&b, &token, "latency", &v1, "B");
+
+    // A takes uploads of new components (a new blob each) until it is killed; B lists
+    // the versions throughout.
+    let acknowledged = Mutex::new(vec![v1]);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        s.spawn(|| {
+            for tag in 1.. {
+                let path = "/v1/tenants/acme/policies/mine";
+                let bytes = variant(DEFAULT_POLICY, tag);
+                match a.send("PUT", path, Some(&token), Body::Bytes(&bytes)) {
+                    Ok((201, v)) => {
+                        acknowledged.lock().unwrap().push(v["version"].as_str().unwrap().to_string())
+                    }
+                    Ok((status, v)) => panic!("an upload before the kill: {status} {v}"),
+                    Err(_) => return, // A is gone.
+                }
+            }
+        });
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                listed_versions(&b, &token, "B");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while acknowledged.lock().unwrap().len() < 4 {
+            assert!(Instant::now() < deadline, "A took too few uploads");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Mid-upload, most likely: one is sent as soon as the last is answered.
+        fleet.replicas[0].kill();
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+    });
+
+    // B and C: every upload A acknowledged is there, and everything listed serves.
+    let acknowledged = acknowledged.into_inner().unwrap();
+    let last = acknowledged.last().expect("an upload");
+    for (client, name) in [(&b, "B"), (&c, "C")] {
+        wait_for_version(client, &token, "latency", last, name);
+        let listed = listed_versions(client, &token, name);
+        for version in &acknowledged[acknowledged.len().saturating_sub(8)..] {
+            assert!(
+                listed.contains(version),
+                "replica {name} lost acknowledged version {version}: {listed:?}"
+            );
+        }
+        for version in &listed {
+            let body = json!({ "policy": "mine", "version": version });
+            client.assigned(&token, "acme", "pinned", body);
+            wait_for_version(client, &token, "pinned", version, name);
+        }
+    }
+
+    // A comes back on its data dir and serves what the fleet has now.
+    let listed = listed_versions(&b, &token, "B");
+    fleet.replicas[0] = replica(&fleet.dir, "a", &fleet.nats.url());
+    let a = Client::new(&fleet.replicas[0]);
+    wait_for_version(&a, &token, "pinned", listed.last().expect("a version"), "A");
+    assert_eq!(listed_versions(&a, &token, "A"), listed);
+}
+
+#[test]
+fn a_replica_started_before_its_nats_says_so_and_comes_up_with_it() {
+    let dir = crate::server::temp_dir("fleet-late");
+    let port = free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let starting = {
+        let (dir, url) = (dir.clone(), url.clone());
+        std::thread::spawn(move || replica(&dir, "a", &url))
+    };
+    let log = dir.join("a.log");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("the registry is unavailable; retrying")
+    {
+        assert!(!starting.is_finished(), "the replica did not wait for its registry");
+        assert!(Instant::now() < deadline, "the replica never said its registry is unavailable");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _nats = NatsServer::start_on(Path::new(env!("CARGO_TARGET_TMPDIR")), "fleet-late", port);
+    let server = starting.join().expect("the replica came up once NATS did");
+    let client = Client::new(&server);
+    let token = client.add_tenant("acme");
+    let v1 = client.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    client.assigned(&token, "acme", "latency", json!({ "policy": "mine" }));
+    wait_for_version(&client, &token, "latency", &v1, "A");
+}
+
+#[test]
+fn a_registry_address_that_is_not_nats_is_refused_at_once() {
+    let dir = crate::server::temp_dir("fleet-bad-url");
+    let mut command = crate::server::serve_command(&dir.join("a"), None, Some(crate::server::ADMIN));
+    command.args(["--registry", "nats://127.0.0.1:notaport"]);
+    let (code, stderr) = crate::server::serve_refused(command);
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("not a NATS server address"), "{stderr}");
+}
