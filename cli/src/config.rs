@@ -1,5 +1,5 @@
 //! Limits from `--config switchyard.toml` (`[limits]`, `[guard]`, `[cache]`, and
-//! `[service]` for `serve`) and flags; flags win.
+//! `[service]` and `[registry]` for `serve`) and flags; flags win.
 
 use std::path::PathBuf;
 
@@ -88,6 +88,16 @@ struct ConfigFile {
     guard: GuardConfig,
     #[serde(default)]
     cache: CacheConfig,
+    /// `switchyard serve`'s registry.
+    #[serde(default)]
+    registry: RegistryConfig,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RegistryConfig {
+    /// A fleet's registry (`nats://HOST:PORT`); absent: the data dir's.
+    url: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -148,6 +158,11 @@ impl LimitArgs {
             max_instances
         );
         Ok(limits)
+    }
+
+    /// The fleet's registry, from `[registry] url` (`--registry` wins).
+    pub fn registry_url(&self) -> Result<Option<String>, CliError> {
+        Ok(self.file()?.registry.url)
     }
 
     /// The artifact cache directory, from `--cache-dir` or `[cache] dir`.

@@ -18,7 +18,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "./switchyard-data")]
     data_dir: PathBuf,
     /// A fleet's registry (`nats://HOST:PORT`, NATS with JetStream) shared by every
-    /// replica, instead of the data dir's manifest and blobs.
+    /// replica, instead of the data dir's manifest and blobs (or `[registry] url`).
     #[arg(long)]
     registry: Option<String>,
     /// Sandbox limits (`[limits]`), service limits (`[service]`) and the quarantine
@@ -31,7 +31,10 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let options = switchyard_service::ServeOptions {
         listen: args.listen,
         data_dir: args.data_dir,
-        registry: args.registry,
+        registry: match args.registry {
+            Some(url) => Some(url),
+            None => args.limits.registry_url()?,
+        },
         limits: args.limits.service_limits()?,
         guard: args.limits.guard()?,
         engine_limits: args.limits.limits()?,

@@ -36,6 +36,10 @@ pub async fn follow(service: Arc<Service>) {
 
 /// Adopts one change, unless this replica made or saw it already.
 async fn apply(service: &Service, change: Change) {
+    // Loading a new version configures it once, in an instance of the engine's pool:
+    // like an upload's check, under one of the `compile_concurrency` permits the pool has
+    // slots for (taken before the writer lock, in the order an upload takes them).
+    let Ok(_permit) = service.compile_permits.acquire().await else { return };
     let mut writer = service.writer.lock().await;
     let Some(nats) = service.registry.nats() else { return };
     if !nats.take(&change) {

@@ -393,7 +393,7 @@ impl Metrics {
         );
         registry.register(
             "switchyard_versions_unavailable",
-            "Stored versions that did not load at start-up (listed with their reason)",
+            "Stored versions that did not load at start-up or when adopted from the fleet (listed with their reason)",
             ConstGauge::new(unavailable_versions),
         );
         registry.register(

@@ -83,7 +83,7 @@ impl Service {
             Target::Unavailable(reason) => {
                 let fault = Fault::new(
                     FaultKind::Unavailable,
-                    format!("`{}` did not load at start-up: {reason}", route.policy),
+                    format!("`{}` did not load on this replica: {reason}", route.policy),
                 );
                 unavailable(fault, route.on_fault, &table, &request)
             }

@@ -208,8 +208,9 @@ pub enum Target {
     Builtin(&'static Builtin),
     /// A tenant's version, as a guest.
     Guest(Arc<LoadedVersion>),
-    /// A stored version that did not load at start-up (the reason): its classes fail
-    /// open (the native default answers) or closed (503 `unavailable`), as assigned.
+    /// A stored version that did not load, at start-up or adopted from the fleet (the
+    /// reason): its classes fail open (the native default answers) or closed (503
+    /// `unavailable`), as assigned.
     Unavailable(Arc<str>),
 }
 
@@ -318,7 +319,7 @@ pub struct Writer {
     pub components: HashMap<String, PolicyComponent>,
     /// Every version that loaded, routed or not.
     pub loaded: HashMap<VersionKey, Arc<LoadedVersion>>,
-    /// Stored versions that did not load at start-up, and why (served as unavailable).
+    /// Stored versions that did not load (at start-up, or adopted from the fleet), and why.
     pub unavailable: HashMap<VersionKey, Arc<str>>,
 }
 
@@ -456,7 +457,8 @@ impl Service {
     /// it names that are new here (compiled, or read from this replica's artifact cache,
     /// under the writer lock but off the selection path: selections keep the old
     /// snapshot until the new one is swapped in), releases what it no longer names and
-    /// swaps in a new snapshot.
+    /// swaps in a new snapshot. The caller holds a compile permit: each new version is
+    /// configured once in a slot of the engine's pool.
     pub(crate) fn adopt(&self, writer: &mut MutexGuard<'_, Writer>, manifest: Manifest) {
         let old = std::mem::replace(&mut writer.manifest, manifest);
         let ctx = VersionContext {

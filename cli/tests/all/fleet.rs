@@ -14,7 +14,12 @@ use crate::server::{ADMIN, Body, Client, Server, serve_command, temp_dir};
 /// A replica on `nats` with its own data dir (admin token, compiled cache), its log
 /// in `<dir>/<name>.log`.
 pub fn replica(dir: &Path, name: &str, nats_url: &str) -> Server {
-    let mut command = serve_command(&dir.join(name), None, Some(ADMIN));
+    replica_with(dir, name, nats_url, None)
+}
+
+/// [`replica`] with `config` as its config file.
+pub fn replica_with(dir: &Path, name: &str, nats_url: &str, config: Option<&Path>) -> Server {
+    let mut command = serve_command(&dir.join(name), config, Some(ADMIN));
     command.args(["--registry", nats_url]);
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("creating a log file");
     Server::spawn(command, log)

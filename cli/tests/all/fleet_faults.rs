@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use switchyard_test_guests::DEFAULT_POLICY;
 use switchyard_test_guests::nats::{NatsServer, free_port};
+use switchyard_test_guests::{DEFAULT_POLICY, hostile};
 
-use crate::fleet::{Fleet, kind, replica, wait_for_version};
-use crate::server::{Body, Client, variant};
+use crate::fleet::{Fleet, kind, replica, replica_with, wait_for_version};
+use crate::server::{Body, Client, Server, variant};
 
 /// Sets the flag when dropped, so threads looping on it stop even when the test fails.
 struct StopOnDrop<'a>(&'a AtomicBool);
@@ -211,11 +211,14 @@ fn a_replica_started_before_its_nats_says_so_and_comes_up_with_it() {
     let dir = crate::server::temp_dir("fleet-late");
     let port = free_port();
     let url = format!("nats://127.0.0.1:{port}");
-    let starting = {
-        let (dir, url) = (dir.clone(), url.clone());
-        std::thread::spawn(move || replica(&dir, "a", &url))
-    };
+    // The registry from the config file this time, not the flag.
+    let config = crate::server::write_config(&dir, &format!("[registry]\nurl = \"{url}\"\n"));
+    let command = crate::server::serve_command(&dir.join("a"), Some(&config), Some(crate::server::ADMIN));
     let log = dir.join("a.log");
+    let starting = {
+        let log = std::fs::File::create(&log).expect("creating a log file");
+        std::thread::spawn(move || Server::spawn(command, log))
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     while !std::fs::read_to_string(&log).unwrap_or_default().contains("the registry is unavailable; retrying")
     {
@@ -240,4 +243,46 @@ fn a_registry_address_that_is_not_nats_is_refused_at_once() {
     let (code, stderr) = crate::server::serve_refused(command);
     assert_ne!(code, Some(0));
     assert!(stderr.contains("not a NATS server address"), "{stderr}");
+}
+
+#[test]
+fn a_change_adopted_while_the_pool_is_full_waits_for_a_slot_instead_of_failing() {
+    // B's pool has two slots: one for a selection in flight, one for an upload's
+    // configure check. A hostile tenant fills both for 4 s with guests that spin (select
+    // and configure) while another replica's change reaches B.
+    let dir = crate::server::temp_dir("fleet-full");
+    let nats = NatsServer::start(Path::new(env!("CARGO_TARGET_TMPDIR")), "fleet-full");
+    let config = crate::server::write_config(
+        &dir,
+        "[limits]\nbudget = \"epoch\"\ncall_deadline_ms = 4000\nmax_instances = 2\n\
+         [service]\nmax_inflight_selections = 1\nmax_idle_instances = 0\ncompile_concurrency = 1\n",
+    );
+    let a_server = replica(&dir, "a", &nats.url());
+    let b_server = replica_with(&dir, "b", &nats.url(), Some(&config));
+    let (a, b) = (Client::new(&a_server), Client::new(&b_server));
+    let mallory = b.add_tenant("mallory");
+    let spin = b.uploaded(&mallory, "mallory", "spin", hostile::ILOOP, None);
+    b.call(
+        "PUT",
+        "/v1/tenants/mallory/classes/slow",
+        Some(&mallory),
+        Body::Json(json!({ "policy": "spin" })),
+    );
+    let token = a.add_tenant("acme");
+
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let body = crate::server::select_body("mallory", Some("slow"));
+            let (status, v) = b.call("POST", "/v1/select", Some(&mallory), Body::Json(body));
+            assert_eq!(status, 200, "the spinning selection falls back: {v} ({spin})");
+        });
+        s.spawn(|| b.upload(&mallory, "mallory", "spin2", hostile::CONFIGURE_SPIN, None));
+        std::thread::sleep(Duration::from_millis(500));
+        // Meanwhile acme uploads and assigns through A.
+        let v1 = a.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+        a.assigned(&token, "acme", "latency", json!({ "policy": "mine" }));
+        // B loads it once a slot is free, and serves it.
+        wait_for_version(&b, &token, "latency", &v1, "B");
+    });
+    assert!(listed_versions(&b, &token, "B").len() == 1);
 }
