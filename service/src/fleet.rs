@@ -2,13 +2,16 @@
 //! change another replica commits is adopted here, its new versions loaded before the
 //! snapshot that routes to them is swapped in, so no selection waits on a compile.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use switchyard_registry_nats::{Change, Key, Value};
 
+use crate::rates::WriteKind;
 use crate::state::Service;
+use crate::store::TenantRecord;
 
 /// How long to wait before watching again after the watch ended or failed.
 const REWATCH: Duration = Duration::from_millis(500);
@@ -48,6 +51,9 @@ async fn apply(service: &Service, change: Change) {
     let mut manifest = writer.manifest.clone();
     match (change.key, change.value) {
         (Key::Tenant(name), Some(Value::Tenant(record))) => {
+            if let Some(kind) = manifest.tenants.get(&name).map(|old| write_kind(old, &record)) {
+                service.rates.count(&name, kind);
+            }
             manifest.tenants.insert(name, record);
         }
         (Key::Router(name), Some(Value::Router(hash))) => {
@@ -62,4 +68,14 @@ async fn apply(service: &Service, change: Change) {
         (key, Some(_)) => return tracing::warn!(key = %key, "a registry value of the wrong kind"),
     }
     service.adopt(&mut writer, manifest);
+}
+
+/// What another replica's write of a tenant's record was, for the tenant's write rates:
+/// an upload if it added a version, else another write (an assignment or a rollback).
+fn write_kind(old: &TenantRecord, new: &TenantRecord) -> WriteKind {
+    let versions = |record: &TenantRecord| -> HashSet<(String, String)> {
+        let named = record.policies.iter().flat_map(|(name, p)| p.versions.iter().map(move |v| (name, v)));
+        named.map(|(name, v)| (name.clone(), v.version.clone())).collect()
+    };
+    if versions(new).is_subset(&versions(old)) { WriteKind::Assign } else { WriteKind::Upload }
 }

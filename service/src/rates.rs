@@ -1,5 +1,7 @@
 //! The per-tenant write rate limits (`writes_per_minute`, `uploads_per_minute`): one
-//! sliding-window implementation behind both, kept per tenant by the service.
+//! sliding-window implementation behind both, kept per tenant by the service. In a fleet
+//! each replica also counts the writes it adopts from the others, so a tenant's
+//! allowance is the fleet's, not each replica's.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -67,6 +69,18 @@ impl WriteRates {
         }
         rates.writes.0.push_back(now);
         Ok(())
+    }
+
+    /// Counts a write another replica of the fleet made (adopted from the registry), so
+    /// the allowances hold across the fleet, not per replica.
+    pub(crate) fn count(&self, tenant: &str, kind: WriteKind) {
+        let mut rates = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let rates = rates.entry(tenant.to_string()).or_default();
+        let now = Instant::now();
+        if kind == WriteKind::Upload {
+            rates.uploads.0.push_back(now);
+        }
+        rates.writes.0.push_back(now);
     }
 
     /// Refuses a write as [`WriteRates::admit`] would now, without counting one: for an

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use switchyard_test_guests::DEFAULT_POLICY;
 use switchyard_test_guests::nats::NatsServer;
 
-use crate::server::{ADMIN, Body, Client, Server, serve_command, temp_dir};
+use crate::server::{ADMIN, Body, Client, Server, serve_command, temp_dir, variant, write_config};
 
 /// A replica on `nats` with its own data dir (admin token, compiled cache), its log
 /// in `<dir>/<name>.log`.
@@ -36,9 +36,16 @@ pub struct Fleet {
 impl Fleet {
     /// A fleet for the test `name`.
     pub fn start(name: &str) -> Self {
+        Self::start_with(name, None)
+    }
+
+    /// A fleet for `name` whose replicas all run with `config` (a `switchyard.toml`).
+    pub fn start_with(name: &str, config: Option<&str>) -> Self {
         let dir = temp_dir(name);
         let nats = NatsServer::start(Path::new(env!("CARGO_TARGET_TMPDIR")), name);
-        let replicas = ["a", "b", "c"].map(|replica_name| replica(&dir, replica_name, &nats.url()));
+        let config = config.map(|text| write_config(&dir, text));
+        let replicas = ["a", "b", "c"]
+            .map(|replica_name| replica_with(&dir, replica_name, &nats.url(), config.as_deref()));
         Self { dir, nats, replicas }
     }
 
@@ -130,4 +137,30 @@ fn concurrent_assigns_through_two_replicas_lose_no_update() {
         }
     }
     eprintln!("20 concurrent assignments, {conflicts} conflicts retried");
+}
+
+#[test]
+fn a_tenants_write_and_upload_rates_hold_across_the_fleet() {
+    // Five writes a minute, two of them uploads: for the tenant, whichever replica takes
+    // them. Each write goes through the next replica once the last has reached it.
+    let fleet =
+        Fleet::start_with("fleet-rates", Some("[service]\nwrites_per_minute = 5\nuploads_per_minute = 2\n"));
+    let [a, b, c] = fleet.clients();
+    let token = a.add_tenant("acme");
+    let params = Some("%7B%22prefill_load_scale%22%3A2%7D");
+    let v1 = a.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None); // write 1, upload 1
+    a.assigned(&token, "acme", "latency", json!({ "policy": "mine" })); // 2
+    wait_for_version(&b, &token, "latency", &v1, "B");
+    let v2 = b.uploaded(&token, "acme", "mine", DEFAULT_POLICY, params); // 3, upload 2
+    wait_for_version(&c, &token, "latency", &v2, "C");
+    let (status, v) = c.upload(&token, "acme", "mine", &variant(DEFAULT_POLICY, 3), None);
+    assert_eq!((status, kind(&v)), (429, "rate-limited"), "a third upload through C: {v}");
+    assert!(v["error"]["message"].as_str().unwrap_or_default().contains("uploads_per_minute"), "{v}");
+    c.assigned(&token, "acme", "c3", json!({ "policy": "mine" })); // 4
+    wait_for_version(&a, &token, "c3", &v2, "A");
+    a.assigned(&token, "acme", "c4", json!({ "policy": "mine" })); // 5
+    wait_for_version(&b, &token, "c4", &v2, "B");
+    let (status, v) = b.assign(&token, "acme", "c5", json!({ "policy": "mine" }));
+    assert_eq!((status, kind(&v)), (429, "rate-limited"), "a sixth write through B: {v}");
+    assert!(v["error"]["message"].as_str().unwrap_or_default().contains("writes_per_minute"), "{v}");
 }
