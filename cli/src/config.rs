@@ -2,12 +2,13 @@
 //! `[service]` and `[registry]` for `serve`) and flags; flags win.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 use serde::Deserialize;
 use switchyard::selection::wire::ErrorKind;
 use switchyard::{ArtifactCache, Budget, GuardConfig, Limits, PolicyEngine};
-use switchyard_service::ServiceLimits;
+use switchyard_service::{RegistryOptions, ServiceLimits};
 
 use crate::output::CliError;
 
@@ -98,6 +99,8 @@ struct ConfigFile {
 struct RegistryConfig {
     /// A fleet's registry (`nats://HOST:PORT`); absent: the data dir's.
     url: Option<String>,
+    /// How long a blob no tenant names is kept on the fleet's registry, seconds.
+    blob_grace_secs: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -160,9 +163,20 @@ impl LimitArgs {
         Ok(limits)
     }
 
-    /// The fleet's registry, from `[registry] url` (`--registry` wins).
-    pub fn registry_url(&self) -> Result<Option<String>, CliError> {
-        Ok(self.file()?.registry.url)
+    /// The fleet's registry: `url` (`--registry`) or `[registry] url`, and its blob
+    /// grace (`[registry] blob_grace_secs`, at least 1).
+    pub fn registry(&self, url: Option<String>) -> Result<Option<RegistryOptions>, CliError> {
+        let config = self.file()?.registry;
+        let Some(url) = url.or(config.url) else { return Ok(None) };
+        let blob_grace = match config.blob_grace_secs {
+            None => switchyard_service::registry::DEFAULT_BLOB_GRACE,
+            Some(0) => {
+                let why = "[registry] blob_grace_secs must be at least 1";
+                return Err(CliError::new(ErrorKind::Config, why));
+            }
+            Some(secs) => Duration::from_secs(secs),
+        };
+        Ok(Some(RegistryOptions { url, blob_grace }))
     }
 
     /// The artifact cache directory, from `--cache-dir` or `[cache] dir`.

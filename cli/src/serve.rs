@@ -31,10 +31,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let options = switchyard_service::ServeOptions {
         listen: args.listen,
         data_dir: args.data_dir,
-        registry: match args.registry {
-            Some(url) => Some(url),
-            None => args.limits.registry_url()?,
-        },
+        registry: args.limits.registry(args.registry)?,
         limits: args.limits.service_limits()?,
         guard: args.limits.guard()?,
         engine_limits: args.limits.limits()?,

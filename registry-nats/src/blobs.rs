@@ -1,7 +1,14 @@
 //! Component blobs in the object store, named by the sha256 of their bytes. A blob is
 //! checked against its name when it is stored and again when it is read, so a replica
-//! never compiles bytes other than those its manifest names.
+//! never compiles bytes other than those its manifest names. Blobs no tenant names any
+//! more are swept after a grace period ([`NatsRegistry::sweep_blobs`]), as Git prunes
+//! unreachable objects: old enough that no upload in flight can be about to name them.
 
+use std::collections::HashSet;
+use std::time::Duration;
+
+use async_nats::jetstream::object_store::ObjectInfo;
+use futures_util::TryStreamExt;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 
@@ -16,19 +23,72 @@ pub fn sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// How old `info`'s last write is (zero if NATS did not say).
+fn age(info: &ObjectInfo) -> Duration {
+    let Some(modified) = info.modified else { return Duration::ZERO };
+    let age = time::OffsetDateTime::now_utc() - modified;
+    age.try_into().unwrap_or(Duration::ZERO)
+}
+
 impl NatsRegistry {
-    /// Stores `bytes` as the blob `name`, which must be their sha256 (a no-op if
-    /// present).
+    /// Stores `bytes` as the blob `name`, which must be their sha256. A no-op if present
+    /// and written less than a quarter of the blob grace ago; an older one is written
+    /// again, which makes it fresh, so a sweep (which takes only blobs no tenant names,
+    /// older than the grace) cannot take it while the upload that wrote it commits.
     pub async fn put_blob(&self, name: &str, bytes: &[u8]) -> Result<(), RegistryError> {
         if sha256(bytes) != name {
             return Err(RegistryError::corrupt(name, "the bytes' sha256 is not the blob's name"));
         }
-        if self.blobs.info(name).await.is_ok() {
+        if let Ok(info) = self.blobs.info(name).await
+            && !info.deleted
+            && age(&info) < self.blob_grace / 4
+        {
             return Ok(());
         }
         let mut reader = bytes;
         self.blobs.put(name, &mut reader).await.map_err(RegistryError::unavailable)?;
         Ok(())
+    }
+
+    /// Removes every blob that no tenant names now (read fresh from the registry, not
+    /// from a replica's view) and that was last written longer than the blob grace ago:
+    /// left by versions trimmed or rolled away, uploads that never committed, replicas
+    /// killed mid-upload. Their names. An upload rewrites an old blob before naming it
+    /// (see [`NatsRegistry::put_blob`]), and each blob's age is read again just before it
+    /// is removed, so a blob an upload is about to name is young and kept.
+    pub async fn sweep_blobs(&self) -> Result<Vec<String>, RegistryError> {
+        let named: HashSet<String> = self
+            .load()
+            .await?
+            .manifest
+            .tenants
+            .values()
+            .flat_map(|t| t.policies.values().flat_map(|p| p.versions.iter().map(|v| v.blob.clone())))
+            .collect();
+        let candidates: Vec<String> = self
+            .blobs
+            .list()
+            .await
+            .map_err(RegistryError::unavailable)?
+            .map_err(RegistryError::unavailable)
+            .try_filter(|info| {
+                let old = !info.deleted && !named.contains(&info.name) && age(info) >= self.blob_grace;
+                std::future::ready(old)
+            })
+            .map_ok(|info| info.name)
+            .try_collect()
+            .await?;
+        let mut removed = Vec::new();
+        for name in candidates {
+            match self.blobs.info(&name).await {
+                Ok(info) if age(&info) >= self.blob_grace => {
+                    self.remove_blob(&name).await?;
+                    removed.push(name);
+                }
+                _ => {}
+            }
+        }
+        Ok(removed)
     }
 
     /// The blob `name`, checked against its sha256.

@@ -27,5 +27,5 @@ pub mod watch;
 
 pub use error::RegistryError;
 pub use keys::{Expected, Key};
-pub use registry::{Buckets, Loaded, NatsRegistry};
+pub use registry::{Buckets, DEFAULT_BLOB_GRACE, Loaded, NatsRegistry};
 pub use watch::{Change, Value};

@@ -12,18 +12,30 @@ use switchyard_store::{Manifest, TenantRecord};
 use crate::error::RegistryError;
 use crate::keys::{Expected, Key};
 
-/// The bucket names one registry uses; replicas of one fleet use the same.
+/// The bucket names one registry uses, and how long a blob no tenant names is kept;
+/// replicas of one fleet use the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Buckets {
     /// The key-value bucket of tenants and routers.
     pub records: String,
     /// The object store of component blobs.
     pub blobs: String,
+    /// A blob no tenant names is removed once it was last written this long ago
+    /// ([`NatsRegistry::sweep_blobs`]): longer than any upload takes from storing its
+    /// blob to committing the version, with room for clock skew between replicas and NATS.
+    pub blob_grace: Duration,
 }
+
+/// The default [`Buckets::blob_grace`]: 10 minutes.
+pub const DEFAULT_BLOB_GRACE: Duration = Duration::from_secs(600);
 
 impl Default for Buckets {
     fn default() -> Self {
-        Self { records: "switchyard-registry".into(), blobs: "switchyard-blobs".into() }
+        Self {
+            records: "switchyard-registry".into(),
+            blobs: "switchyard-blobs".into(),
+            blob_grace: DEFAULT_BLOB_GRACE,
+        }
     }
 }
 
@@ -45,6 +57,7 @@ pub struct NatsRegistry {
     client: async_nats::Client,
     pub(crate) kv: kv::Store,
     pub(crate) blobs: jetstream::object_store::ObjectStore,
+    pub(crate) blob_grace: Duration,
 }
 
 /// How long connecting and creating the buckets may take before the registry counts as
@@ -89,7 +102,12 @@ impl NatsRegistry {
                 .await
                 .map_err(RegistryError::unavailable)?,
         };
-        Ok(Self { client, kv, blobs })
+        Ok(Self { client, kv, blobs, blob_grace: buckets.blob_grace })
+    }
+
+    /// How long a blob no tenant names is kept ([`Buckets::blob_grace`]).
+    pub fn blob_grace(&self) -> Duration {
+        self.blob_grace
     }
 
     /// Whether the connection to NATS is up now. While it is down (the client

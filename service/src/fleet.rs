@@ -1,6 +1,7 @@
 //! A replica of a fleet (`serve --registry nats://…`) follows the shared registry: every
 //! change another replica commits is adopted here, its new versions loaded before the
-//! snapshot that routes to them is swapped in, so no selection waits on a compile.
+//! snapshot that routes to them is swapped in, so no selection waits on a compile. Each
+//! replica also sweeps the blobs no tenant names any more.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -34,6 +35,26 @@ pub async fn follow(service: Arc<Service>) {
             Err(e) => tracing::warn!(error = %e, "watching the registry"),
         }
         tokio::time::sleep(REWATCH).await;
+    }
+}
+
+/// Sweeps the registry's blobs no tenant names until the process ends, every half
+/// blob grace (a no-op on the data dir's store, which deletes a blob when its last version
+/// goes). Every replica sweeps; a blob two take at once is simply gone.
+pub async fn sweep(service: Arc<Service>) {
+    let Some(nats) = service.registry.nats() else { return };
+    let every =
+        (nats.registry().blob_grace() / 2).clamp(Duration::from_millis(250), Duration::from_secs(300));
+    loop {
+        tokio::time::sleep(every).await;
+        match nats.registry().sweep_blobs().await {
+            Ok(removed) => {
+                for blob in removed {
+                    tracing::info!(%blob, "a blob no tenant names any more, swept from the registry");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "sweeping the registry's blobs"),
+        }
     }
 }
 

@@ -40,6 +40,7 @@ use std::sync::Arc;
 
 pub use config::{ServiceConfig, ServiceLimits};
 pub use error::ApiError;
+pub use registry::RegistryOptions;
 pub use state::Service;
 use switchyard::{GuardConfig, Limits};
 
@@ -49,10 +50,10 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// The data directory (`--data-dir`): manifest, blobs, admin token.
     pub data_dir: PathBuf,
-    /// A fleet's registry on NATS (`--registry nats://…`) instead of the data dir's
-    /// manifest and blobs; the data dir then keeps only this replica's admin token and
-    /// compiled cache.
-    pub registry: Option<String>,
+    /// A fleet's registry on NATS (`--registry nats://…`, `[registry]`) instead of the
+    /// data dir's manifest and blobs; the data dir then keeps only this replica's admin
+    /// token and compiled cache.
+    pub registry: Option<RegistryOptions>,
     /// What clients may ask of the service (`[service]`).
     pub limits: ServiceLimits,
     /// The quarantine breaker's settings for every tenant policy version (`[guard]`).
@@ -75,11 +76,12 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         let dir = data_dir.clone();
         let cache = cache_dir.unwrap_or_else(|| data_dir.join("compiled"));
         let service = tokio::task::spawn_blocking(move || {
-            Service::open(&dir, registry.as_deref(), &cache, limits, guard, engine_limits, admin_env)
+            Service::open(&dir, registry.as_ref(), &cache, limits, guard, engine_limits, admin_env)
         })
         .await??;
-        // A fleet's replica follows the shared registry from here on.
+        // A fleet's replica follows the shared registry from here on, and sweeps its blobs.
         tokio::spawn(fleet::follow(Arc::clone(&service)));
+        tokio::spawn(fleet::sweep(Arc::clone(&service)));
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         if std::env::var_os("SWITCHYARD_ADMIN_TOKEN").is_none() {

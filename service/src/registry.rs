@@ -25,6 +25,19 @@ use crate::store::{Manifest, Store};
 const FIRST_RETRY: Duration = Duration::from_millis(250);
 const LAST_RETRY: Duration = Duration::from_secs(5);
 
+pub use switchyard_registry_nats::DEFAULT_BLOB_GRACE;
+
+/// A fleet's registry (`serve --registry`, `[registry]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryOptions {
+    /// `nats://HOST:PORT` (several, comma-separated, for a NATS cluster).
+    pub url: String,
+    /// How long a blob no tenant names is kept before a replica's sweep removes it
+    /// (`[registry] blob_grace_secs`, default 600): longer than any upload takes from
+    /// storing its blob to committing.
+    pub blob_grace: Duration,
+}
+
 /// The registry a service runs on.
 pub enum Registry {
     /// The data directory: manifest and blobs on local disk.
@@ -75,11 +88,13 @@ impl Registry {
     /// While NATS cannot be reached it says so and retries (a replica started before its
     /// registry, or during an outage, comes up when NATS does); an address that is not
     /// NATS's is refused at once. Blocking: call off the async runtime's workers.
-    pub fn connect_nats(url: &str, local: Store) -> Result<Self, String> {
+    pub fn connect_nats(options: &RegistryOptions, local: Store) -> Result<Self, String> {
         let runtime = tokio::runtime::Handle::current();
+        let url = &options.url;
+        let buckets = Buckets { blob_grace: options.blob_grace, ..Buckets::default() };
         let mut delay = FIRST_RETRY;
         let registry = loop {
-            match runtime.block_on(NatsRegistry::connect(url, &Buckets::default())) {
+            match runtime.block_on(NatsRegistry::connect(url, &buckets)) {
                 Ok(registry) => break registry,
                 Err(e @ RegistryError::Unavailable(_)) => {
                     tracing::warn!(%url, error = %e, retry_in = ?delay, "the registry is unavailable; retrying");
@@ -144,8 +159,8 @@ impl Registry {
         }
     }
 
-    /// Deletes a blob no committed version names. On NATS blobs stay: another replica
-    /// may have stored one for an upload it has not committed yet.
+    /// Deletes a blob no committed version names. On NATS blobs stay until a sweep
+    /// ([`crate::fleet::sweep`]): another replica may be about to name this one.
     pub fn remove_blob(&self, sha256: &str, engine: &PolicyEngine) -> std::io::Result<()> {
         match self {
             Self::Files(store) => store.remove_blob(sha256, engine),

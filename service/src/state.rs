@@ -27,7 +27,7 @@ use crate::config::ServiceLimits;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, PolicyMetrics, TenantVersions};
 use crate::rates::WriteRates;
-use crate::registry::Registry;
+use crate::registry::{Registry, RegistryOptions};
 use crate::store::{Manifest, Store};
 
 /// (tenant, policy name, version).
@@ -350,7 +350,7 @@ impl Service {
     /// else compiled (and cached). Blocking: call before serving, or off the async runtime.
     pub fn open(
         data_dir: &Path,
-        registry_url: Option<&str>,
+        registry: Option<&RegistryOptions>,
         cache_dir: &Path,
         limits: ServiceLimits,
         guard: GuardConfig,
@@ -371,9 +371,9 @@ impl Service {
         }
         let store = Store::open(data_dir)
             .map_err(|e| anyhow::anyhow!("opening the data dir {}: {e}", data_dir.display()))?;
-        let registry = match registry_url {
+        let registry = match registry {
             None => Registry::Files(store),
-            Some(url) => Registry::connect_nats(url, store).map_err(anyhow::Error::msg)?,
+            Some(options) => Registry::connect_nats(options, store).map_err(anyhow::Error::msg)?,
         };
         let manifest = registry.load_manifest().map_err(anyhow::Error::msg)?;
         let admin_sha256 = crate::auth::admin_token_hash(data_dir, admin_token)

@@ -286,3 +286,43 @@ fn a_change_adopted_while_the_pool_is_full_waits_for_a_slot_instead_of_failing()
     });
     assert!(listed_versions(&b, &token, "B").len() == 1);
 }
+
+#[test]
+fn blobs_no_tenant_names_are_swept_from_the_registry_after_the_grace() {
+    // Two versions kept per policy, blobs unnamed for a second swept.
+    let config = "[registry]\nblob_grace_secs = 1\n[service]\nmax_versions_per_policy = 2\n";
+    let fleet = Fleet::start_with("fleet-sweep", Some(config));
+    let [a, b, _] = fleet.clients();
+    let token = a.add_tenant("acme");
+    let blobs: Vec<(String, Vec<u8>)> = (1..=3)
+        .map(|tag| {
+            let bytes = variant(DEFAULT_POLICY, tag);
+            let (status, v) = a.upload(&token, "acme", "mine", &bytes, None);
+            assert_eq!(status, 201, "{v}");
+            (v["sha256"].as_str().expect("a sha256").to_string(), bytes)
+        })
+        .collect();
+    a.assigned(&token, "acme", "latency", json!({ "policy": "mine" }));
+    // The third upload trimmed the first version: its blob goes, the others stay and serve.
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let registry = runtime
+        .block_on(switchyard_registry_nats::NatsRegistry::connect(&fleet.nats.url(), &Default::default()))
+        .expect("connects");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while runtime.block_on(registry.read_blob(&blobs[0].0)).is_ok() {
+        assert!(Instant::now() < deadline, "the trimmed version's blob was never swept");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2)); // more sweeps, past the others' grace
+    for (blob, bytes) in &blobs[1..] {
+        assert_eq!(&runtime.block_on(registry.read_blob(blob)).expect("a named blob stays"), bytes);
+    }
+    // An upload of the swept bytes again stores them again, and every replica serves it.
+    let (status, v) = b.upload(&token, "acme", "mine", &blobs[0].1, None);
+    assert_eq!(status, 201, "{v}");
+    let again = v["version"].as_str().expect("a version");
+    for (client, name) in fleet.clients().iter().zip(["A", "B", "C"]) {
+        wait_for_version(client, &token, "latency", again, name);
+    }
+    assert_eq!(&runtime.block_on(registry.read_blob(&blobs[0].0)).expect("stored again"), &blobs[0].1);
+}

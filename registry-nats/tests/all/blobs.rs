@@ -26,3 +26,46 @@ async fn a_blob_round_trips_and_a_wrong_name_is_refused() {
     registry.remove_blob(&name).await.expect("removing twice is fine");
     assert!(matches!(registry.read_blob(&name).await, Err(RegistryError::NoBlob(_))));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sweep_removes_only_old_blobs_no_tenant_names() {
+    use std::time::Duration;
+
+    use switchyard_registry_nats::{Buckets, Expected, NatsRegistry};
+    use switchyard_store::{PolicyRecord, TenantRecord, VersionRecord};
+
+    let server = start("blobs-sweep");
+    let grace = Duration::from_secs(1);
+    let buckets = Buckets { blob_grace: grace, ..Buckets::default() };
+    let registry = NatsRegistry::connect(&server.url(), &buckets).await.expect("connects");
+    let blob = |tag: &str| {
+        let bytes = format!("component {tag}").into_bytes();
+        (sha256(&bytes), bytes)
+    };
+    let [(unnamed, unnamed_bytes), (named, named_bytes), (rewritten, rewritten_bytes), (young, young_bytes)] =
+        ["unnamed", "named", "rewritten", "young"].map(blob);
+    for (name, bytes) in [(&unnamed, &unnamed_bytes), (&named, &named_bytes), (&rewritten, &rewritten_bytes)]
+    {
+        registry.put_blob(name, bytes).await.expect("stored");
+    }
+    let version = VersionRecord { version: "v1".into(), blob: named.clone(), params: "{}".into(), size: 10 };
+    let policy = PolicyRecord { versions: vec![version], active: "v1".into(), previous: Vec::new() };
+    let record = TenantRecord {
+        token_sha256: "t".into(),
+        policies: [("mine".to_string(), policy)].into(),
+        ..Default::default()
+    };
+    registry.put_tenant("acme", &record, Expected::Absent).await.expect("a tenant naming one blob");
+
+    // Past the grace: an upload storing `rewritten` again makes it young; `young` is new.
+    tokio::time::sleep(grace + Duration::from_millis(200)).await;
+    registry.put_blob(&rewritten, &rewritten_bytes).await.expect("stored again");
+    registry.put_blob(&young, &young_bytes).await.expect("stored");
+
+    let removed = registry.sweep_blobs().await.expect("swept");
+    assert_eq!(removed, vec![unnamed.clone()]);
+    assert!(matches!(registry.read_blob(&unnamed).await, Err(RegistryError::NoBlob(_))));
+    for (name, bytes) in [(&named, &named_bytes), (&rewritten, &rewritten_bytes), (&young, &young_bytes)] {
+        assert_eq!(&registry.read_blob(name).await.expect("kept"), bytes);
+    }
+}
