@@ -18,6 +18,10 @@ use crate::registry::NatsRegistry;
 /// The largest blob read back: over any component the engine accepts.
 const MAX_BLOB_BYTES: u64 = 64 << 20;
 
+/// The longest a blob read may take: a 4 MiB component reads in well under a second on
+/// any network a fleet runs on.
+pub const BLOB_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The hex sha256 of `bytes`.
 pub fn sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
@@ -91,8 +95,20 @@ impl NatsRegistry {
         Ok(removed)
     }
 
-    /// The blob `name`, checked against its sha256.
+    /// The blob `name`, checked against its sha256. Gives up after [`BLOB_READ_TIMEOUT`]:
+    /// an object deleted while it is read (a sweep) leaves a reader waiting for chunks
+    /// that never come.
     pub async fn read_blob(&self, name: &str) -> Result<Vec<u8>, RegistryError> {
+        match tokio::time::timeout(BLOB_READ_TIMEOUT, self.read_blob_now(name)).await {
+            Ok(read) => read,
+            Err(_) => Err(RegistryError::Unavailable(format!(
+                "reading blob {name} took over {} s (deleted while it was read?)",
+                BLOB_READ_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    async fn read_blob_now(&self, name: &str) -> Result<Vec<u8>, RegistryError> {
         let object = match self.blobs.get(name).await {
             Ok(object) => object,
             Err(e) if e.kind() == async_nats::jetstream::object_store::GetErrorKind::NotFound => {

@@ -60,6 +60,9 @@ pub struct NatsRegistry {
     pub(crate) blob_grace: Duration,
 }
 
+/// The longest loading the whole registry may take (every key read once).
+pub const LOAD_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How long connecting and creating the buckets may take before the registry counts as
 /// unavailable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -117,8 +120,20 @@ impl NatsRegistry {
         self.client.connection_state() == async_nats::connection::State::Connected
     }
 
-    /// Every tenant and router now, with their revisions.
+    /// Every tenant and router now, with their revisions. Gives up after
+    /// [`LOAD_TIMEOUT`] (listing the keys is a consumer, which waits as long as NATS is
+    /// silent).
     pub async fn load(&self) -> Result<Loaded, RegistryError> {
+        match tokio::time::timeout(LOAD_TIMEOUT, self.load_now()).await {
+            Ok(loaded) => loaded,
+            Err(_) => Err(RegistryError::Unavailable(format!(
+                "loading the registry took over {} s",
+                LOAD_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    async fn load_now(&self) -> Result<Loaded, RegistryError> {
         let keys: Vec<String> = self
             .kv
             .keys()

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use switchyard_registry_nats::{Change, Key, Value};
+use switchyard_registry_nats::{Change, Key, RegistryError, Value};
 
 use crate::rates::WriteKind;
 use crate::state::Service;
@@ -47,7 +47,10 @@ pub async fn sweep(service: Arc<Service>) {
         (nats.registry().blob_grace() / 2).clamp(Duration::from_millis(250), Duration::from_secs(300));
     loop {
         tokio::time::sleep(every).await;
-        match nats.registry().sweep_blobs().await {
+        // Bounded: listing the blobs is a consumer, which waits as long as NATS is silent.
+        let swept =
+            tokio::time::timeout(every.max(Duration::from_secs(60)), nats.registry().sweep_blobs()).await;
+        match swept.unwrap_or_else(|_| Err(RegistryError::Unavailable("the sweep timed out".into()))) {
             Ok(removed) => {
                 for blob in removed {
                     tracing::info!(%blob, "a blob no tenant names any more, swept from the registry");

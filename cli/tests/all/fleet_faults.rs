@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use switchyard_registry_nats::RegistryError;
 use switchyard_test_guests::nats::{NatsServer, free_port};
 use switchyard_test_guests::{DEFAULT_POLICY, hostile};
 
@@ -309,7 +310,8 @@ fn blobs_no_tenant_names_are_swept_from_the_registry_after_the_grace() {
         .block_on(switchyard_registry_nats::NatsRegistry::connect(&fleet.nats.url(), &Default::default()))
         .expect("connects");
     let deadline = Instant::now() + Duration::from_secs(20);
-    while runtime.block_on(registry.read_blob(&blobs[0].0)).is_ok() {
+    // Until the blob is gone (a read during the sweep's delete may fail otherwise).
+    while !matches!(runtime.block_on(registry.read_blob(&blobs[0].0)), Err(RegistryError::NoBlob(_))) {
         assert!(Instant::now() < deadline, "the trimmed version's blob was never swept");
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -146,7 +146,13 @@ impl Client {
     }
 
     pub fn at(base: &str) -> Self {
-        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        // A server that stops answering fails the test (after 2 minutes) instead of
+        // hanging it.
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build()
+            .into();
         Self { agent, base: base.to_string() }
     }
 

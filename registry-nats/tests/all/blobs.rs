@@ -69,3 +69,25 @@ async fn a_sweep_removes_only_old_blobs_no_tenant_names() {
         assert_eq!(&registry.read_blob(name).await.expect("kept"), bytes);
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_blob_whose_chunks_are_gone_is_an_error_not_a_hang() {
+    // What a read sees when a sweep deletes the blob between reading its description and
+    // its chunks: the description is there, the chunks never come.
+    let server = start("blobs-gone");
+    let registry = registry(&server).await;
+    let bytes: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
+    let name = sha256(&bytes);
+    registry.put_blob(&name, &bytes).await.expect("stored");
+    let client = async_nats::connect(server.url()).await.expect("connects");
+    let js = async_nats::jetstream::new(client);
+    let store = js.get_object_store("switchyard-blobs").await.expect("the blob store");
+    let nuid = store.info(&name).await.expect("described").nuid;
+    let stream = js.get_stream("OBJ_switchyard-blobs").await.expect("the blob stream");
+    stream.purge().filter(format!("$O.switchyard-blobs.C.{nuid}")).await.expect("chunks purged");
+
+    // It hung for good before the read had a deadline of its own.
+    let read = tokio::time::timeout(std::time::Duration::from_secs(60), registry.read_blob(&name)).await;
+    let read = read.expect("the read gave up by itself");
+    assert!(matches!(read, Err(RegistryError::Unavailable(_))), "{read:?}");
+}
