@@ -1,0 +1,233 @@
+//! Ten thousand tenant policies on one server (issue 16): the real `switchyard serve`
+//! (this bench's release build) on loopback, driven through its HTTP API.
+//!
+//! 1. `SCALE_TENANTS` tenants (default 10,000), each uploading one version of the default
+//!    policy and assigning a class to it: the first `SCALE_DISTINCT` (default 1,000) each
+//!    a distinct component (different bytes: a custom section appended, so each is
+//!    compiled), the rest one of those with distinct parameters. From 2 client threads.
+//! 2. `SCALE_SELECTIONS` selections (default 100,000) from 2 threads, each of a tenant
+//!    drawn uniformly at random; a tenant's first is "cold" (its version has no instance
+//!    yet), the others "warm". Beside them, in the same run, one tenant alone: the
+//!    single-tenant warm figure the warm selections are compared with.
+//! 3. The server restarted on that data dir: time to listening, and to the first
+//!    selection answered.
+//!
+//! Prints RSS after the uploads and after the selections, latencies (client-side, over
+//! loopback HTTP), compile time per upload (as the server reports it), start-up.
+//!
+//! Run: `cargo bench -p switchyard-cli --bench scale` (several minutes: most of it is
+//! compiling the distinct components, one at a time as `compile_concurrency` allows);
+//! `SCALE_TENANTS=1000 SCALE_DISTINCT=100 SCALE_SELECTIONS=10000` for a quick look.
+
+// The suite's own server helpers, not a copy (see `fleet.rs` in this directory).
+#[allow(dead_code, unused_imports)]
+#[path = "../tests/all/server.rs"]
+mod server;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+use serde_json::json;
+use switchyard_test_guests::DEFAULT_POLICY;
+
+use crate::server::{ADMIN, Client, Server, serve_command, temp_dir, variant, write_config};
+
+/// Every write a tenant makes here is one upload and one assignment; the service's
+/// defaults are kept otherwise, so the figures are the defaults'.
+const CONFIG: &str = "[service]\n";
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn main() {
+    let tenants = env("SCALE_TENANTS", 10_000);
+    let distinct = env("SCALE_DISTINCT", 1_000).min(tenants);
+    let selections = env("SCALE_SELECTIONS", 100_000);
+    let dir = temp_dir("bench-scale");
+    let config = write_config(&dir, CONFIG);
+    let data = dir.join("data");
+    let server = Server::start(&data, Some(&config), Some(ADMIN));
+
+    // 1. Tenants, uploads, assignments.
+    let started = Instant::now();
+    let next = AtomicUsize::new(0);
+    let uploads: Vec<(String, f64)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let client = Client::new(&server);
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= tenants {
+                            return done;
+                        }
+                        done.push(onboard(&client, i, distinct));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("an upload thread")).collect()
+    });
+    let upload_time = started.elapsed();
+    let rss_uploads = rss_mib(server.pid());
+    let compile_ms: Vec<f64> = uploads.iter().take(distinct).map(|(_, ms)| *ms).collect();
+    let tokens: Vec<String> = uploads.into_iter().map(|(token, _)| token).collect();
+
+    // 2. Selections: the single tenant first, then every tenant at random, then the
+    // single tenant again (its figure is the median of both).
+    let single_before = select_one(&server, &tokens[0], 0, 2_000);
+    let (cold, warm) = select_random(&server, &tokens, selections);
+    let single_after = select_one(&server, &tokens[0], 0, 2_000);
+    let rss_selections = rss_mib(server.pid());
+    let mut single = single_before;
+    single.extend(single_after);
+
+    // 3. Restart on the data dir.
+    drop(server);
+    let (listening, first_answer) = restart(&data, &config, &tokens[tenants - 1], tenants - 1);
+
+    println!("Scale: {tenants} tenants, {distinct} distinct components, {selections} selections");
+    println!("(one `switchyard serve`, release build, service defaults; loopback HTTP, client-side times)\n");
+    println!("| measure | value |");
+    println!("| --- | ---: |");
+    println!("| uploads + assignments, wall | {:.1} s |", upload_time.as_secs_f64());
+    println!("| compile per distinct upload, p50 / p99 | {} |", pair(&compile_ms, 1.0, "ms"));
+    println!("| RSS after the uploads | {rss_uploads} MiB |");
+    println!("| RSS after the selections | {rss_selections} MiB |");
+    println!(
+        "| cold selection (a tenant's first), p50 / p99 ({}) | {} |",
+        cold.len(),
+        pair(&cold, 1e3, "µs")
+    );
+    println!("| warm selection, p50 / p99 ({}) | {} |", warm.len(), pair(&warm, 1e3, "µs"));
+    println!("| single tenant warm, p50 / p99 ({}) | {} |", single.len(), pair(&single, 1e3, "µs"));
+    println!("| warm p50 / single-tenant p50 | {:.2} |", quantile(&warm, 0.5) / quantile(&single, 0.5));
+    println!("| restart: listening after | {:.2} s |", listening.as_secs_f64());
+    println!("| restart: first selection answered after | {:.2} s |", first_answer.as_secs_f64());
+}
+
+/// Tenant `i`: created, one upload (a distinct component for `i < distinct`, else
+/// component `i % distinct` with its own parameters), its class assigned. (token,
+/// compile ms the server reported).
+fn onboard(client: &Client, i: usize, distinct: usize) -> (String, f64) {
+    let tenant = format!("t{i}");
+    let token = client.add_tenant(&tenant);
+    let bytes = variant(DEFAULT_POLICY, (i % distinct) as u32);
+    let params =
+        (i >= distinct).then(|| format!("%7B%22prefill_load_scale%22%3A{}%7D", 1.0 + i as f64 / 1e5));
+    let (status, v) = client.upload(&token, &tenant, "mine", &bytes, params.as_deref());
+    assert_eq!(status, 201, "tenant {tenant}: {v}");
+    let compile_ms = v["compile_ms"].as_f64().unwrap_or(0.0);
+    client.assigned(&token, &tenant, "latency", json!({ "policy": "mine" }));
+    (token, compile_ms)
+}
+
+/// One selection of tenant `t{i}`'s class, timed (seconds); asserts it is the guest's.
+fn timed_select(client: &Client, token: &str, i: usize) -> f64 {
+    let started = Instant::now();
+    let (status, v) = client.select(token, &format!("t{i}"), Some("latency"));
+    let took = started.elapsed().as_secs_f64();
+    assert!(status == 200 && v["build"] == "guest", "tenant t{i}: {status} {v}");
+    took
+}
+
+/// `n` selections of tenant `i` alone, from 2 threads; their times (ms).
+fn select_one(server: &Server, token: &str, i: usize, n: usize) -> Vec<f64> {
+    std::thread::scope(|s| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let client = Client::new(server);
+                    (0..n / 2).map(|_| timed_select(&client, token, i) * 1e3).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        threads.into_iter().flat_map(|t| t.join().expect("a selecting thread")).collect()
+    })
+}
+
+/// `n` selections of uniformly random tenants from 2 threads: (cold, warm) times (ms).
+fn select_random(server: &Server, tokens: &[String], n: usize) -> (Vec<f64>, Vec<f64>) {
+    let seen: Vec<AtomicUsize> = (0..tokens.len()).map(|_| AtomicUsize::new(0)).collect();
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    std::thread::scope(|s| {
+        let threads: Vec<_> = (0..2u64)
+            .map(|seed| {
+                let seen = &seen;
+                s.spawn(move || {
+                    let client = Client::new(server);
+                    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+                    for _ in 0..n / 2 {
+                        let i = (rng.next_u64() % tokens.len() as u64) as usize;
+                        let first = seen[i].fetch_add(1, Ordering::Relaxed) == 0;
+                        let ms = timed_select(&client, &tokens[i], i) * 1e3;
+                        if first { cold.push(ms) } else { warm.push(ms) }
+                    }
+                    (cold, warm)
+                })
+            })
+            .collect();
+        for t in threads {
+            let (c, w) = t.join().expect("a selecting thread");
+            cold.extend(c);
+            warm.extend(w);
+        }
+    });
+    (cold, warm)
+}
+
+/// Starts `serve` again on `data`: (time to listening, time to tenant `t{i}`'s first
+/// selection answered).
+fn restart(data: &std::path::Path, config: &std::path::Path, token: &str, i: usize) -> (Duration, Duration) {
+    let started = Instant::now();
+    let mut child = serve_command(data, Some(config), Some(ADMIN))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting serve again");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).expect("reading stdout");
+    let listening = started.elapsed();
+    let url = line.trim().strip_prefix("listening on ").expect("listening").to_string();
+    let client = Client::at(&url);
+    loop {
+        let (status, v) = client.select(token, &format!("t{i}"), Some("latency"));
+        if status == 200 && v["build"] == "guest" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let first = started.elapsed();
+    let _ = child.kill();
+    let _ = child.wait();
+    (listening, first)
+}
+
+/// The server's resident set, MiB.
+fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    kib / 1024
+}
+
+fn quantile(samples: &[f64], q: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(((sorted.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(f64::NAN)
+}
+
+/// "p50 / p99 unit" of `samples` scaled by `scale`.
+fn pair(samples: &[f64], scale: f64, unit: &str) -> String {
+    format!("{:.1} / {:.1} {unit}", quantile(samples, 0.5) * scale, quantile(samples, 0.99) * scale)
+}
