@@ -56,7 +56,7 @@ fn main() {
     // 1. Tenants, uploads, assignments.
     let started = Instant::now();
     let next = AtomicUsize::new(0);
-    let uploads: Vec<(String, f64)> = std::thread::scope(|s| {
+    let mut uploads: Vec<(usize, String, f64)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..2)
             .map(|_| {
                 s.spawn(|| {
@@ -67,7 +67,8 @@ fn main() {
                         if i >= tenants {
                             return done;
                         }
-                        done.push(onboard(&client, i, distinct));
+                        let (token, compile_ms) = onboard(&client, i, distinct);
+                        done.push((i, token, compile_ms));
                     }
                 })
             })
@@ -76,8 +77,9 @@ fn main() {
     });
     let upload_time = started.elapsed();
     let rss_uploads = rss_mib(server.pid());
-    let compile_ms: Vec<f64> = uploads.iter().take(distinct).map(|(_, ms)| *ms).collect();
-    let tokens: Vec<String> = uploads.into_iter().map(|(token, _)| token).collect();
+    uploads.sort_by_key(|(i, ..)| *i);
+    let compile_ms: Vec<f64> = uploads.iter().take(distinct).map(|(.., ms)| *ms).collect();
+    let tokens: Vec<String> = uploads.into_iter().map(|(_, token, _)| token).collect();
 
     // 2. Selections: the single tenant first, then every tenant at random, then the
     // single tenant again (its figure is the median of both).
