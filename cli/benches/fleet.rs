@@ -20,6 +20,8 @@ mod server;
 #[path = "../tests/all/fleet.rs"]
 mod fleet;
 
+mod stats;
+
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -27,6 +29,7 @@ use switchyard_test_guests::DEFAULT_POLICY;
 
 use crate::fleet::{Fleet, wait_for_version};
 use crate::server::Client;
+use crate::stats::quantile;
 
 /// Rounds of three changes: 3 × 80 = 240 changes, 480 propagations measured.
 const ROUNDS: usize = 80;
@@ -105,10 +108,7 @@ fn propagation(clients: &[Client; 3], writer: usize, token: &str, version: &str)
 }
 
 fn row(kind: &str, samples: &[Duration]) {
-    let mut sorted = samples.to_vec();
-    sorted.sort();
-    let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
-    let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1e3);
-    let max = *sorted.last().expect("samples");
-    println!("| {kind} | {} | {} | {} | {} |", sorted.len(), ms(at(0.5)), ms(at(0.99)), ms(max));
+    let ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    let [p50, p99, max] = [0.5, 0.99, 1.0].map(|q| format!("{:.2} ms", quantile(&ms, q)));
+    println!("| {kind} | {} | {p50} | {p99} | {max} |", ms.len());
 }

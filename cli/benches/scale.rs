@@ -12,8 +12,9 @@
 //! 3. The server restarted on that data dir: time to listening, and to the first
 //!    selection answered.
 //!
-//! Prints RSS after the uploads and after the selections, latencies (client-side, over
-//! loopback HTTP), compile time per upload (as the server reports it), start-up.
+//! Prints RSS after the uploads, after the selections and of the restarted server,
+//! onboarding rates early and late, latencies (client-side, over loopback HTTP), compile
+//! time per upload (as the server reports it), start-up.
 //!
 //! Run: `cargo bench -p switchyard-cli --bench scale` (several minutes: most of it is
 //! compiling the distinct components, one at a time as `compile_concurrency` allows);
@@ -23,6 +24,8 @@
 #[allow(dead_code, unused_imports)]
 #[path = "../tests/all/server.rs"]
 mod server;
+
+mod stats;
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -35,6 +38,7 @@ use serde_json::json;
 use switchyard_test_guests::DEFAULT_POLICY;
 
 use crate::server::{ADMIN, Client, Server, serve_command, temp_dir, variant, write_config};
+use crate::stats::quantile;
 
 /// Every write a tenant makes here is one upload and one assignment; the service's
 /// defaults are kept otherwise, so the figures are the defaults'.
@@ -56,7 +60,7 @@ fn main() {
     // 1. Tenants, uploads, assignments.
     let started = Instant::now();
     let next = AtomicUsize::new(0);
-    let mut uploads: Vec<(usize, String, f64)> = std::thread::scope(|s| {
+    let mut uploads: Vec<(usize, String, f64, Duration)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..2)
             .map(|_| {
                 s.spawn(|| {
@@ -68,7 +72,7 @@ fn main() {
                             return done;
                         }
                         let (token, compile_ms) = onboard(&client, i, distinct);
-                        done.push((i, token, compile_ms));
+                        done.push((i, token, compile_ms, started.elapsed()));
                     }
                 })
             })
@@ -78,8 +82,10 @@ fn main() {
     let upload_time = started.elapsed();
     let rss_uploads = rss_mib(server.pid());
     uploads.sort_by_key(|(i, ..)| *i);
-    let compile_ms: Vec<f64> = uploads.iter().take(distinct).map(|(.., ms)| *ms).collect();
-    let tokens: Vec<String> = uploads.into_iter().map(|(_, token, _)| token).collect();
+    let (first_rate, last_rate) =
+        onboarding_rates(&uploads.iter().map(|u| u.3).collect::<Vec<_>>(), distinct);
+    let compile_ms: Vec<f64> = uploads.iter().take(distinct).map(|(_, _, ms, _)| *ms).collect();
+    let tokens: Vec<String> = uploads.into_iter().map(|(_, token, ..)| token).collect();
 
     // 2. Selections: the single tenant first, then every tenant at random, then the
     // single tenant again (its figure is the median of both).
@@ -92,13 +98,16 @@ fn main() {
 
     // 3. Restart on the data dir.
     drop(server);
-    let (listening, first_answer) = restart(&data, &config, &tokens[tenants - 1], tenants - 1);
+    let (listening, first_answer, rss_restarted) = restart(&data, &config, &tokens[tenants - 1], tenants - 1);
 
     println!("Scale: {tenants} tenants, {distinct} distinct components, {selections} selections");
     println!("(one `switchyard serve`, release build, service defaults; loopback HTTP, client-side times)\n");
     println!("| measure | value |");
     println!("| --- | ---: |");
     println!("| uploads + assignments, wall | {:.1} s |", upload_time.as_secs_f64());
+    println!(
+        "| tenants onboarded per minute, the tenth after the distinct uploads / the last tenth | {first_rate:.0} / {last_rate:.0} |"
+    );
     println!("| compile per distinct upload, p50 / p99 | {} |", pair(&compile_ms, 1.0, "ms"));
     println!("| RSS after the uploads | {rss_uploads} MiB |");
     println!("| RSS after the selections | {rss_selections} MiB |");
@@ -112,6 +121,7 @@ fn main() {
     println!("| warm p50 / single-tenant p50 | {:.2} |", quantile(&warm, 0.5) / quantile(&single, 0.5));
     println!("| restart: listening after | {:.2} s |", listening.as_secs_f64());
     println!("| restart: first selection answered after | {:.2} s |", first_answer.as_secs_f64());
+    println!("| RSS of the restarted server, then | {rss_restarted} MiB |");
 }
 
 /// Tenant `i`: created, one upload (a distinct component for `i < distinct`, else
@@ -186,8 +196,13 @@ fn select_random(server: &Server, tokens: &[String], n: usize) -> (Vec<f64>, Vec
 }
 
 /// Starts `serve` again on `data`: (time to listening, time to tenant `t{i}`'s first
-/// selection answered).
-fn restart(data: &std::path::Path, config: &std::path::Path, token: &str, i: usize) -> (Duration, Duration) {
+/// selection answered, its RSS then in MiB).
+fn restart(
+    data: &std::path::Path,
+    config: &std::path::Path,
+    token: &str,
+    i: usize,
+) -> (Duration, Duration, u64) {
     let started = Instant::now();
     let mut child = serve_command(data, Some(config), Some(ADMIN))
         .stdout(Stdio::piped())
@@ -207,9 +222,24 @@ fn restart(data: &std::path::Path, config: &std::path::Path, token: &str, i: usi
         std::thread::sleep(Duration::from_millis(1));
     }
     let first = started.elapsed();
+    let rss = rss_mib(child.id());
     let _ = child.kill();
     let _ = child.wait();
-    (listening, first)
+    (listening, first, rss)
+}
+
+/// Tenants onboarded per minute over the tenth of them right after the distinct uploads
+/// (whose compiles would hide the writes' cost) and over the last tenth, from when each
+/// finished (in tenant order): how a write's cost grows with the tenants there are.
+fn onboarding_rates(finished: &[Duration], distinct: usize) -> (f64, f64) {
+    let n = finished.len();
+    let tenth = (n / 10).max(1);
+    let rate = |from: usize, to: usize| {
+        let start = if from == 0 { Duration::ZERO } else { finished[from - 1] };
+        (to - from) as f64 / (finished[to - 1] - start).as_secs_f64().max(1e-9) * 60.0
+    };
+    let early = distinct.min(n - tenth.min(n));
+    (rate(early, early + tenth.min(n - early)), rate(n - tenth, n))
 }
 
 /// The server's resident set, MiB.
@@ -221,12 +251,6 @@ fn rss_mib(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0);
     kib / 1024
-}
-
-fn quantile(samples: &[f64], q: f64) -> f64 {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted.get(((sorted.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(f64::NAN)
 }
 
 /// "p50 / p99 unit" of `samples` scaled by `scale`.

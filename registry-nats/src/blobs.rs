@@ -61,14 +61,8 @@ impl NatsRegistry {
     /// (see [`NatsRegistry::put_blob`]), and each blob's age is read again just before it
     /// is removed, so a blob an upload is about to name is young and kept.
     pub async fn sweep_blobs(&self) -> Result<Vec<String>, RegistryError> {
-        let named: HashSet<String> = self
-            .load()
-            .await?
-            .manifest
-            .tenants
-            .values()
-            .flat_map(|t| t.policies.values().flat_map(|p| p.versions.iter().map(|v| v.blob.clone())))
-            .collect();
+        let manifest = self.load().await?.manifest;
+        let named: HashSet<&str> = manifest.versions().map(|(.., v)| v.blob.as_str()).collect();
         let candidates: Vec<String> = self
             .blobs
             .list()
@@ -76,7 +70,8 @@ impl NatsRegistry {
             .map_err(RegistryError::unavailable)?
             .map_err(RegistryError::unavailable)
             .try_filter(|info| {
-                let old = !info.deleted && !named.contains(&info.name) && age(info) >= self.blob_grace;
+                let old =
+                    !info.deleted && !named.contains(info.name.as_str()) && age(info) >= self.blob_grace;
                 std::future::ready(old)
             })
             .map_ok(|info| info.name)

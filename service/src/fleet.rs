@@ -67,6 +67,9 @@ async fn apply(service: &Service, change: Change) {
     // like an upload's check, under one of the `compile_concurrency` permits the pool has
     // slots for (taken before the writer lock, in the order an upload takes them).
     let Ok(_permit) = service.compile_permits.acquire().await else { return };
+    if let Some(Value::Tenant(record)) = &change.value {
+        service.load_components(record.versions().map(|(_, v)| v.blob.clone()).collect()).await;
+    }
     let mut writer = service.writer.lock().await;
     let Some(nats) = service.registry.nats() else { return };
     if !nats.take(&change) {
@@ -97,9 +100,7 @@ async fn apply(service: &Service, change: Change) {
 /// What another replica's write of a tenant's record was, for the tenant's write rates:
 /// an upload if it added a version, else another write (an assignment or a rollback).
 fn write_kind(old: &TenantRecord, new: &TenantRecord) -> WriteKind {
-    let versions = |record: &TenantRecord| -> HashSet<(String, String)> {
-        let named = record.policies.iter().flat_map(|(name, p)| p.versions.iter().map(move |v| (name, v)));
-        named.map(|(name, v)| (name.clone(), v.version.clone())).collect()
-    };
-    if versions(new).is_subset(&versions(old)) { WriteKind::Assign } else { WriteKind::Upload }
+    let known: HashSet<(&str, &str)> = old.versions().map(|(name, v)| (name, v.version.as_str())).collect();
+    let uploaded = new.versions().any(|(name, v)| !known.contains(&(name, v.version.as_str())));
+    if uploaded { WriteKind::Upload } else { WriteKind::Assign }
 }

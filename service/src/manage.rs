@@ -235,11 +235,7 @@ impl Service {
     /// refused after storing its blob leaves behind. Under the writer lock (see
     /// `Store::remove_blob`).
     fn discard_blob(&self, writer: &Writer, blob: &str) {
-        let named = writer
-            .manifest
-            .tenants
-            .values()
-            .any(|r| r.policies.values().any(|p| p.versions.iter().any(|v| v.blob == blob)));
+        let named = writer.manifest.versions().any(|(.., v)| v.blob == blob);
         if !named {
             let _ = tokio::task::block_in_place(|| self.registry.remove_blob(blob, &self.engine));
         }

@@ -64,10 +64,7 @@ impl WriteRates {
         let rates = rates.entry(tenant.to_string()).or_default();
         let now = Instant::now();
         rates.room(tenant, limits, kind, now)?;
-        if kind == WriteKind::Upload {
-            rates.uploads.0.push_back(now);
-        }
-        rates.writes.0.push_back(now);
+        rates.record(kind, now);
         Ok(())
     }
 
@@ -75,12 +72,7 @@ impl WriteRates {
     /// the allowances hold across the fleet, not per replica.
     pub(crate) fn count(&self, tenant: &str, kind: WriteKind) {
         let mut rates = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let rates = rates.entry(tenant.to_string()).or_default();
-        let now = Instant::now();
-        if kind == WriteKind::Upload {
-            rates.uploads.0.push_back(now);
-        }
-        rates.writes.0.push_back(now);
+        rates.entry(tenant.to_string()).or_default().record(kind, Instant::now());
     }
 
     /// Refuses a write as [`WriteRates::admit`] would now, without counting one: for an
@@ -101,6 +93,14 @@ impl WriteRates {
 }
 
 impl TenantRates {
+    /// Counts a write of `kind` at `now`: against the writes, and the uploads if it is one.
+    fn record(&mut self, kind: WriteKind, now: Instant) {
+        if kind == WriteKind::Upload {
+            self.uploads.0.push_back(now);
+        }
+        self.writes.0.push_back(now);
+    }
+
     /// Whether the allowances have room for one more write of `kind` at `now` (429
     /// `rate-limited` naming the limit if not).
     fn room(

@@ -11,11 +11,10 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use switchyard::PolicyEngine;
-use switchyard_registry_nats::{Buckets, Change, Expected, Key, NatsRegistry, RegistryError};
-
 use axum::http::StatusCode;
+use switchyard::PolicyEngine;
 use switchyard::selection::wire::ErrorKind;
+use switchyard_registry_nats::{Buckets, Change, Expected, Key, NatsRegistry, RegistryError};
 
 use crate::error::ApiError;
 use crate::store::{Manifest, Store};

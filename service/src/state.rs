@@ -28,7 +28,7 @@ use crate::error::ApiError;
 use crate::metrics::{Metrics, PolicyMetrics, TenantVersions};
 use crate::rates::WriteRates;
 use crate::registry::{Registry, RegistryOptions};
-use crate::store::{Manifest, Store};
+use crate::store::{Manifest, Store, VersionRecord};
 
 /// (tenant, policy name, version).
 pub type VersionKey = (String, String, String);
@@ -445,34 +445,60 @@ impl Service {
         tokio::task::block_in_place(|| self.registry.commit(&writer.manifest, &manifest))
             .map_err(|e| e.into_api("writing the manifest"))?;
         let old = std::mem::replace(&mut writer.manifest, manifest);
-        self.release_unnamed(writer, &old);
+        self.publish(writer, &old);
+        Ok(())
+    }
+
+    /// After the writer's manifest replaced `old` (committed here, or adopted): releases
+    /// what it no longer names, swaps in the snapshot that routes by it, marks versions
+    /// routed or retired, and updates the state gauges.
+    fn publish(&self, writer: &mut Writer, old: &Manifest) {
+        self.release_unnamed(writer, old);
         let snapshot = Arc::new(build_snapshot(writer));
         self.snapshot.store(Arc::clone(&snapshot));
         mark_routed(&snapshot, &writer.loaded);
         record_state(&self.metrics, writer);
-        Ok(())
     }
 
-    /// Adopts `manifest`, committed by another replica of the fleet: loads the versions
-    /// it names that are new here (compiled, or read from this replica's artifact cache,
-    /// under the writer lock but off the selection path: selections keep the old
-    /// snapshot until the new one is swapped in), releases what it no longer names and
-    /// swaps in a new snapshot. The caller holds a compile permit: each new version is
-    /// configured once in a slot of the engine's pool.
-    pub(crate) fn adopt(&self, writer: &mut MutexGuard<'_, Writer>, manifest: Manifest) {
-        let old = std::mem::replace(&mut writer.manifest, manifest);
-        let ctx = VersionContext {
+    /// What loading a version needs of the service.
+    fn version_context(&self) -> VersionContext<'_> {
+        VersionContext {
             limits: &self.limits,
             guard: &self.guard,
             metrics: &self.metrics,
             idle: &self.idle_slots,
-        };
+        }
+    }
+
+    /// Adopts `manifest`, committed by another replica of the fleet: configures the
+    /// versions it names that are new here (their components compiled beforehand by
+    /// [`Service::load_components`], outside the writer lock), off the selection path
+    /// (selections keep the old snapshot until the new one is swapped in), then releases
+    /// what it no longer names and swaps in a new snapshot. The caller holds a compile
+    /// permit: each new version is configured once in a slot of the engine's pool.
+    pub(crate) fn adopt(&self, writer: &mut MutexGuard<'_, Writer>, manifest: Manifest) {
+        let old = std::mem::replace(&mut writer.manifest, manifest);
+        let ctx = self.version_context();
         tokio::task::block_in_place(|| load_versions(writer, &self.registry, &self.engine, &ctx));
-        self.release_unnamed(writer, &old);
-        let snapshot = Arc::new(build_snapshot(writer));
-        self.snapshot.store(Arc::clone(&snapshot));
-        mark_routed(&snapshot, &writer.loaded);
-        record_state(&self.metrics, writer);
+        self.publish(writer, &old);
+    }
+
+    /// Makes sure each of `blobs` is compiled (or read from the artifact cache) and in the
+    /// writer's components, compiling outside the writer lock as an upload does: a
+    /// compile must not hold every writer. One that does not load is left to
+    /// [`load_versions`], which marks its versions unavailable. The caller holds a
+    /// compile permit.
+    pub(crate) async fn load_components(&self, blobs: Vec<String>) {
+        for blob in blobs {
+            if self.writer.lock().await.components.contains_key(&blob) {
+                continue;
+            }
+            let loaded = tokio::task::block_in_place(|| load_component(&self.registry, &self.engine, &blob));
+            if let Ok(component) = loaded {
+                self.metrics.loaded(&component);
+                self.writer.lock().await.components.entry(blob).or_insert(component);
+            }
+        }
     }
 
     /// Garbage collection, once the manifest that dropped versions is durable: loaded
@@ -524,13 +550,7 @@ impl Service {
     /// A loaded version for the writer's map; `template` is an instance-less sibling of
     /// the scorer the upload's configure check accepted.
     pub(crate) fn new_version(&self, key: &VersionKey, template: GuestScorer) -> Arc<LoadedVersion> {
-        let ctx = VersionContext {
-            limits: &self.limits,
-            guard: &self.guard,
-            metrics: &self.metrics,
-            idle: &self.idle_slots,
-        };
-        new_version(&ctx, (&key.0, &key.1, &key.2), template)
+        new_version(&self.version_context(), (&key.0, &key.1, &key.2), template)
     }
 }
 
@@ -546,24 +566,17 @@ pub(crate) fn load_versions(
     engine: &PolicyEngine,
     ctx: &VersionContext<'_>,
 ) {
-    let mut keys = Vec::new();
-    for (tenant, record) in &writer.manifest.tenants {
-        for (name, policy) in &record.policies {
-            for v in &policy.versions {
-                let key = (tenant.clone(), name.clone(), v.version.clone());
-                if !writer.loaded.contains_key(&key) && !writer.unavailable.contains_key(&key) {
-                    keys.push((key, v.clone()));
-                }
-            }
-        }
-    }
+    let keys: Vec<(VersionKey, VersionRecord)> = writer
+        .manifest
+        .versions()
+        .map(|(tenant, name, v)| ((tenant.to_string(), name.to_string(), v.version.clone()), v.clone()))
+        .filter(|(key, _)| !writer.loaded.contains_key(key) && !writer.unavailable.contains_key(key))
+        .collect();
     for (key, v) in keys {
         let (tenant, name) = (&key.0, &key.1);
         let loaded = (|| -> Result<GuestScorer, String> {
             if !writer.components.contains_key(&v.blob) {
-                let bytes =
-                    registry.read_blob(&v.blob).map_err(|e| format!("reading blob {}: {e}", v.blob))?;
-                let component = PolicyComponent::load(engine, &bytes).map_err(|e| format!("loading: {e}"))?;
+                let component = load_component(registry, engine, &v.blob)?;
                 ctx.metrics.loaded(&component);
                 writer.components.insert(v.blob.clone(), component);
             }
@@ -583,6 +596,13 @@ pub(crate) fn load_versions(
             }
         }
     }
+}
+
+/// The blob `blob`, read and loaded: from the engine's artifact cache when it holds this
+/// component, else compiled. Blocking.
+fn load_component(registry: &Registry, engine: &PolicyEngine, blob: &str) -> Result<PolicyComponent, String> {
+    let bytes = registry.read_blob(blob).map_err(|e| format!("reading blob {blob}: {e}"))?;
+    PolicyComponent::load(engine, &bytes).map_err(|e| format!("loading: {e}"))
 }
 
 /// Deletes blobs (and their compiled artifacts) that no version of the manifest names:
@@ -644,14 +664,7 @@ fn mark_routed(snapshot: &Snapshot, loaded: &HashMap<VersionKey, Arc<LoadedVersi
 
 /// Every version `manifest` names: ((tenant, policy, version), blob).
 fn versions_of(manifest: &Manifest) -> impl Iterator<Item = ((&str, &str, &str), &str)> {
-    manifest.tenants.iter().flat_map(|(tenant, record)| {
-        record.policies.iter().flat_map(move |(name, policy)| {
-            policy
-                .versions
-                .iter()
-                .map(move |v| ((tenant.as_str(), name.as_str(), v.version.as_str()), v.blob.as_str()))
-        })
-    })
+    manifest.versions().map(|(tenant, name, v)| ((tenant, name, v.version.as_str()), v.blob.as_str()))
 }
 
 /// The state gauges: versions known (in the manifest) and loaded, per tenant; components.

@@ -142,7 +142,23 @@ pub enum Routed<'a> {
     },
 }
 
+impl Manifest {
+    /// Every version every tenant keeps: (tenant, policy name, version).
+    pub fn versions(&self) -> impl Iterator<Item = (&str, &str, &VersionRecord)> {
+        self.tenants
+            .iter()
+            .flat_map(|(tenant, record)| record.versions().map(move |(name, v)| (tenant.as_str(), name, v)))
+    }
+}
+
 impl TenantRecord {
+    /// Every version this tenant keeps: (policy name, version).
+    pub fn versions(&self) -> impl Iterator<Item = (&str, &VersionRecord)> {
+        self.policies
+            .iter()
+            .flat_map(|(name, policy)| policy.versions.iter().map(move |v| (name.as_str(), v)))
+    }
+
     /// Where `class` routes. `Err` names what is missing when the class names one of the
     /// tenant's policies at a version the policy no longer keeps (the service never
     /// commits such a manifest).

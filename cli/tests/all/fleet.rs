@@ -68,6 +68,16 @@ pub fn wait_for_version(client: &Client, token: &str, class: &str, version: &str
     }
 }
 
+/// Creates tenant acme through `client`, uploads the default policy as its `mine` and
+/// routes `class` to it: (acme's token, the version).
+pub fn acme_with_mine(client: &Client, class: &str) -> (String, String) {
+    let token = client.add_tenant("acme");
+    let version = client.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    client.assigned(&token, "acme", class, json!({ "policy": "mine" }));
+    (token, version)
+}
+
+/// The `error.kind` of an error answer ("" for any other).
 pub fn kind(v: &Value) -> &str {
     v["error"]["kind"].as_str().unwrap_or_default()
 }
@@ -78,9 +88,7 @@ fn a_change_through_one_replica_answers_on_every_other() {
     let [a, b, c] = fleet.clients();
 
     // Upload and assign through A; B and C answer with the new version.
-    let token = a.add_tenant("acme");
-    let v1 = a.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
-    a.assigned(&token, "acme", "latency", json!({ "policy": "mine" }));
+    let (token, v1) = acme_with_mine(&a, "latency");
     wait_for_version(&b, &token, "latency", &v1, "B");
     wait_for_version(&c, &token, "latency", &v1, "C");
 
@@ -115,9 +123,7 @@ fn assign_until_taken(client: &Client, token: &str, class: &str) -> usize {
 fn concurrent_assigns_through_two_replicas_lose_no_update() {
     let fleet = Fleet::start("fleet-cas");
     let [a, b, c] = fleet.clients();
-    let token = a.add_tenant("acme");
-    let v1 = a.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
-    a.assigned(&token, "acme", "base", json!({ "policy": "mine" }));
+    let (token, v1) = acme_with_mine(&a, "base");
     wait_for_version(&b, &token, "base", &v1, "B");
 
     // Both replicas write the same tenant at once, round after round.
@@ -146,10 +152,8 @@ fn a_tenants_write_and_upload_rates_hold_across_the_fleet() {
     let fleet =
         Fleet::start_with("fleet-rates", Some("[service]\nwrites_per_minute = 5\nuploads_per_minute = 2\n"));
     let [a, b, c] = fleet.clients();
-    let token = a.add_tenant("acme");
+    let (token, v1) = acme_with_mine(&a, "latency"); // write 1 (an upload), write 2
     let params = Some("%7B%22prefill_load_scale%22%3A2%7D");
-    let v1 = a.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None); // write 1, upload 1
-    a.assigned(&token, "acme", "latency", json!({ "policy": "mine" })); // 2
     wait_for_version(&b, &token, "latency", &v1, "B");
     let v2 = b.uploaded(&token, "acme", "mine", DEFAULT_POLICY, params); // 3, upload 2
     wait_for_version(&c, &token, "latency", &v2, "C");

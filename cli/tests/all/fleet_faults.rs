@@ -12,7 +12,7 @@ use switchyard_registry_nats::RegistryError;
 use switchyard_test_guests::nats::{NatsServer, free_port};
 use switchyard_test_guests::{DEFAULT_POLICY, hostile};
 
-use crate::fleet::{Fleet, kind, replica, replica_with, wait_for_version};
+use crate::fleet::{Fleet, acme_with_mine, kind, replica, replica_with, wait_for_version};
 use crate::server::{Body, Client, Server, variant};
 
 /// Sets the flag when dropped, so threads looping on it stop even when the test fails.
@@ -70,9 +70,7 @@ fn while_nats_is_down_selections_are_answered_and_writes_refused_then_all_resume
     let mut fleet = Fleet::start("fleet-outage");
     let clients = fleet.clients();
     let [a, b, c] = &clients;
-    let token = a.add_tenant("acme");
-    let v1 = a.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
-    a.assigned(&token, "acme", "latency", json!({ "policy": "mine" }));
+    let (token, v1) = acme_with_mine(a, "latency");
     wait_for_version(b, &token, "latency", &v1, "B");
     wait_for_version(c, &token, "latency", &v1, "C");
 
@@ -139,9 +137,7 @@ fn listed_versions(client: &Client, token: &str, replica: &str) -> Vec<String> {
 fn a_replica_killed_during_uploads_leaves_no_partial_version_on_the_others() {
     let mut fleet = Fleet::start("fleet-kill");
     let [a, b, c] = fleet.clients();
-    let token = a.add_tenant("acme");
-    let v1 = a.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
-    a.assigned(&token, "acme", "latency", json!({ "policy": "mine" }));
+    let (token, v1) = acme_with_mine(&a, "latency");
     wait_for_version(&b, &token, "latency", &v1, "B");
 
     // A takes uploads of new components (a new blob each) until it is killed; B lists
@@ -230,9 +226,7 @@ fn a_replica_started_before_its_nats_says_so_and_comes_up_with_it() {
     let _nats = NatsServer::start_on(Path::new(env!("CARGO_TARGET_TMPDIR")), "fleet-late", port);
     let server = starting.join().expect("the replica came up once NATS did");
     let client = Client::new(&server);
-    let token = client.add_tenant("acme");
-    let v1 = client.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
-    client.assigned(&token, "acme", "latency", json!({ "policy": "mine" }));
+    let (token, v1) = acme_with_mine(&client, "latency");
     wait_for_version(&client, &token, "latency", &v1, "A");
 }
 
