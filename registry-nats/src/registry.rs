@@ -143,7 +143,6 @@ impl NatsRegistry {
             .await
             .map_err(RegistryError::unavailable)?;
         let mut loaded = Loaded::default();
-        loaded.manifest.format = 1;
         for key in keys {
             let Some(entry) = self.kv.entry(key.as_str()).await.map_err(RegistryError::unavailable)? else {
                 continue;
@@ -156,7 +155,7 @@ impl NatsRegistry {
                 Some(Key::Tenant(name)) => {
                     let record = serde_json::from_slice(&entry.value)
                         .map_err(|e| RegistryError::corrupt(&key, e.to_string()))?;
-                    loaded.manifest.tenants.insert(name, record);
+                    loaded.manifest.tenants.insert(name, std::sync::Arc::new(record));
                 }
                 Some(Key::Router(name)) => {
                     let hash = String::from_utf8(entry.value.to_vec())

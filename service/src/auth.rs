@@ -64,10 +64,40 @@ fn same(a: &str, b: &str) -> bool {
     constant_time_eq::constant_time_eq(a.as_bytes(), b.as_bytes())
 }
 
+/// Token hash → whose token it is, for every tenant and router (the admin's is kept
+/// apart). A persistent map: each snapshot shares it, and adding a tenant copies one path,
+/// so finding a caller costs the same with ten tenants or ten thousand.
+#[derive(Debug, Clone, Default)]
+pub struct Tokens(imbl::HashMap<String, Principal>);
+
+impl Tokens {
+    /// The tokens of every tenant and router of `manifest`.
+    pub fn of(manifest: &Manifest) -> Self {
+        let tenants = manifest
+            .tenants
+            .iter()
+            .map(|(name, t)| (t.token_sha256.clone(), Principal::Tenant(name.clone())));
+        let routers =
+            manifest.routers.iter().map(|(name, hash)| (hash.clone(), Principal::Router(name.clone())));
+        Self(tenants.chain(routers).collect())
+    }
+
+    /// Forgets the hash `old` (a record's before a change) and adds `new` (after it).
+    pub(crate) fn replace(&mut self, old: Option<&str>, new: Option<(&str, Principal)>) {
+        if let Some(old) = old {
+            self.0.remove(old);
+        }
+        if let Some((hash, principal)) = new {
+            self.0.insert(hash.to_string(), principal);
+        }
+    }
+}
+
 /// Identifies the caller from `Authorization: Bearer <token>`: 401 without a token or
-/// with an unknown one. Every known hash is compared, so the time does not say which
-/// principal (if any) nearly matched.
-pub fn identify(headers: &HeaderMap, admin_sha256: &str, manifest: &Manifest) -> Result<Principal, ApiError> {
+/// with an unknown one. The admin's hash is compared in constant time; a tenant's or
+/// router's is found by the presented token's hash (looking a hash up tells the caller
+/// about the hash of its own guess, never about the bytes of a stored one).
+pub fn identify(headers: &HeaderMap, admin_sha256: &str, tokens: &Tokens) -> Result<Principal, ApiError> {
     let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, ErrorKind::Unauthorized, m);
     let value = headers
         .get(header::AUTHORIZATION)
@@ -80,21 +110,10 @@ pub fn identify(headers: &HeaderMap, admin_sha256: &str, manifest: &Manifest) ->
         .filter(|t| !t.is_empty())
         .ok_or_else(|| unauthorized("the Authorization header must be `Bearer <token>`"))?;
     let presented = hash_token(token);
-    let mut found = None;
     if same(&presented, admin_sha256) {
-        found = Some(Principal::Admin);
+        return Ok(Principal::Admin);
     }
-    for (name, tenant) in &manifest.tenants {
-        if same(&presented, &tenant.token_sha256) {
-            found = Some(Principal::Tenant(name.clone()));
-        }
-    }
-    for (name, hash) in &manifest.routers {
-        if same(&presented, hash) {
-            found = Some(Principal::Router(name.clone()));
-        }
-    }
-    found.ok_or_else(|| unauthorized("unknown token"))
+    tokens.0.get(&presented).cloned().ok_or_else(|| unauthorized("unknown token"))
 }
 
 /// 403 unless the caller is the admin.
@@ -142,9 +161,16 @@ mod tests {
         let admin = hash_token("root");
         let mut manifest = Manifest::default();
         let tenant = TenantRecord { token_sha256: hash_token("t1"), ..Default::default() };
-        manifest.tenants.insert("acme".into(), tenant);
+        manifest.tenants.insert("acme".into(), tenant.into());
         manifest.routers.insert("edge".into(), hash_token("r1"));
-        let id = |v: &str| identify(&headers(v), &admin, &manifest);
+        let mut tokens = Tokens::of(&manifest);
+        let id = |v: &str, tokens: &Tokens| identify(&headers(v), &admin, tokens);
+        // A new tenant's token is found, a replaced one is not.
+        tokens.replace(None, Some((&hash_token("t9"), Principal::Tenant("globex".into()))));
+        assert_eq!(id("Bearer t9", &tokens).unwrap(), Principal::Tenant("globex".into()));
+        tokens.replace(Some(&hash_token("t9")), None);
+        assert_eq!(id("Bearer t9", &tokens).unwrap_err().status(), StatusCode::UNAUTHORIZED);
+        let id = |v: &str| id(v, &tokens);
         assert_eq!(id("Bearer root").unwrap(), Principal::Admin);
         assert_eq!(id("Bearer t1").unwrap(), Principal::Tenant("acme".into()));
         assert_eq!(id("Bearer r1").unwrap(), Principal::Router("edge".into()));
@@ -152,7 +178,7 @@ mod tests {
             assert_eq!(id(bad).unwrap_err().status(), StatusCode::UNAUTHORIZED, "{bad}");
         }
         assert_eq!(
-            identify(&HeaderMap::new(), &admin, &manifest).unwrap_err().status(),
+            identify(&HeaderMap::new(), &admin, &tokens).unwrap_err().status(),
             StatusCode::UNAUTHORIZED
         );
         let acme = Principal::Tenant("acme".into());

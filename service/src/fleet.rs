@@ -67,34 +67,41 @@ async fn apply(service: &Service, change: Change) {
     // like an upload's check, under one of the `compile_concurrency` permits the pool has
     // slots for (taken before the writer lock, in the order an upload takes them).
     let Ok(_permit) = service.compile_permits.acquire().await else { return };
-    if let Some(Value::Tenant(record)) = &change.value {
-        service.load_components(record.versions().map(|(_, v)| v.blob.clone()).collect()).await;
-    }
+    let blobs: Vec<String> = match &change.value {
+        Some(Value::Tenant(record)) => record.versions().map(|(_, v)| v.blob.clone()).collect(),
+        _ => Vec::new(),
+    };
+    service.load_components(blobs.clone()).await;
     let mut writer = service.writer.lock().await;
     let Some(nats) = service.registry.nats() else { return };
     if !nats.take(&change) {
+        // Seen already (this replica's own commit, say): what was loaded for it is
+        // either named already or not needed.
+        for blob in &blobs {
+            writer.forget_component(blob);
+        }
         return;
     }
     let mut manifest = writer.manifest.clone();
-    match (change.key, change.value) {
+    match (&change.key, change.value) {
         (Key::Tenant(name), Some(Value::Tenant(record))) => {
-            if let Some(kind) = manifest.tenants.get(&name).map(|old| write_kind(old, &record)) {
-                service.rates.count(&name, kind);
+            if let Some(kind) = manifest.tenants.get(name).map(|old| write_kind(old, &record)) {
+                service.rates.count(name, kind);
             }
-            manifest.tenants.insert(name, record);
+            manifest.tenants.insert(name.clone(), Arc::new(record));
         }
         (Key::Router(name), Some(Value::Router(hash))) => {
-            manifest.routers.insert(name, hash);
+            manifest.routers.insert(name.clone(), hash);
         }
         (Key::Tenant(name), None) => {
-            manifest.tenants.remove(&name);
+            manifest.tenants.remove(name);
         }
         (Key::Router(name), None) => {
-            manifest.routers.remove(&name);
+            manifest.routers.remove(name);
         }
         (key, Some(_)) => return tracing::warn!(key = %key, "a registry value of the wrong kind"),
     }
-    service.adopt(&mut writer, manifest);
+    service.adopt(&mut writer, manifest, change.key);
 }
 
 /// What another replica's write of a tenant's record was, for the tenant's write rates:

@@ -285,7 +285,7 @@ impl Http {
     }
 
     fn who(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
-        identify(headers, &self.service.admin_sha256, self.service.snapshot().manifest())
+        identify(headers, &self.service.admin_sha256, self.service.snapshot().tokens())
     }
 
     /// Reads the body, at most `limit`'s bytes, within `body_read_timeout_ms`. A body

@@ -6,7 +6,9 @@
 //!
 //! - [`store`]: the data directory (content-addressed blobs, an atomically written
 //!   manifest), from `switchyard-store`.
-//! - [`state`]: compiled versions, instance pools, and the snapshot swapped on every change.
+//! - [`state`]: the writer's state and commits; the versions it loads (`version`: each
+//!   with its idle instances and breaker) and the snapshot swapped on every change
+//!   (`snapshot`), both re-exported there.
 //! - [`manage`]: tenants, uploads, assignments, rollback, listing; `rates`: their
 //!   per-tenant write rate limits.
 //! - [`select`]: one selection, its policy guarded by the runtime's containment
@@ -28,7 +30,9 @@ mod params;
 mod rates;
 pub mod registry;
 pub mod select;
+mod snapshot;
 pub mod state;
+mod version;
 /// The data directory, a crate of its own (`switchyard-store`) so that a router's
 /// adapter can follow it without the service.
 pub use switchyard_store as store;

@@ -21,6 +21,7 @@ use crate::auth::{Principal, hash_token, new_token, require_admin, require_tenan
 use crate::error::ApiError;
 use crate::rates::WriteKind;
 use crate::state::{Service, Writer};
+use switchyard_registry_nats::Key;
 
 use crate::store::{Assignment, PolicyRecord, TenantRecord, VersionRecord};
 
@@ -127,8 +128,8 @@ impl Service {
             ));
         }
         let record = TenantRecord { token_sha256: hash_token(&token), ..TenantRecord::default() };
-        manifest.tenants.insert(name.clone(), record);
-        self.commit(&mut writer, manifest)?;
+        manifest.tenants.insert(name.clone(), Arc::new(record));
+        self.commit(&mut writer, manifest, Key::Tenant(name.clone()))?;
         tracing::info!(tenant = %name, "tenant added");
         Ok(Credentials { tenant: Some(name), router: None, token })
     }
@@ -149,7 +150,7 @@ impl Service {
             ));
         }
         manifest.routers.insert(name.clone(), hash_token(&token));
-        self.commit(&mut writer, manifest)?;
+        self.commit(&mut writer, manifest, Key::Router(name.clone()))?;
         Ok(Credentials { tenant: None, router: Some(name), token })
     }
 
@@ -234,9 +235,9 @@ impl Service {
     /// Deletes `blob` (and its artifact) if no committed version names it: what an upload
     /// refused after storing its blob leaves behind. Under the writer lock (see
     /// `Store::remove_blob`).
-    fn discard_blob(&self, writer: &Writer, blob: &str) {
-        let named = writer.manifest.versions().any(|(.., v)| v.blob == blob);
-        if !named {
+    fn discard_blob(&self, writer: &mut Writer, blob: &str) {
+        if !writer.names_blob(blob) {
+            writer.forget_component(blob);
             let _ = tokio::task::block_in_place(|| self.registry.remove_blob(blob, &self.engine));
         }
     }
@@ -412,7 +413,7 @@ impl Service {
 
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
-        let placed = match manifest.tenants.get_mut(tenant) {
+        let placed = match manifest.tenants.get_mut(tenant).map(Arc::make_mut) {
             None => Err(unknown_tenant(tenant)),
             Some(current) => self
                 .check_policy_count(current, tenant, name)
@@ -429,19 +430,19 @@ impl Service {
                 .map_err(|e| e.into_api("storing the component"))
         });
         if let Err(e) = stored {
-            self.discard_blob(&writer, &blob);
+            self.discard_blob(&mut writer, &blob);
             return Err(e);
         }
         writer.components.insert(blob.clone(), component.clone());
         let key = (tenant.to_string(), name.to_string(), version.clone());
         // A re-upload of a version that did not load at start-up makes it available.
         writer.unavailable.remove(&key);
-        if let std::collections::hash_map::Entry::Vacant(slot) = writer.loaded.entry(key) {
-            let loaded = self.new_version(slot.key(), template);
-            slot.insert(loaded);
+        if !writer.loaded.contains_key(&key) {
+            let loaded = self.new_version(&key, template);
+            writer.loaded.insert(key, loaded);
         }
-        if let Err(e) = self.commit(&mut writer, manifest) {
-            self.discard_blob(&writer, &blob);
+        if let Err(e) = self.commit(&mut writer, manifest, Key::Tenant(tenant.to_string())) {
+            self.discard_blob(&mut writer, &blob);
             return Err(e);
         }
         // On a fleet, another replica's sweep takes only blobs no tenant names that are
@@ -477,7 +478,8 @@ impl Service {
         let AssignBody { policy, version, on_fault } = parse(body)?;
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
-        let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+        let record =
+            manifest.tenants.get_mut(tenant).map(Arc::make_mut).ok_or_else(|| unknown_tenant(tenant))?;
         self.check_class_count(record, tenant, class)?;
         let effective = if let Some(p) = record.policies.get(&policy) {
             match &version {
@@ -512,7 +514,7 @@ impl Service {
             Assignment { policy: policy.clone(), version: version.clone(), on_fault },
         );
         collect(record);
-        self.commit(&mut writer, manifest)?;
+        self.commit(&mut writer, manifest, Key::Tenant(tenant.to_string()))?;
         tracing::info!(tenant, class, policy = %policy, version = ?effective, on_fault = ?on_fault, "assigned");
         Ok(Assigned {
             tenant: tenant.into(),
@@ -533,7 +535,8 @@ impl Service {
         self.rates.admit(tenant, &self.limits, WriteKind::Rollback)?;
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
-        let record = manifest.tenants.get_mut(tenant).ok_or_else(|| unknown_tenant(tenant))?;
+        let record =
+            manifest.tenants.get_mut(tenant).map(Arc::make_mut).ok_or_else(|| unknown_tenant(tenant))?;
         let policy = record.policies.get_mut(name).ok_or_else(|| {
             ApiError::not_found(ErrorKind::UnknownPolicy, format!("tenant `{tenant}` has no policy `{name}`"))
         })?;
@@ -546,7 +549,7 @@ impl Service {
         };
         let replaced = std::mem::replace(&mut policy.active, previous.clone());
         collect(record);
-        self.commit(&mut writer, manifest)?;
+        self.commit(&mut writer, manifest, Key::Tenant(tenant.to_string()))?;
         tracing::info!(tenant, policy = name, version = %previous, replaced = %replaced, "rolled back");
         Ok(RolledBack { tenant: tenant.into(), policy: name.into(), version: previous, replaced })
     }

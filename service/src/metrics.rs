@@ -303,9 +303,22 @@ impl Metrics {
         self.compile.observe(took);
     }
 
-    /// The state after a commit (or at start): versions per tenant, compiled components.
-    pub fn set_state(&self, versions: BTreeMap<String, TenantVersions>, components: usize) {
-        *self.versions.lock().unwrap_or_else(|p| p.into_inner()) = versions;
+    /// `tenant`'s versions after a commit that changed it (or at start); `None`: the
+    /// tenant is gone, and drops out of the gauges.
+    pub fn set_tenant_versions(&self, tenant: &str, versions: Option<TenantVersions>) {
+        let mut all = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        match versions {
+            Some(v) => {
+                all.insert(tenant.to_string(), v);
+            }
+            None => {
+                all.remove(tenant);
+            }
+        }
+    }
+
+    /// The compiled components held, after a commit (or at start).
+    pub fn set_components(&self, components: usize) {
         self.components.set(components as u64);
     }
 
@@ -511,8 +524,10 @@ mod tests {
     #[test]
     fn state_gauges_and_counters_are_rendered_per_tenant() {
         let metrics = Metrics::default();
-        let versions = BTreeMap::from([("acme".to_string(), TenantVersions { known: 3, loaded: 2 })]);
-        metrics.set_state(versions, 2);
+        metrics.set_tenant_versions("acme", Some(TenantVersions { known: 3, loaded: 2 }));
+        metrics.set_tenant_versions("gone", Some(TenantVersions { known: 1, loaded: 1 }));
+        metrics.set_tenant_versions("gone", None);
+        metrics.set_components(2);
         metrics.collected("acme", 2);
         metrics.collected("acme", 1);
         metrics.compile_abandoned();
@@ -532,9 +547,10 @@ mod tests {
         ] {
             assert!(text.lines().any(|x| x == line), "missing `{line}` in\n{text}");
         }
-        // A commit replaces the version counts whole: a tenant it no longer names drops out.
-        metrics
-            .set_state(BTreeMap::from([("globex".to_string(), TenantVersions { known: 1, loaded: 1 })]), 1);
+        assert!(!text.contains("tenant=\"gone\""), "a tenant gone drops out:\n{text}");
+        // A commit changes its own tenant's counts, and leaves the others'.
+        metrics.set_tenant_versions("globex", Some(TenantVersions { known: 1, loaded: 1 }));
+        metrics.set_tenant_versions("acme", None);
         let text = render(&metrics, &BTreeSet::new(), 0);
         assert!(text.lines().any(|x| x == "switchyard_versions{tenant=\"globex\"} 1"), "{text}");
         assert!(!text.contains("switchyard_versions{tenant=\"acme\"}"), "{text}");

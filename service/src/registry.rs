@@ -1,11 +1,11 @@
 //! Where the service keeps its registry: the data directory's store (the default), or a
 //! fleet's registry on NATS JetStream shared by every replica (`serve --registry`).
 //!
-//! Both sit behind [`Registry`]; the rest of the service commits whole manifests and
-//! reads and writes blobs without knowing which it has. On NATS a commit writes each
-//! tenant or router that changed as a compare-and-set on the revision this replica last
-//! saw of it, so a replica that decided on a stale record gets a conflict instead of
-//! overwriting another's change.
+//! Both sit behind [`Registry`]; the rest of the service commits one changed record (a
+//! tenant's, or a router's) of its manifest and reads and writes blobs without knowing
+//! which it has. On NATS a commit writes that key as a compare-and-set on the revision
+//! this replica last saw of it, so a replica that decided on a stale record gets a
+//! conflict instead of overwriting another's change.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -125,14 +125,18 @@ impl Registry {
         }
     }
 
-    /// Makes `next` durable, replacing `previous` (what this replica last committed or
-    /// adopted).
-    pub fn commit(&self, previous: &Manifest, next: &Manifest) -> Result<(), WriteError> {
+    /// Makes `next` durable where it differs from what this replica last committed or
+    /// adopted: in the record `key` names, the only one a change touches.
+    pub fn commit(&self, next: &Manifest, key: &Key) -> Result<(), WriteError> {
         match self {
-            Self::Files(store) => store.write_manifest(next).map_err(WriteError::Io),
+            Self::Files(store) => match key {
+                Key::Tenant(name) => store.write_tenant(name, next.tenants.get(name).map(|r| &**r)),
+                Key::Router(_) => store.write_routers(&next.routers),
+            }
+            .map_err(WriteError::Io),
             Self::Nats(nats) => {
                 nats.connected()?;
-                nats.runtime.block_on(nats.commit(previous, next))
+                nats.runtime.block_on(nats.commit(next, key))
             }
         }
     }
@@ -226,65 +230,44 @@ impl Nats {
         true
     }
 
-    async fn commit(&self, previous: &Manifest, next: &Manifest) -> Result<(), WriteError> {
-        let mut writes: Vec<(Key, Option<Write<'_>>)> = Vec::new();
-        for (name, record) in &next.tenants {
-            if previous.tenants.get(name) != Some(record) {
-                writes.push((Key::Tenant(name.clone()), Some(Write::Tenant(record))));
+    async fn commit(&self, next: &Manifest, key: &Key) -> Result<(), WriteError> {
+        let text = key.to_string();
+        let seen = self.revisions.lock().unwrap_or_else(|p| p.into_inner()).get(&text).copied();
+        let expected = seen.map_or(Expected::Absent, Expected::Revision);
+        let written = match key {
+            Key::Tenant(name) => match next.tenants.get(name) {
+                Some(record) => self.registry.put_tenant(name, record, expected).await.map(Some),
+                None => self.remove(key, seen).await,
+            },
+            Key::Router(name) => match next.routers.get(name) {
+                Some(hash) => self.registry.put_router(name, hash, expected).await.map(Some),
+                None => self.remove(key, seen).await,
+            },
+        };
+        let mut revisions = self.revisions.lock().unwrap_or_else(|p| p.into_inner());
+        match written {
+            Ok(Some(revision)) => {
+                revisions.insert(text, revision);
+                let mut last = self.last_revision.lock().unwrap_or_else(|p| p.into_inner());
+                *last = (*last).max(revision);
+                Ok(())
             }
-        }
-        for name in previous.tenants.keys().filter(|n| !next.tenants.contains_key(*n)) {
-            writes.push((Key::Tenant(name.clone()), None));
-        }
-        for (name, hash) in &next.routers {
-            if previous.routers.get(name) != Some(hash) {
-                writes.push((Key::Router(name.clone()), Some(Write::Router(hash))));
+            Ok(None) => {
+                revisions.remove(&text);
+                Ok(())
             }
+            Err(RegistryError::Conflict { .. }) => Err(WriteError::Conflict(format!(
+                "`{text}` was changed by another replica since this one read it; retry"
+            ))),
+            Err(e) => Err(WriteError::Unavailable(e.to_string())),
         }
-        for name in previous.routers.keys().filter(|n| !next.routers.contains_key(*n)) {
-            writes.push((Key::Router(name.clone()), None));
-        }
-        for (key, write) in writes {
-            let text = key.to_string();
-            let seen = self.revisions.lock().unwrap_or_else(|p| p.into_inner()).get(&text).copied();
-            let expected = seen.map_or(Expected::Absent, Expected::Revision);
-            let name = match &key {
-                Key::Tenant(name) | Key::Router(name) => name.as_str(),
-            };
-            let written = match write {
-                Some(Write::Tenant(record)) => {
-                    self.registry.put_tenant(name, record, expected).await.map(Some)
-                }
-                Some(Write::Router(hash)) => self.registry.put_router(name, hash, expected).await.map(Some),
-                None => match seen {
-                    Some(revision) => self.registry.remove(&key, revision).await.map(|()| None),
-                    None => Ok(None),
-                },
-            };
-            let mut revisions = self.revisions.lock().unwrap_or_else(|p| p.into_inner());
-            match written {
-                Ok(Some(revision)) => {
-                    revisions.insert(text, revision);
-                    let mut last = self.last_revision.lock().unwrap_or_else(|p| p.into_inner());
-                    *last = (*last).max(revision);
-                }
-                Ok(None) => {
-                    revisions.remove(&text);
-                }
-                Err(RegistryError::Conflict { .. }) => {
-                    return Err(WriteError::Conflict(format!(
-                        "`{text}` was changed by another replica since this one read it; retry"
-                    )));
-                }
-                Err(e) => return Err(WriteError::Unavailable(e.to_string())),
-            }
-        }
-        Ok(())
     }
-}
 
-/// A key's new value in a commit.
-enum Write<'a> {
-    Tenant(&'a crate::store::TenantRecord),
-    Router(&'a String),
+    /// Removes `key` at the revision this replica saw (nothing to do if it saw none).
+    async fn remove(&self, key: &Key, seen: Option<u64>) -> Result<Option<u64>, RegistryError> {
+        match seen {
+            Some(revision) => self.registry.remove(key, revision).await.map(|()| None),
+            None => Ok(None),
+        }
+    }
 }

@@ -351,8 +351,8 @@ fn admin_token_is_written_once_with_mode_0600_and_kept_across_restarts() {
     let c = Client::new(&server);
     assert_eq!(c.call("POST", "/v1/tenants", Some(&token), body()).0, 409, "the tenant survived");
     // Only hashes of tokens are stored.
-    let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
-    assert!(!manifest.contains(&token) && manifest.contains("token_sha256"), "{manifest}");
+    let record = std::fs::read_to_string(dir.join("tenants/acme.json")).unwrap();
+    assert!(!record.contains(&token) && record.contains("token_sha256"), "{record}");
     // With SWITCHYARD_ADMIN_TOKEN set, that token is the admin's.
     drop(server);
     let server = Server::start(&dir, None, Some(ADMIN));

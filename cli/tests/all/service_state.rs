@@ -39,23 +39,26 @@ fn scale(n: u32) -> String {
     format!("%7B%22prefill_load_scale%22%3A{n}%7D")
 }
 
-/// The committed manifest's versions of `tenant`'s `policy` (as the server wrote it).
+/// `tenant`'s committed record, as the server wrote it (`tenants/<tenant>.json`).
+fn tenant_record(data: &Path, tenant: &str) -> Value {
+    let path = data.join("tenants").join(format!("{tenant}.json"));
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The committed versions of `tenant`'s `policy`.
 fn manifest_versions(data: &Path, tenant: &str, policy: &str) -> BTreeSet<String> {
-    let manifest: Value =
-        serde_json::from_slice(&std::fs::read(data.join("manifest.json")).unwrap()).unwrap();
-    manifest["tenants"][tenant]["policies"][policy]["versions"]
+    let record = tenant_record(data, tenant);
+    record["policies"][policy]["versions"]
         .as_array()
-        .unwrap_or_else(|| panic!("{tenant}/{policy} in {manifest}"))
+        .unwrap_or_else(|| panic!("{tenant}/{policy} in {record}"))
         .iter()
         .map(|v| v["version"].as_str().unwrap().to_string())
         .collect()
 }
 
-/// The policy record (`active`, `previous`) in the committed manifest.
+/// The policy record (`active`, `previous`) in `tenant`'s committed record.
 fn manifest_policy(data: &Path, tenant: &str, policy: &str) -> Value {
-    let manifest: Value =
-        serde_json::from_slice(&std::fs::read(data.join("manifest.json")).unwrap()).unwrap();
-    manifest["tenants"][tenant]["policies"][policy].clone()
+    tenant_record(data, tenant)["policies"][policy].clone()
 }
 
 /// sha256s of the blobs in `<data>/blobs/`.
@@ -329,4 +332,56 @@ fn service_state_a_timed_out_compile_keeps_its_permit_until_cranelift_returns() 
     assert_eq!((status, kind(&v)), (400, "compile-timeout"), "{v}");
     eventually("that compile to end too", || abandoned(&c) == 0.0);
     assert_eq!(c.call("GET", "/healthz", None, Body::None).0, 200);
+}
+
+/// What the previous build left: the whole registry in one format-1 `manifest.json`, made
+/// from this build's per-tenant files (the records are the same JSON).
+fn as_format_1(data: &Path) {
+    let mut tenants = serde_json::Map::new();
+    for entry in std::fs::read_dir(data.join("tenants")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        tenants.insert(name, serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap());
+    }
+    let routers: Value = serde_json::from_slice(&std::fs::read(data.join("routers.json")).unwrap()).unwrap();
+    let whole = json!({"format": 1, "tenants": tenants, "routers": routers});
+    std::fs::remove_dir_all(data.join("tenants")).unwrap();
+    std::fs::remove_file(data.join("routers.json")).unwrap();
+    std::fs::write(data.join("manifest.json"), whole.to_string()).unwrap();
+}
+
+#[test]
+fn service_state_a_format_1_data_dir_is_migrated_and_serves_as_before() {
+    let (mut server, data, cfg) = start("state-migrate", "");
+    let c = Client::new(&server);
+    let (acme, globex) = (c.add_tenant("acme"), c.add_tenant("globex"));
+    let version = c.uploaded(&acme, "acme", "mine", DEFAULT_POLICY, None);
+    c.assigned(&acme, "acme", "gold", json!({ "policy": "mine" }));
+    let (status, router) = c.call("POST", "/v1/routers", Some(ADMIN), Body::Json(json!({ "name": "edge" })));
+    assert_eq!(status, 201, "{router}");
+    let router = router["token"].as_str().unwrap().to_string();
+    server.kill();
+    as_format_1(&data);
+
+    let server = Server::start(&data, Some(&cfg), Some(ADMIN));
+    let c = Client::new(&server);
+    // Every token, version and assignment is there, from the new layout.
+    let (status, v) = c.select(&acme, "acme", Some("gold"));
+    assert_eq!((status, v["version"].as_str()), (200, Some(version.as_str())), "{v}");
+    assert_eq!(c.select(&router, "acme", Some("gold")).0, 200, "the router's token");
+    assert_eq!(c.select(&globex, "globex", None).0, 200, "the other tenant's token");
+    assert_eq!(manifest_versions(&data, "acme", "mine"), BTreeSet::from([version]));
+    let marker: Value = serde_json::from_slice(&std::fs::read(data.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(marker["format"], 2, "{marker}");
+    // A write changes one tenant's file, and leaves the other's alone.
+    // (A rewrite is a rename: a new inode.)
+    let inode = |tenant: &str| {
+        let path = data.join("tenants").join(format!("{tenant}.json"));
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap())
+    };
+    let before = (inode("acme"), inode("globex"));
+    c.assigned(&acme, "acme", "silver", json!({ "policy": "lmetric" }));
+    assert_ne!(inode("acme"), before.0, "acme's record was rewritten");
+    assert_eq!(inode("globex"), before.1, "globex's was not");
+    assert_eq!(tenant_record(&data, "acme")["classes"]["silver"]["policy"], "lmetric");
 }

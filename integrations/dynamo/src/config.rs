@@ -85,7 +85,7 @@ impl StoreSource {
         &self.class
     }
 
-    /// How often the manifest is checked for a change (one `stat`).
+    /// How often the tenant's record file is checked for a change (one `stat`).
     pub fn poll(&self) -> Duration {
         self.poll
     }

@@ -1,6 +1,6 @@
 //! A store source: the version a tenant's class routes to in a Switchyard data directory,
-//! followed while the router runs. A thread of its own checks the manifest's stamp every
-//! `poll_ms`; when the class routes elsewhere it reads, compiles and configures the new
+//! followed while the router runs. A thread of its own checks the stamp of the tenant's
+//! record file every `poll_ms` (one `stat`, however many tenants the directory holds); when the class routes elsewhere it reads, compiles and configures the new
 //! version (off the selection path) and only then swaps it in, so no selection waits on a
 //! compile or fails for an upload. A change it cannot take (a tenant removed, a component
 //! that does not load) leaves the running version in place and is reported
@@ -66,7 +66,7 @@ struct Follower {
     engine: PolicyEngine,
     guard: GuardConfig,
     temperature: Option<f64>,
-    /// The manifest last read.
+    /// The tenant's record file as last read.
     stamp: Option<ManifestStamp>,
     running: Option<Running>,
 }
@@ -74,18 +74,16 @@ struct Follower {
 impl Follower {
     /// The version to swap in, if the class routes somewhere new since the last check.
     fn next(&mut self) -> Result<Option<Arc<LoadedPolicy>>, String> {
-        let stamp = self.reader.manifest_stamp();
+        let (tenant, class) = (self.source.tenant(), self.source.class());
+        let stamp = self.reader.tenant_stamp(tenant);
         if self.running.is_some() && stamp == self.stamp {
             return Ok(None);
         }
-        let manifest = self.reader.load_manifest()?;
-        // Read once: a failure below is not retried until the manifest changes again.
+        let record = self.reader.load_tenant(tenant)?;
+        // Read once: a failure below is not retried until the record changes again.
         self.stamp = stamp;
-        let (tenant, class) = (self.source.tenant(), self.source.class());
-        let record = manifest
-            .tenants
-            .get(tenant)
-            .ok_or_else(|| format!("tenant `{tenant}` is not in {}", self.reader.dir().display()))?;
+        let record =
+            record.ok_or_else(|| format!("tenant `{tenant}` is not in {}", self.reader.dir().display()))?;
         let route = record.route(class).map_err(|e| format!("tenant `{tenant}` class `{class}`: {e}"))?;
         let (running, name) = match route {
             Routed::Unassigned => {

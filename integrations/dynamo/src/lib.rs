@@ -42,7 +42,7 @@
 //!   version a tenant's class routes to in the data directory a running `switchyard
 //!   serve` writes (read-only, without its lock: [`switchyard_store::StoreReader`]), with
 //!   that version's uploaded parameters and the assignment's `on_fault`. A thread of the
-//!   instance's checks the manifest's stamp every `poll_ms`; when the class routes
+//!   instance's checks the stamp of the tenant's record file every `poll_ms`; when the class routes
 //!   elsewhere (an upload it follows, an assignment, a rollback) it reads, compiles and
 //!   configures the new version off the selection path and only then swaps it in
 //!   ([`LivePolicy`]): each picker takes a sibling of it on its next selection, so no

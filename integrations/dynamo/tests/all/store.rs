@@ -35,8 +35,8 @@ fn manifest(blobs: &[(&str, &str)], active: &str) -> Manifest {
     tenant.policies.insert("mine".into(), PolicyRecord { versions, active: active.into(), previous: vec![] });
     let assignment = Assignment { policy: "mine".into(), version: None, on_fault: FailMode::Closed };
     tenant.classes.insert("latency".into(), assignment);
-    let mut manifest = Manifest { format: 1, ..Manifest::default() };
-    manifest.tenants.insert("acme".into(), tenant);
+    let mut manifest = Manifest::default();
+    manifest.tenants.insert("acme".into(), std::sync::Arc::new(tenant));
     manifest
 }
 
@@ -82,7 +82,7 @@ fn a_change_that_cannot_be_taken_keeps_the_running_version() {
     select();
 
     // The tenant gone: the same.
-    store.write_manifest(&Manifest { format: 1, ..Manifest::default() }).unwrap();
+    store.write_manifest(&Manifest::default()).unwrap();
     wait_until("the missing tenant is reported", || live.last_error().is_some_and(|e| e.contains("tenant")));
     assert_eq!(live.generation(), 0);
     select();

@@ -1,0 +1,244 @@
+//! What selections read: an immutable snapshot of every tenant's routes, swapped whole
+//! by the writer after each commit. A commit changes one tenant (or a router), and the
+//! snapshot's maps are persistent (`imbl`): the next snapshot shares every other tenant's
+//! routes with this one, so building it costs the same at ten tenants or ten thousand.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
+
+use switchyard::FailMode;
+use switchyard_builtins::{self as builtin, Builtin};
+use switchyard_registry_nats::Key;
+
+use crate::auth::{Principal, Tokens};
+use crate::metrics::{Metrics, PolicyMetrics};
+use crate::state::{VersionKey, Writer, tenant_range};
+use crate::store::{Manifest, TenantRecord};
+use crate::version::LoadedVersion;
+
+/// What runs for a class.
+#[derive(Clone)]
+pub enum Target {
+    /// A builtin, native build.
+    Builtin(&'static Builtin),
+    /// A tenant's version, as a guest.
+    Guest(Arc<LoadedVersion>),
+    /// A stored version that did not load, at start-up or adopted from the fleet (the
+    /// reason): its classes fail open (the native default answers) or closed (503
+    /// `unavailable`), as assigned.
+    Unavailable(Arc<str>),
+}
+
+/// A class's route: the policy, what runs it, and what a fault does.
+#[derive(Clone)]
+pub struct Route {
+    /// The policy's name as assigned (a builtin's or the tenant's).
+    pub policy: String,
+    /// What runs.
+    pub target: Target,
+    /// What a fault of the policy does to the selection.
+    pub on_fault: FailMode,
+    /// The counters of a builtin's or an unavailable version's route, from the service's
+    /// metrics on its first selection through this snapshot (so a series still appears
+    /// on a policy's first selection, and later ones take no lock).
+    metrics: OnceLock<Arc<PolicyMetrics>>,
+}
+
+impl Route {
+    fn new(policy: String, target: Target, on_fault: FailMode) -> Self {
+        Self { policy, target, on_fault, metrics: OnceLock::new() }
+    }
+
+    /// The counters the route's selections count into: a guest version's own, else
+    /// those of (`tenant`, the policy) in `all`.
+    pub fn metrics(&self, tenant: &str, all: &Metrics) -> &Arc<PolicyMetrics> {
+        match &self.target {
+            Target::Guest(v) => v.metrics(),
+            Target::Builtin(_) | Target::Unavailable(_) => {
+                self.metrics.get_or_init(|| all.policy(tenant, &self.policy))
+            }
+        }
+    }
+}
+
+/// One tenant's routes.
+struct TenantRoutes {
+    /// class → route, for the classes it assigned.
+    classes: HashMap<String, Arc<Route>>,
+    /// What an unassigned class runs: the builtin default, fail-open.
+    default: Arc<Route>,
+}
+
+/// An immutable view for readers: swapped whole on every change.
+pub struct Snapshot {
+    /// The committed registry (a clone of the writer's: shares every record).
+    manifest: Manifest,
+    /// tenant → its routes.
+    routes: imbl::HashMap<String, Arc<TenantRoutes>>,
+    /// Every loaded version, routed or not (for listing their breakers).
+    versions: imbl::OrdMap<VersionKey, Arc<LoadedVersion>>,
+    /// Versions that did not load, and why.
+    unavailable: imbl::OrdMap<VersionKey, Arc<str>>,
+    /// Token hash → whose it is (tenants and routers).
+    tokens: Tokens,
+}
+
+impl Snapshot {
+    /// The committed manifest this snapshot was built from.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Whose token each hash is (tenants and routers; not the admin's).
+    pub fn tokens(&self) -> &Tokens {
+        &self.tokens
+    }
+
+    /// A loaded version of a tenant's policy.
+    pub fn version(&self, tenant: &str, policy: &str, version: &str) -> Option<&Arc<LoadedVersion>> {
+        self.versions.get(&(tenant.to_string(), policy.to_string(), version.to_string()))
+    }
+
+    /// Why a stored version is not loaded, if it is not.
+    pub fn unavailable(&self, tenant: &str, policy: &str, version: &str) -> Option<&str> {
+        self.unavailable.get(&(tenant.to_string(), policy.to_string(), version.to_string())).map(|r| &**r)
+    }
+
+    /// How many stored versions did not load.
+    pub fn unavailable_count(&self) -> usize {
+        self.unavailable.len()
+    }
+
+    /// (tenant, policy) pairs with a routed version whose breaker is open or half-open:
+    /// the policy is quarantined for some class. A retired version's breaker does not
+    /// count: no traffic reaches it.
+    pub fn quarantined(&self) -> BTreeSet<(String, String)> {
+        let mut out = BTreeSet::new();
+        for (tenant, routes) in &self.routes {
+            for route in routes.classes.values() {
+                if let Target::Guest(v) = &route.target
+                    && v.breaker().state().is_quarantined()
+                {
+                    out.insert((tenant.clone(), v.policy().to_string()));
+                }
+            }
+        }
+        out
+    }
+
+    /// The route of `class` for `tenant`: `None` for an unknown tenant; the builtin
+    /// default (fail-open) for an unassigned class.
+    pub fn route(&self, tenant: &str, class: Option<&str>) -> Option<&Arc<Route>> {
+        let routes = self.routes.get(tenant)?;
+        Some(class.and_then(|c| routes.classes.get(c)).unwrap_or(&routes.default))
+    }
+
+    /// Every tenant's routes from the writer's state (at start-up), each loaded version
+    /// marked routed or retired.
+    pub(crate) fn build(writer: &Writer) -> Self {
+        let mut routes = imbl::HashMap::new();
+        for (tenant, record) in &writer.manifest.tenants {
+            routes.insert(tenant.clone(), Arc::new(tenant_routes(writer, tenant, record)));
+        }
+        let tokens = Tokens::of(&writer.manifest);
+        let snapshot = Self {
+            manifest: writer.manifest.clone(),
+            routes,
+            versions: writer.loaded.clone(),
+            unavailable: writer.unavailable.clone(),
+            tokens,
+        };
+        for (tenant, _) in &writer.manifest.tenants {
+            snapshot.mark_routed(writer, tenant);
+        }
+        snapshot
+    }
+
+    /// The snapshot after the writer's manifest replaced `old` by changing `key` alone:
+    /// that tenant's routes rebuilt (its versions marked routed or retired), everything
+    /// else shared with this one.
+    pub(crate) fn update(&self, writer: &Writer, old: &Manifest, key: &Key) -> Self {
+        let mut routes = self.routes.clone();
+        let mut tokens = self.tokens.clone();
+        match key {
+            Key::Tenant(name) => {
+                tokens.replace(
+                    old.tenants.get(name).map(|r| r.token_sha256.as_str()),
+                    writer
+                        .manifest
+                        .tenants
+                        .get(name)
+                        .map(|r| (r.token_sha256.as_str(), Principal::Tenant(name.clone()))),
+                );
+                match writer.manifest.tenants.get(name) {
+                    Some(record) => {
+                        routes.insert(name.clone(), Arc::new(tenant_routes(writer, name, record)));
+                    }
+                    None => {
+                        routes.remove(name);
+                    }
+                }
+            }
+            Key::Router(name) => tokens.replace(
+                old.routers.get(name).map(String::as_str),
+                writer.manifest.routers.get(name).map(|h| (h.as_str(), Principal::Router(name.clone()))),
+            ),
+        }
+        let snapshot = Self {
+            manifest: writer.manifest.clone(),
+            routes,
+            versions: writer.loaded.clone(),
+            unavailable: writer.unavailable.clone(),
+            tokens,
+        };
+        if let Key::Tenant(name) = key {
+            snapshot.mark_routed(writer, name);
+        }
+        snapshot
+    }
+
+    /// Marks each of `tenant`'s loaded versions routed if this snapshot routes a class to
+    /// it, else retired (which drops its idle instances).
+    fn mark_routed(&self, writer: &Writer, tenant: &str) {
+        let routed: HashSet<*const LoadedVersion> = self
+            .routes
+            .get(tenant)
+            .into_iter()
+            .flat_map(|routes| routes.classes.values())
+            .filter_map(|r| match &r.target {
+                Target::Guest(v) => Some(Arc::as_ptr(v)),
+                Target::Builtin(_) | Target::Unavailable(_) => None,
+            })
+            .collect();
+        for (_, v) in tenant_range(&writer.loaded, tenant) {
+            v.set_routed(routed.contains(&Arc::as_ptr(v)));
+        }
+    }
+}
+
+/// `tenant`'s routes from its record: a class names a builtin or one of the tenant's
+/// policies (pinned version, or the policy's active one).
+fn tenant_routes(writer: &Writer, tenant: &str, record: &TenantRecord) -> TenantRoutes {
+    let mut classes = HashMap::new();
+    for (class, a) in &record.classes {
+        let target = if let Some(policy) = record.policies.get(&a.policy) {
+            let key = (tenant.to_string(), a.policy.clone(), a.version_in(policy).to_string());
+            match (writer.loaded.get(&key), writer.unavailable.get(&key)) {
+                (Some(v), _) => Target::Guest(v.clone()),
+                (None, Some(reason)) => Target::Unavailable(reason.clone()),
+                (None, None) => continue,
+            }
+        } else if let Some(b) = builtin::find(&a.policy) {
+            Target::Builtin(b)
+        } else {
+            continue;
+        };
+        classes.insert(class.clone(), Arc::new(Route::new(a.policy.clone(), target, a.on_fault)));
+    }
+    let default = Arc::new(Route::new(
+        "default".into(),
+        Target::Builtin(builtin::find("default").expect("the default builtin exists")),
+        FailMode::Open,
+    ));
+    TenantRoutes { classes, default }
+}

@@ -1,0 +1,203 @@
+//! A tenant's loaded version: its accepted configuration, its idle instances (bounded
+//! per version and, through [`IdleSlots`], across all of them), its quarantine breaker.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use switchyard::guard::GuardConfig;
+use switchyard::selection::{Call, Scorer};
+use switchyard::{FailMode, Fault, GuardedSelector, GuestScorer, SharedBreaker};
+use switchyard_guest_sdk::{PolicyInfo, WorkerRank};
+
+use crate::config::ServiceLimits;
+use crate::metrics::{Metrics, PolicyMetrics};
+
+/// Idle instances across every version, against `max_idle_instances`: idle instances
+/// hold slots of the engine's pool (and their memory), so they are bounded in total,
+/// leaving the pool's other slots to selections in flight.
+#[derive(Debug)]
+pub struct IdleSlots {
+    held: AtomicUsize,
+    max: usize,
+}
+
+impl IdleSlots {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self { held: AtomicUsize::new(0), max })
+    }
+    /// Takes a slot for one more idle instance, if any is left. The slot is given back
+    /// when the answer is dropped, with the idle instance it is kept beside.
+    fn take(self: &Arc<Self>) -> Option<IdleSlot> {
+        self.held
+            .try_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1))
+            .ok()
+            .map(|_| IdleSlot(Arc::clone(self)))
+    }
+    /// Idle instances kept now, across every version.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
+}
+
+/// One of the `max_idle_instances` slots, owned by the idle instance it is kept with:
+/// however that instance leaves its pool (checked out, its version retired or dropped
+/// whole), the slot comes back with it.
+#[derive(Debug)]
+struct IdleSlot(Arc<IdleSlots>);
+
+impl Drop for IdleSlot {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What every loaded version shares: the service's settings, its metrics, the idle slots.
+pub(crate) struct VersionContext<'a> {
+    pub limits: &'a ServiceLimits,
+    pub guard: &'a GuardConfig,
+    pub metrics: &'a Metrics,
+    pub idle: &'a Arc<IdleSlots>,
+}
+
+/// One compiled version of a tenant's policy, with its idle instances.
+pub struct LoadedVersion {
+    policy: String,
+    version: String,
+    /// The accepted configuration of the version, with no instance: each pooled
+    /// instance is its sibling (see [`GuestScorer::sibling`]).
+    template: Mutex<GuestScorer>,
+    /// Idle guarded selectors, each owning one guest instance (a Store is
+    /// single-threaded, so a concurrent selection takes its own) and the idle slot it
+    /// holds.
+    idle: Mutex<Vec<(GuardedSelector, IdleSlot)>>,
+    max_idle: usize,
+    /// Whether a route uses this version; a retired version keeps no idle instances
+    /// (they hold slots of the engine's instance pool). Written and read under `idle`'s
+    /// lock, so an instance checked in as the version retires is never kept.
+    routed: AtomicBool,
+    metrics: Arc<PolicyMetrics>,
+    /// Quarantine of this version, shared by all its instances and threads.
+    breaker: Arc<SharedBreaker>,
+    guard: GuardConfig,
+    idle_slots: Arc<IdleSlots>,
+}
+
+impl LoadedVersion {
+    /// The tenant's name for the policy.
+    pub fn policy(&self) -> &str {
+        &self.policy
+    }
+    /// The version (see `manage::version_of`).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+    /// The counters of its policy (shared by all the policy's versions).
+    pub fn metrics(&self) -> &Arc<PolicyMetrics> {
+        &self.metrics
+    }
+    /// Its quarantine breaker, shared by all its instances.
+    pub fn breaker(&self) -> &SharedBreaker {
+        &self.breaker
+    }
+
+    /// An idle guarded selector, or a new one whose guest instantiates on its first call
+    /// (a failure then is contained like any fault). Fails as `mode` says.
+    pub fn checkout(&self, mode: FailMode) -> GuardedSelector {
+        // The idle slot goes back as the entry is taken apart.
+        let pooled =
+            self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop().map(|(selector, _slot)| selector);
+        let mut selector = pooled.unwrap_or_else(|| {
+            let scorer = self.template.lock().unwrap_or_else(|p| p.into_inner()).sibling();
+            self.wrap(scorer)
+        });
+        selector.set_fail_mode(mode);
+        selector
+    }
+
+    /// Returns a selector for reuse, or drops it (and its instance, freeing its slot and
+    /// its tenant's share) when the version is retired or the idle pools are full.
+    pub fn checkin(&self, selector: GuardedSelector) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        // Under the lock that `set_routed` clears the pool under: a version retired
+        // meanwhile keeps nothing.
+        if self.routed.load(Ordering::Acquire)
+            && idle.len() < self.max_idle
+            && let Some(slot) = self.idle_slots.take()
+        {
+            idle.push((selector, slot));
+        }
+    }
+
+    fn wrap(&self, scorer: GuestScorer) -> GuardedSelector {
+        let short = self.version.get(..12).unwrap_or(&self.version);
+        let scorer = Metered { inner: scorer, metrics: self.metrics.clone() };
+        switchyard_builtins::guarded(Box::new(scorer), FailMode::Open, self.guard.clone())
+            .with_breaker(Arc::clone(&self.breaker))
+            .with_label(format!("`{}` version {short}", self.policy))
+    }
+
+    /// Marks the version routed or retired; a retired one drops its idle instances, and
+    /// their slots come back with them.
+    pub(crate) fn set_routed(&self, routed: bool) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        self.routed.store(routed, Ordering::Release);
+        let dropped = if routed { Vec::new() } else { std::mem::take(&mut *idle) };
+        drop(idle);
+        drop(dropped);
+    }
+}
+
+/// A guest scorer that adds the fuel of each call to its policy's counter.
+struct Metered {
+    inner: GuestScorer,
+    metrics: Arc<PolicyMetrics>,
+}
+
+impl Scorer for Metered {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn info(&self) -> PolicyInfo {
+        self.inner.info()
+    }
+    fn score(&mut self, call: &Call<'_>, costs: &mut Vec<f64>) -> Result<(), Fault> {
+        let r = self.inner.score(call, costs);
+        self.metrics.fuel(self.inner.last_fuel());
+        r
+    }
+    fn filter(&mut self, call: &Call<'_>, keep: &mut Vec<bool>) -> Result<(), Fault> {
+        let r = self.inner.filter(call, keep);
+        self.metrics.fuel(self.inner.last_fuel());
+        r
+    }
+    fn on_selected(&mut self, call: &Call<'_>, chosen: WorkerRank) -> Result<(), Fault> {
+        let r = self.inner.on_selected(call, chosen);
+        self.metrics.fuel(self.inner.last_fuel());
+        r
+    }
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
+}
+
+/// A loaded version of (tenant, policy, version), with a closed breaker of its own and
+/// no instance yet: `template` is an instance-less sibling of a scorer that configured
+/// successfully. Retired until a commit (or start-up) routes a class to it.
+pub(crate) fn new_version(
+    ctx: &VersionContext<'_>,
+    (tenant, policy, version): (&str, &str, &str),
+    template: GuestScorer,
+) -> Arc<LoadedVersion> {
+    Arc::new(LoadedVersion {
+        policy: policy.to_string(),
+        version: version.to_string(),
+        template: Mutex::new(template),
+        idle: Mutex::new(Vec::new()),
+        max_idle: ctx.limits.idle_instances_per_version,
+        routed: AtomicBool::new(false),
+        metrics: ctx.metrics.policy(tenant, policy),
+        breaker: Arc::new(SharedBreaker::new(ctx.guard.clone())),
+        guard: ctx.guard.clone(),
+        idle_slots: Arc::clone(ctx.idle),
+    })
+}
