@@ -85,6 +85,13 @@ pub struct ServiceConfig {
     /// 64: a quarter of the engine's default 256 pool slots, so idle instances never
     /// crowd out selections in flight; each also keeps its memory resident.
     pub max_idle_instances: usize,
+    /// Whether `serve` loads every stored version in the background once it answers
+    /// (true), or each only when a selection first needs it (false). Either way start-up
+    /// reads only the registry, so the first selections are answered at once however many
+    /// versions there are; a selection that reaches a version not loaded yet loads it
+    /// itself (from the compiled cache, ~ms). true: after a restart every version is
+    /// ready within seconds, and a version that no longer loads is reported at once.
+    pub load_on_start: bool,
     /// Selections of one tenant at once (→ 429 `tenant-busy`), each running on an
     /// instance of its own. 16: more than the selection threads of a small host, so one
     /// tenant's burst (many versions, many concurrent selects) holds at most 16 of the
@@ -130,6 +137,7 @@ impl Default for ServiceConfig {
             compile_concurrency: 1,
             idle_instances_per_version: 8,
             max_idle_instances: 64,
+            load_on_start: true,
             max_in_flight_per_tenant: 16,
             max_workers: r.max_workers,
             max_dp_size: r.max_dp_size,

@@ -19,7 +19,7 @@ const REWATCH: Duration = Duration::from_millis(500);
 
 /// Follows the registry until the process ends (a no-op on the data dir's store).
 pub async fn follow(service: Arc<Service>) {
-    let Some(nats) = service.registry.nats() else { return };
+    let Some(nats) = service.loader.registry.nats() else { return };
     loop {
         match nats.registry().watch(nats.last_revision()).await {
             Ok(changes) => {
@@ -42,7 +42,7 @@ pub async fn follow(service: Arc<Service>) {
 /// blob grace (a no-op on the data dir's store, which deletes a blob when its last version
 /// goes). Every replica sweeps; a blob two take at once is simply gone.
 pub async fn sweep(service: Arc<Service>) {
-    let Some(nats) = service.registry.nats() else { return };
+    let Some(nats) = service.loader.registry.nats() else { return };
     let every =
         (nats.registry().blob_grace() / 2).clamp(Duration::from_millis(250), Duration::from_secs(300));
     loop {
@@ -71,14 +71,14 @@ async fn apply(service: &Service, change: Change) {
         Some(Value::Tenant(record)) => record.versions().map(|(_, v)| v.blob.clone()).collect(),
         _ => Vec::new(),
     };
-    service.load_components(blobs.clone()).await;
+    service.load_components(&blobs);
     let mut writer = service.writer.lock().await;
-    let Some(nats) = service.registry.nats() else { return };
+    let Some(nats) = service.loader.registry.nats() else { return };
     if !nats.take(&change) {
         // Seen already (this replica's own commit, say): what was loaded for it is
         // either named already or not needed.
         for blob in &blobs {
-            writer.forget_component(blob);
+            service.forget_component(&writer, blob);
         }
         return;
     }

@@ -360,7 +360,7 @@ async fn metrics(State(http): Svc) -> Response {
     let mut registry = Registry::default();
     http.service.register_metrics(&mut registry);
     http.gate.register_metrics(&mut registry);
-    let rejected = http.service.engine.artifact_cache().map_or(0, |cache| cache.rejected());
+    let rejected = http.service.loader.engine.artifact_cache().map_or(0, |cache| cache.rejected());
     registry.register(
         "switchyard_artifacts_rejected",
         "Cached compiled artifacts refused (digest, owner, mode or symlink check) and recompiled instead",

@@ -24,6 +24,7 @@ pub mod config;
 pub mod error;
 pub mod fleet;
 pub mod http;
+mod loader;
 pub mod manage;
 pub mod metrics;
 mod params;
@@ -83,6 +84,9 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
             Service::open(&dir, registry.as_ref(), &cache, limits, guard, engine_limits, admin_env)
         })
         .await??;
+        // Every stored version loads in the background while the server answers (a
+        // selection that reaches a cold version first loads it itself).
+        tokio::spawn(state::warm(Arc::clone(&service)));
         // A fleet's replica follows the shared registry from here on, and sweeps its blobs.
         tokio::spawn(fleet::follow(Arc::clone(&service)));
         tokio::spawn(fleet::sweep(Arc::clone(&service)));

@@ -235,10 +235,11 @@ impl Service {
     /// Deletes `blob` (and its artifact) if no committed version names it: what an upload
     /// refused after storing its blob leaves behind. Under the writer lock (see
     /// `Store::remove_blob`).
-    fn discard_blob(&self, writer: &mut Writer, blob: &str) {
+    fn discard_blob(&self, writer: &Writer, blob: &str) {
         if !writer.names_blob(blob) {
-            writer.forget_component(blob);
-            let _ = tokio::task::block_in_place(|| self.registry.remove_blob(blob, &self.engine));
+            self.forget_component(writer, blob);
+            let _ =
+                tokio::task::block_in_place(|| self.loader.registry.remove_blob(blob, &self.loader.engine));
         }
     }
 
@@ -288,7 +289,7 @@ impl Service {
         blob: &str,
         bytes: Arc<[u8]>,
     ) -> Result<(PolicyComponent, Arc<CompilePermit>), ApiError> {
-        let wait = Duration::from_millis(self.engine.limits().compile_timeout_ms);
+        let wait = Duration::from_millis(self.loader.engine.limits().compile_timeout_ms);
         match tokio::time::timeout(wait, self.compile_permits.acquire()).await {
             Ok(Ok(permit)) => permit.forget(),
             Ok(Err(e)) => return Err(ApiError::internal(format!("the compile permits: {e}"))),
@@ -309,11 +310,11 @@ impl Service {
             }
         }
         let permit = Arc::new(CompilePermit { service: Arc::clone(self), abandoned: AtomicBool::new(false) });
-        if let Some(c) = self.writer.lock().await.components.get(blob) {
-            return Ok((c.clone(), permit));
+        if let Some(c) = self.loader.kept(blob) {
+            return Ok((c, permit));
         }
         let held = Arc::clone(&permit);
-        let engine = self.engine.clone();
+        let engine = self.loader.engine.clone();
         let loaded =
             tokio::task::spawn_blocking(move || PolicyComponent::load_holding(&engine, &bytes, held))
                 .await
@@ -408,7 +409,7 @@ impl Service {
         };
         // Written before taking the lock (a component's fsync must not hold every writer).
         let store_bytes = bytes.clone();
-        tokio::task::block_in_place(|| self.registry.write_blob(&blob, &store_bytes))
+        tokio::task::block_in_place(|| self.loader.registry.write_blob(&blob, &store_bytes))
             .map_err(|e| e.into_api("storing the component"))?;
 
         let mut writer = self.writer.lock().await;
@@ -418,7 +419,7 @@ impl Service {
             Some(current) => self
                 .check_policy_count(current, tenant, name)
                 .and_then(|()| {
-                    self.place_upload((&mut current.policies, &current.classes), tenant, name, record)
+                    self.place_upload((&mut current.policies, &current.classes), tenant, name, record.clone())
                 })
                 .map(|()| collect(current)),
         };
@@ -426,29 +427,28 @@ impl Service {
         // since: under the lock, make sure it is there before the manifest names it (a
         // no-op, one `stat`, when it is).
         let stored = placed.and_then(|()| {
-            tokio::task::block_in_place(|| self.registry.write_blob(&blob, &bytes))
+            tokio::task::block_in_place(|| self.loader.registry.write_blob(&blob, &bytes))
                 .map_err(|e| e.into_api("storing the component"))
         });
         if let Err(e) = stored {
-            self.discard_blob(&mut writer, &blob);
+            self.discard_blob(&writer, &blob);
             return Err(e);
         }
-        writer.components.insert(blob.clone(), component.clone());
+        self.loader.keep(&blob, component.clone());
         let key = (tenant.to_string(), name.to_string(), version.clone());
-        // A re-upload of a version that did not load at start-up makes it available.
-        writer.unavailable.remove(&key);
-        if !writer.loaded.contains_key(&key) {
-            let loaded = self.new_version(&key, template);
+        // A re-upload of a version that did not load (at start-up, say) makes it available.
+        if writer.loaded.get(&key).is_none_or(|v| v.failure().is_some()) {
+            let loaded = self.new_version((tenant, name), &record, template);
             writer.loaded.insert(key, loaded);
         }
         if let Err(e) = self.commit(&mut writer, manifest, Key::Tenant(tenant.to_string())) {
-            self.discard_blob(&mut writer, &blob);
+            self.discard_blob(&writer, &blob);
             return Err(e);
         }
         // On a fleet, another replica's sweep takes only blobs no tenant names that are
         // older than the grace; the check above made this one young. Should a sweep still
         // have taken it in between (one round trip), it goes back now that it is named.
-        if let Err(e) = tokio::task::block_in_place(|| self.registry.write_blob(&blob, &bytes)) {
+        if let Err(e) = tokio::task::block_in_place(|| self.loader.registry.write_blob(&blob, &bytes)) {
             tracing::warn!(tenant, policy = name, %blob, error = ?e, "checking the committed version's blob");
         }
         tracing::info!(tenant, policy = name, version = %version, size = bytes.len(), "uploaded");
@@ -572,7 +572,7 @@ impl Service {
                     params: v.params.clone(),
                     // Each version's own quarantine breaker (every stored version is loaded).
                     breaker: snapshot.version(tenant, name, &v.version).map(|l| l.breaker().state()),
-                    unavailable: snapshot.unavailable(tenant, name, &v.version).map(str::to_string),
+                    unavailable: snapshot.unavailable(tenant, name, &v.version).map(|r| r.to_string()),
                 });
                 PolicyEntry {
                     name: name.clone(),

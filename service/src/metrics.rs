@@ -6,9 +6,10 @@
 //! create an entry, and the families' locks only when an entry is created and at a scrape.
 //!
 //! A scrape builds a fresh [`Registry`] (see [`Metrics::register`]): the handles here are
-//! shared, so registering them is cheap, and the values only a scrape knows (each
-//! policy's quarantine state, the unavailable versions, the last commit's version counts)
-//! go into it as they are then, with nothing a reader writes to shared state.
+//! shared, so registering them is cheap, and the values only a scrape knows (the
+//! service's [`State`]: each policy's quarantine state, the versions known, loaded and
+//! unavailable, the components held) go into it as they are then, with nothing a reader
+//! writes to shared state.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -229,6 +230,19 @@ impl PolicyFamilies {
     }
 }
 
+/// What a scrape reports from the service's state, as it is at the scrape.
+#[derive(Debug, Default)]
+pub struct State {
+    /// (tenant, policy) pairs with a routed version whose breaker is open or half-open.
+    pub quarantined: BTreeSet<(String, String)>,
+    /// tenant → its versions, known and loaded.
+    pub versions: BTreeMap<String, TenantVersions>,
+    /// Stored versions that did not load.
+    pub unavailable: usize,
+    /// Compiled components held.
+    pub components: usize,
+}
+
 /// How many versions one tenant has: in the manifest, and loaded in memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TenantVersions {
@@ -247,15 +261,8 @@ pub struct Metrics {
     compile: AtomicHistogram,
     /// Components loaded from our artifact cache instead of compiled.
     from_cache: Counter,
-    /// tenant → versions known and loaded, as of the last commit. One map swapped whole,
-    /// not a pair of gauge families, so that a scrape sees one commit's counts and a
-    /// tenant the manifest no longer names drops out (a family would be cleared and
-    /// refilled, and a scrape in between would see it half done).
-    versions: Mutex<BTreeMap<String, TenantVersions>>,
     /// tenant → versions garbage-collected so far.
     collected: Family<TenantLabels, Counter>,
-    /// Compiled components held for loaded versions, as of the last commit.
-    components: CountGauge,
     /// Compiles whose upload was answered `compile-timeout` while Cranelift still runs
     /// (each holds a compile permit until it ends).
     compiles_abandoned: CountGauge,
@@ -270,9 +277,7 @@ impl Default for Metrics {
             families: PolicyFamilies::default(),
             compile: AtomicHistogram::new(&COMPILE_BOUNDS),
             from_cache: Counter::default(),
-            versions: Mutex::default(),
             collected: Family::default(),
-            components: CountGauge::default(),
             compiles_abandoned: CountGauge::default(),
             compile_busy: Counter::default(),
         }
@@ -303,25 +308,6 @@ impl Metrics {
         self.compile.observe(took);
     }
 
-    /// `tenant`'s versions after a commit that changed it (or at start); `None`: the
-    /// tenant is gone, and drops out of the gauges.
-    pub fn set_tenant_versions(&self, tenant: &str, versions: Option<TenantVersions>) {
-        let mut all = self.versions.lock().unwrap_or_else(|p| p.into_inner());
-        match versions {
-            Some(v) => {
-                all.insert(tenant.to_string(), v);
-            }
-            None => {
-                all.remove(tenant);
-            }
-        }
-    }
-
-    /// The compiled components held, after a commit (or at start).
-    pub fn set_components(&self, components: usize) {
-        self.components.set(components as u64);
-    }
-
     /// `n` versions of `tenant` were garbage-collected.
     pub fn collected(&self, tenant: &str, n: u64) {
         self.collected.get_or_create(&TenantLabels { tenant: tenant.to_string() }).inc_by(n);
@@ -347,19 +333,14 @@ impl Metrics {
         self.compile_busy.inc();
     }
 
-    /// Registers every metric in `registry`, for one scrape; `quarantined` lists the
-    /// (tenant, policy) pairs whose breaker is open now (the breakers live with the
-    /// versions, not here), `unavailable_versions` counts the stored versions that did
-    /// not load. Registered in the order `/metrics` has always listed them.
+    /// Registers every metric in `registry`, for one scrape, with `state` as it is now
+    /// (the breakers and versions live in the service's snapshot, not here). Registered
+    /// in the order `/metrics` has always listed them.
     ///
     /// The names are the exposed ones less what the encoder adds: `_total` to a counter,
     /// and the help text's final period.
-    pub fn register(
-        &self,
-        registry: &mut Registry,
-        quarantined: &BTreeSet<(String, String)>,
-        unavailable_versions: usize,
-    ) {
+    pub fn register(&self, registry: &mut Registry, state: &State) {
+        let State { quarantined, versions, unavailable: unavailable_versions, components } = state;
         let f = &self.families;
         registry.register(
             "switchyard_selections",
@@ -406,8 +387,8 @@ impl Metrics {
         );
         registry.register(
             "switchyard_versions_unavailable",
-            "Stored versions that did not load at start-up or when adopted from the fleet (listed with their reason)",
-            ConstGauge::new(unavailable_versions),
+            "Stored versions that did not load when tried: after start-up, on a first selection, or adopted from the fleet (listed with their reason)",
+            ConstGauge::new(*unavailable_versions),
         );
         registry.register(
             "switchyard_compile_seconds",
@@ -421,7 +402,7 @@ impl Metrics {
         );
         let known = Family::<TenantLabels, CountGauge>::default();
         let loaded = Family::<TenantLabels, CountGauge>::default();
-        for (tenant, v) in self.versions.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for (tenant, v) in versions {
             let labels = TenantLabels { tenant: tenant.clone() };
             known.get_or_create(&labels).set(v.known);
             loaded.get_or_create(&labels).set(v.loaded);
@@ -433,7 +414,7 @@ impl Metrics {
         );
         registry.register(
             "switchyard_versions_loaded",
-            "Policy versions loaded in memory (compiled and configured), by tenant",
+            "Policy versions loaded in memory (compiled and configured; a version loads when first selected, or in the background after start-up), by tenant",
             loaded,
         );
         registry.register(
@@ -444,7 +425,7 @@ impl Metrics {
         registry.register(
             "switchyard_components_loaded",
             "Compiled components held in memory (versions with the same bytes share one)",
-            self.components.clone(),
+            ConstGauge::new(*components),
         );
         registry.register(
             "switchyard_compiles_abandoned",
@@ -472,9 +453,9 @@ mod tests {
     use super::*;
 
     /// The text a scrape of these metrics alone would read.
-    fn render(metrics: &Metrics, quarantined: &BTreeSet<(String, String)>, unavailable: usize) -> String {
+    fn render(metrics: &Metrics, state: &State) -> String {
         let mut registry = Registry::default();
-        metrics.register(&mut registry, quarantined, unavailable);
+        metrics.register(&mut registry, state);
         encode(&registry)
     }
 
@@ -489,7 +470,7 @@ mod tests {
         metrics.compiled(Duration::from_millis(300));
         metrics.policy("acme", "broken").fault(FaultKind::Quarantined);
         let quarantined = BTreeSet::from([("acme".to_string(), "broken".to_string())]);
-        let text = render(&metrics, &quarantined, 0);
+        let text = render(&metrics, &State { quarantined, ..State::default() });
         let l = "tenant=\"acme\",policy=\"mine\"";
         for line in [
             format!("switchyard_selections_total{{{l}}} 2"),
@@ -524,17 +505,15 @@ mod tests {
     #[test]
     fn state_gauges_and_counters_are_rendered_per_tenant() {
         let metrics = Metrics::default();
-        metrics.set_tenant_versions("acme", Some(TenantVersions { known: 3, loaded: 2 }));
-        metrics.set_tenant_versions("gone", Some(TenantVersions { known: 1, loaded: 1 }));
-        metrics.set_tenant_versions("gone", None);
-        metrics.set_components(2);
+        let versions = BTreeMap::from([("acme".to_string(), TenantVersions { known: 3, loaded: 2 })]);
+        let state = State { versions, components: 2, ..State::default() };
         metrics.collected("acme", 2);
         metrics.collected("acme", 1);
         metrics.compile_abandoned();
         metrics.compile_abandoned();
         metrics.abandoned_compile_ended();
         metrics.compile_busy();
-        let text = render(&metrics, &BTreeSet::new(), 0);
+        let text = render(&metrics, &state);
         for line in [
             "# TYPE switchyard_versions gauge",
             "switchyard_versions{tenant=\"acme\"} 3",
@@ -547,12 +526,5 @@ mod tests {
         ] {
             assert!(text.lines().any(|x| x == line), "missing `{line}` in\n{text}");
         }
-        assert!(!text.contains("tenant=\"gone\""), "a tenant gone drops out:\n{text}");
-        // A commit changes its own tenant's counts, and leaves the others'.
-        metrics.set_tenant_versions("globex", Some(TenantVersions { known: 1, loaded: 1 }));
-        metrics.set_tenant_versions("acme", None);
-        let text = render(&metrics, &BTreeSet::new(), 0);
-        assert!(text.lines().any(|x| x == "switchyard_versions{tenant=\"globex\"} 1"), "{text}");
-        assert!(!text.contains("switchyard_versions{tenant=\"acme\"}"), "{text}");
     }
 }

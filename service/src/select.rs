@@ -79,14 +79,16 @@ impl Service {
         let metrics = route.metrics(&tenant, &self.metrics);
         let outcome = match &route.target {
             Target::Builtin(b) => native(b, &table, &request),
-            Target::Guest(v) => run_guest(&tenant, v, route.on_fault, &table, &request),
-            Target::Unavailable(reason) => {
-                let fault = Fault::new(
-                    FaultKind::Unavailable,
-                    format!("`{}` did not load on this replica: {reason}", route.policy),
-                );
-                unavailable(fault, route.on_fault, &table, &request)
-            }
+            Target::Guest(v) => match v.checkout(route.on_fault) {
+                Ok(guarded) => run_guest(&tenant, v, guarded, &table, &request),
+                Err(reason) => {
+                    let fault = Fault::new(
+                        FaultKind::Unavailable,
+                        format!("`{}` did not load on this replica: {reason}", route.policy),
+                    );
+                    unavailable(fault, route.on_fault, &table, &request)
+                }
+            },
         };
         let answer = outcome?;
         metrics.selected(started.elapsed(), answer.fallback.is_some());
@@ -94,17 +96,17 @@ impl Service {
     }
 }
 
-/// Runs a tenant's version on a guarded instance of its own (the runtime's containment:
-/// the version's shared breaker, fail-open or closed as the class says, the instance
-/// dropped after any fault). Every fault, a commit's included, is counted for the version.
+/// Runs a tenant's version on `guarded`, an instance of its own checked out of `v` (the
+/// runtime's containment: the version's shared breaker, fail-open or closed as the class
+/// says, the instance dropped after any fault). Every fault, a commit's included, is
+/// counted for the version.
 fn run_guest(
     tenant: &str,
     v: &LoadedVersion,
-    on_fault: FailMode,
+    mut guarded: GuardedSelector,
     table: &WorkerTable,
     request: &SelectionRequest,
 ) -> Result<SelectionAnswer, ApiError> {
-    let mut guarded = v.checkout(on_fault);
     let trips = guarded.counters().breaker_trips;
     let outcome = select_and_commit(&mut guarded, table, request);
     if guarded.counters().breaker_trips > trips {

@@ -3,7 +3,7 @@
 //! snapshot's maps are persistent (`imbl`): the next snapshot shares every other tenant's
 //! routes with this one, so building it costs the same at ten tenants or ten thousand.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use switchyard::FailMode;
@@ -11,7 +11,7 @@ use switchyard_builtins::{self as builtin, Builtin};
 use switchyard_registry_nats::Key;
 
 use crate::auth::{Principal, Tokens};
-use crate::metrics::{Metrics, PolicyMetrics};
+use crate::metrics::{Metrics, PolicyMetrics, TenantVersions};
 use crate::state::{VersionKey, Writer, tenant_range};
 use crate::store::{Manifest, TenantRecord};
 use crate::version::LoadedVersion;
@@ -21,12 +21,10 @@ use crate::version::LoadedVersion;
 pub enum Target {
     /// A builtin, native build.
     Builtin(&'static Builtin),
-    /// A tenant's version, as a guest.
+    /// A tenant's version, as a guest. One that does not load (see
+    /// [`LoadedVersion::failure`]) fails its classes open (the native default answers) or
+    /// closed (503 `unavailable`), as assigned.
     Guest(Arc<LoadedVersion>),
-    /// A stored version that did not load, at start-up or adopted from the fleet (the
-    /// reason): its classes fail open (the native default answers) or closed (503
-    /// `unavailable`), as assigned.
-    Unavailable(Arc<str>),
 }
 
 /// A class's route: the policy, what runs it, and what a fault does.
@@ -38,7 +36,7 @@ pub struct Route {
     pub target: Target,
     /// What a fault of the policy does to the selection.
     pub on_fault: FailMode,
-    /// The counters of a builtin's or an unavailable version's route, from the service's
+    /// The counters of a builtin's route, from the service's
     /// metrics on its first selection through this snapshot (so a series still appears
     /// on a policy's first selection, and later ones take no lock).
     metrics: OnceLock<Arc<PolicyMetrics>>,
@@ -54,9 +52,7 @@ impl Route {
     pub fn metrics(&self, tenant: &str, all: &Metrics) -> &Arc<PolicyMetrics> {
         match &self.target {
             Target::Guest(v) => v.metrics(),
-            Target::Builtin(_) | Target::Unavailable(_) => {
-                self.metrics.get_or_init(|| all.policy(tenant, &self.policy))
-            }
+            Target::Builtin(_) => self.metrics.get_or_init(|| all.policy(tenant, &self.policy)),
         }
     }
 }
@@ -75,10 +71,8 @@ pub struct Snapshot {
     manifest: Manifest,
     /// tenant → its routes.
     routes: imbl::HashMap<String, Arc<TenantRoutes>>,
-    /// Every loaded version, routed or not (for listing their breakers).
+    /// Every version, routed or not, loaded or not (for listing their breakers).
     versions: imbl::OrdMap<VersionKey, Arc<LoadedVersion>>,
-    /// Versions that did not load, and why.
-    unavailable: imbl::OrdMap<VersionKey, Arc<str>>,
     /// Token hash → whose it is (tenants and routers).
     tokens: Tokens,
 }
@@ -99,14 +93,31 @@ impl Snapshot {
         self.versions.get(&(tenant.to_string(), policy.to_string(), version.to_string()))
     }
 
-    /// Why a stored version is not loaded, if it is not.
-    pub fn unavailable(&self, tenant: &str, policy: &str, version: &str) -> Option<&str> {
-        self.unavailable.get(&(tenant.to_string(), policy.to_string(), version.to_string())).map(|r| &**r)
+    /// Why a stored version did not load, if it did not.
+    pub fn unavailable(&self, tenant: &str, policy: &str, version: &str) -> Option<Arc<str>> {
+        self.version(tenant, policy, version).and_then(|v| v.failure())
     }
 
-    /// How many stored versions did not load.
+    /// Every version, in (tenant, policy, version) order.
+    pub fn versions(&self) -> impl Iterator<Item = &Arc<LoadedVersion>> {
+        self.versions.values()
+    }
+
+    /// How many stored versions did not load (for a scrape: it looks at every version).
     pub fn unavailable_count(&self) -> usize {
-        self.unavailable.len()
+        self.versions.values().filter(|v| v.failure().is_some()).count()
+    }
+
+    /// Each tenant's versions: known (in its record) and loaded (for a scrape: it looks at
+    /// every version).
+    pub fn tenant_versions(&self) -> BTreeMap<String, TenantVersions> {
+        let mut out: BTreeMap<String, TenantVersions> = BTreeMap::new();
+        for ((tenant, _, _), v) in &self.versions {
+            let entry = out.entry(tenant.clone()).or_default();
+            entry.known += 1;
+            entry.loaded += u64::from(v.is_loaded());
+        }
+        out
     }
 
     /// (tenant, policy) pairs with a routed version whose breaker is open or half-open:
@@ -141,13 +152,8 @@ impl Snapshot {
             routes.insert(tenant.clone(), Arc::new(tenant_routes(writer, tenant, record)));
         }
         let tokens = Tokens::of(&writer.manifest);
-        let snapshot = Self {
-            manifest: writer.manifest.clone(),
-            routes,
-            versions: writer.loaded.clone(),
-            unavailable: writer.unavailable.clone(),
-            tokens,
-        };
+        let snapshot =
+            Self { manifest: writer.manifest.clone(), routes, versions: writer.loaded.clone(), tokens };
         for (tenant, _) in &writer.manifest.tenants {
             snapshot.mark_routed(writer, tenant);
         }
@@ -184,13 +190,8 @@ impl Snapshot {
                 writer.manifest.routers.get(name).map(|h| (h.as_str(), Principal::Router(name.clone()))),
             ),
         }
-        let snapshot = Self {
-            manifest: writer.manifest.clone(),
-            routes,
-            versions: writer.loaded.clone(),
-            unavailable: writer.unavailable.clone(),
-            tokens,
-        };
+        let snapshot =
+            Self { manifest: writer.manifest.clone(), routes, versions: writer.loaded.clone(), tokens };
         if let Key::Tenant(name) = key {
             snapshot.mark_routed(writer, name);
         }
@@ -207,7 +208,7 @@ impl Snapshot {
             .flat_map(|routes| routes.classes.values())
             .filter_map(|r| match &r.target {
                 Target::Guest(v) => Some(Arc::as_ptr(v)),
-                Target::Builtin(_) | Target::Unavailable(_) => None,
+                Target::Builtin(_) => None,
             })
             .collect();
         for (_, v) in tenant_range(&writer.loaded, tenant) {
@@ -223,10 +224,9 @@ fn tenant_routes(writer: &Writer, tenant: &str, record: &TenantRecord) -> Tenant
     for (class, a) in &record.classes {
         let target = if let Some(policy) = record.policies.get(&a.policy) {
             let key = (tenant.to_string(), a.policy.clone(), a.version_in(policy).to_string());
-            match (writer.loaded.get(&key), writer.unavailable.get(&key)) {
-                (Some(v), _) => Target::Guest(v.clone()),
-                (None, Some(reason)) => Target::Unavailable(reason.clone()),
-                (None, None) => continue,
+            match writer.loaded.get(&key) {
+                Some(v) => Target::Guest(v.clone()),
+                None => continue,
             }
         } else if let Some(b) = builtin::find(&a.policy) {
             Target::Builtin(b)

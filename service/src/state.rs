@@ -19,19 +19,19 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use switchyard::guard::GuardConfig;
-use switchyard::{ArtifactCache, GuestScorer, Limits, PolicyComponent, PolicyEngine};
+use switchyard::{ArtifactCache, GuestScorer, Limits, PolicyEngine};
 use switchyard_registry_nats::Key;
 use tokio::sync::{MutexGuard, Semaphore};
 
 use crate::config::ServiceLimits;
 use crate::error::ApiError;
-use crate::metrics::{Metrics, TenantVersions};
+use crate::metrics::{Metrics, State};
 use crate::rates::WriteRates;
 use crate::registry::{Registry, RegistryOptions};
 pub use crate::snapshot::{Route, Snapshot, Target};
 use crate::store::{Manifest, Store, TenantRecord, VersionRecord};
-pub use crate::version::{IdleSlots, LoadedVersion};
-use crate::version::{VersionContext, new_version};
+pub use crate::version::{IdleSlots, LoadedVersion, Loader};
+use crate::version::{Template, VersionContext, new_version};
 
 /// (tenant, policy name, version).
 pub type VersionKey = (String, String, String);
@@ -48,12 +48,9 @@ pub(crate) fn tenant_range<'a, V: Clone>(
 pub struct Writer {
     /// The committed manifest, as of the last commit.
     pub manifest: Manifest,
-    /// Compiled components by blob sha256 (several versions may share one).
-    pub components: HashMap<String, PolicyComponent>,
-    /// Every version that loaded, routed or not (persistent: each snapshot shares it).
+    /// Every version the manifest names, routed or not, loaded or not yet (persistent:
+    /// each snapshot shares it).
     pub loaded: imbl::OrdMap<VersionKey, Arc<LoadedVersion>>,
-    /// Stored versions that did not load (at start-up, or adopted from the fleet), and why.
-    pub unavailable: imbl::OrdMap<VersionKey, Arc<str>>,
     /// Blob → how many versions of the manifest, of any tenant, name it: a blob whose
     /// count drops to 0 is deleted, and its compiled component dropped.
     pub blob_users: HashMap<String, usize>,
@@ -63,14 +60,6 @@ impl Writer {
     /// Whether a version of the committed manifest names `blob`.
     pub fn names_blob(&self, blob: &str) -> bool {
         self.blob_users.contains_key(blob)
-    }
-
-    /// Drops the compiled component of `blob` unless a version names it: what a refused
-    /// upload, or an adopted change this replica had seen already, compiled for nothing.
-    pub fn forget_component(&mut self, blob: &str) {
-        if !self.names_blob(blob) {
-            self.components.remove(blob);
-        }
     }
 
     /// Counts the blobs of `record`'s versions in (`add`) or out.
@@ -93,13 +82,13 @@ pub struct Service {
     pub(crate) limits: ServiceLimits,
     /// Each version's breaker settings (`[guard]`).
     pub(crate) guard: GuardConfig,
-    pub(crate) engine: PolicyEngine,
-    pub(crate) registry: Registry,
+    /// The registry, the engine, and the components loaded from them.
+    pub(crate) loader: Arc<Loader>,
     pub(crate) admin_sha256: String,
     pub(crate) writer: tokio::sync::Mutex<Writer>,
     snapshot: ArcSwap<Snapshot>,
     pub(crate) compile_permits: Semaphore,
-    pub(crate) metrics: Metrics,
+    pub(crate) metrics: Arc<Metrics>,
     /// Idle instances across all versions (`max_idle_instances`).
     pub(crate) idle_slots: Arc<IdleSlots>,
     /// Each tenant's selections in flight (`max_in_flight_per_tenant`).
@@ -110,9 +99,10 @@ pub struct Service {
 }
 
 impl Service {
-    /// Opens the data directory and loads every committed version: from our artifact
-    /// cache in `cache_dir` when it holds this engine's compilation of the component,
-    /// else compiled (and cached). Blocking: call before serving, or off the async runtime.
+    /// Opens the data directory and reads the registry; every version starts cold, to be
+    /// loaded by [`warm`] (or by its first selection): from our artifact cache in
+    /// `cache_dir` when it holds this engine's compilation of the component, else
+    /// compiled (and cached). Blocking: call before serving, or off the async runtime.
     pub fn open(
         data_dir: &Path,
         registry: Option<&RegistryOptions>,
@@ -146,32 +136,28 @@ impl Service {
         let cache = ArtifactCache::open(cache_dir)
             .map_err(|e| anyhow::anyhow!("the compiled-artifact cache {}: {e}", cache_dir.display()))?;
         let engine = PolicyEngine::new(engine_limits)?.with_artifact_cache(cache);
-        let metrics = Metrics::default();
+        let metrics = Arc::new(Metrics::default());
         let idle_slots = IdleSlots::new(limits.max_idle_instances);
-        let mut writer = Writer {
-            manifest,
-            components: HashMap::new(),
-            loaded: imbl::OrdMap::new(),
-            unavailable: imbl::OrdMap::new(),
-            blob_users: HashMap::new(),
-        };
+        let loader = Loader::new(registry, engine, Arc::clone(&metrics));
+        let mut writer = Writer { manifest, loaded: imbl::OrdMap::new(), blob_users: HashMap::new() };
         for record in writer.manifest.tenants.values().cloned().collect::<Vec<_>>() {
             writer.count_blobs(Some(&record), true);
         }
-        let ctx = VersionContext { limits: &limits, guard: &guard, metrics: &metrics, idle: &idle_slots };
-        load_versions(&mut writer, &registry, &engine, &ctx, None);
-        sweep_orphan_blobs(&registry, &engine, &writer);
+        let ctx = VersionContext {
+            limits: &limits,
+            guard: &guard,
+            metrics: &metrics,
+            idle: &idle_slots,
+            loader: &loader,
+        };
+        add_versions(&mut writer, &ctx, None);
+        sweep_orphan_blobs(&loader, &writer);
         let snapshot = Snapshot::build(&writer);
-        let tenants: Vec<String> = writer.manifest.tenants.keys().cloned().collect();
-        for tenant in &tenants {
-            record_state(&metrics, &writer, tenant);
-        }
         let service = Arc::new(Self {
             compile_permits: Semaphore::new(limits.compile_concurrency),
             limits,
             guard,
-            engine,
-            registry,
+            loader,
             admin_sha256,
             writer: tokio::sync::Mutex::new(writer),
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -197,7 +183,13 @@ impl Service {
     /// quarantine state as it is now.
     pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         let snapshot = self.snapshot();
-        self.metrics.register(registry, &snapshot.quarantined(), snapshot.unavailable_count());
+        let state = State {
+            quarantined: snapshot.quarantined(),
+            versions: snapshot.tenant_versions(),
+            unavailable: snapshot.unavailable_count(),
+            components: self.loader.len(),
+        };
+        self.metrics.register(registry, &state);
         registry.register(
             "switchyard_idle_instances",
             "Idle guest instances kept for reuse, across every version (at most max_idle_instances)",
@@ -215,7 +207,7 @@ impl Service {
         manifest: Manifest,
         key: Key,
     ) -> Result<(), ApiError> {
-        tokio::task::block_in_place(|| self.registry.commit(&manifest, &key))
+        tokio::task::block_in_place(|| self.loader.registry.commit(&manifest, &key))
             .map_err(|e| e.into_api("writing the registry"))?;
         let old = std::mem::replace(&mut writer.manifest, manifest);
         self.publish(writer, &old, &key);
@@ -223,18 +215,14 @@ impl Service {
     }
 
     /// After the writer's manifest replaced `old` by changing `key` alone (committed
-    /// here, or adopted): releases what that tenant no longer names, swaps in the
-    /// snapshot that routes by it (marking its versions routed or retired), and updates
-    /// its gauges.
+    /// here, or adopted): releases what that tenant no longer names, and swaps in the
+    /// snapshot that routes by it (marking its versions routed or retired).
     fn publish(&self, writer: &mut Writer, old: &Manifest, key: &Key) {
         if let Key::Tenant(tenant) = key {
             self.release_unnamed(writer, old, tenant);
         }
         let snapshot = Arc::new(self.snapshot.load().update(writer, old, key));
         self.snapshot.store(snapshot);
-        if let Key::Tenant(tenant) = key {
-            record_state(&self.metrics, writer, tenant);
-        }
     }
 
     /// What loading a version needs of the service.
@@ -244,6 +232,7 @@ impl Service {
             guard: &self.guard,
             metrics: &self.metrics,
             idle: &self.idle_slots,
+            loader: &self.loader,
         }
     }
 
@@ -257,29 +246,28 @@ impl Service {
     pub(crate) fn adopt(&self, writer: &mut MutexGuard<'_, Writer>, manifest: Manifest, key: Key) {
         let old = std::mem::replace(&mut writer.manifest, manifest);
         if let Key::Tenant(tenant) = &key {
-            let ctx = self.version_context();
-            tokio::task::block_in_place(|| {
-                load_versions(writer, &self.registry, &self.engine, &ctx, Some(tenant));
-            });
+            for version in add_versions(writer, &self.version_context(), Some(tenant)) {
+                tokio::task::block_in_place(|| version.load());
+            }
         }
         self.publish(writer, &old, &key);
     }
 
-    /// Makes sure each of `blobs` is compiled (or read from the artifact cache) and in the
-    /// writer's components, compiling outside the writer lock as an upload does: a
-    /// compile must not hold every writer. One that does not load is left to
-    /// [`load_versions`], which marks its versions unavailable. The caller holds a
-    /// compile permit.
-    pub(crate) async fn load_components(&self, blobs: Vec<String>) {
+    /// Makes sure each of `blobs` is compiled (or read from the artifact cache) and kept
+    /// by the loader, outside the writer lock, as an upload compiles: a compile must not
+    /// hold every writer. One that does not load is left to the version's own load,
+    /// which marks it unavailable. The caller holds a compile permit.
+    pub(crate) fn load_components(&self, blobs: &[String]) {
         for blob in blobs {
-            if self.writer.lock().await.components.contains_key(&blob) {
-                continue;
-            }
-            let loaded = tokio::task::block_in_place(|| load_component(&self.registry, &self.engine, &blob));
-            if let Ok(component) = loaded {
-                self.metrics.loaded(&component);
-                self.writer.lock().await.components.entry(blob).or_insert(component);
-            }
+            let _ = tokio::task::block_in_place(|| self.loader.component(blob));
+        }
+    }
+
+    /// Drops the compiled component of `blob` unless a version names it: what a refused
+    /// upload, or an adopted change this replica had seen already, compiled for nothing.
+    pub(crate) fn forget_component(&self, writer: &Writer, blob: &str) {
+        if !writer.names_blob(blob) {
+            self.loader.forget(blob);
         }
     }
 
@@ -308,14 +296,6 @@ impl Service {
                 loaded.set_routed(false);
             }
         }
-        let gone: Vec<VersionKey> = tenant_range(&writer.unavailable, tenant)
-            .map(|(k, _)| k)
-            .filter(|k| unnamed(k))
-            .cloned()
-            .collect();
-        for key in gone {
-            writer.unavailable.remove(&key);
-        }
         let mut collected = 0;
         let mut removed_blobs = BTreeSet::new();
         for (name, v) in before.iter().flat_map(|r| r.versions()) {
@@ -329,36 +309,33 @@ impl Service {
         if collected > 0 {
             self.metrics.collected(tenant, collected);
         }
-        for blob in &removed_blobs {
-            writer.components.remove(blob);
-        }
         tokio::task::block_in_place(|| {
             for blob in removed_blobs {
-                let _ = self.registry.remove_blob(&blob, &self.engine);
+                self.loader.forget(&blob);
+                let _ = self.loader.registry.remove_blob(&blob, &self.loader.engine);
             }
         });
     }
 
-    /// A loaded version for the writer's map; `template` is an instance-less sibling of
-    /// the scorer the upload's configure check accepted.
-    pub(crate) fn new_version(&self, key: &VersionKey, template: GuestScorer) -> Arc<LoadedVersion> {
-        new_version(&self.version_context(), (&key.0, &key.1, &key.2), template)
+    /// A loaded version for the writer's map, stored as `record`; `template` is an
+    /// instance-less sibling of the scorer the upload's configure check accepted.
+    pub(crate) fn new_version(
+        &self,
+        (tenant, policy): (&str, &str),
+        record: &VersionRecord,
+        template: GuestScorer,
+    ) -> Arc<LoadedVersion> {
+        new_version(&self.version_context(), (tenant, policy), record, Template::Ready(Box::new(template)))
     }
 }
 
-/// Loads every version `writer.manifest` names (of `tenant` alone, if given) that is
-/// neither loaded nor known to be unavailable: from the engine's artifact cache when it holds this component, else
-/// compiled; configured once to learn what it declares (the instance is not kept: it
-/// would hold a slot of the engine's pool while nobody selects). One that does not load
-/// (a missing blob, a limit lowered below its size, a configure that now fails) is marked
-/// unavailable, and everything else serves. Blocking.
-pub(crate) fn load_versions(
+/// Adds a cold version to the writer's map for every version `writer.manifest` names (of
+/// `tenant` alone, if given) that it does not have yet; the versions added. Reads nothing.
+pub(crate) fn add_versions(
     writer: &mut Writer,
-    registry: &Registry,
-    engine: &PolicyEngine,
     ctx: &VersionContext<'_>,
     tenant: Option<&str>,
-) {
+) -> Vec<Arc<LoadedVersion>> {
     let versions: Box<dyn Iterator<Item = (&str, &str, &VersionRecord)>> = match tenant {
         None => Box::new(writer.manifest.versions()),
         Some(tenant) => Box::new(
@@ -370,48 +347,46 @@ pub(crate) fn load_versions(
                 .flat_map(move |r| r.versions().map(move |(n, v)| (tenant, n, v))),
         ),
     };
-    let keys: Vec<(VersionKey, VersionRecord)> = versions
-        .map(|(tenant, name, v)| ((tenant.to_string(), name.to_string(), v.version.clone()), v.clone()))
-        .filter(|(key, _)| !writer.loaded.contains_key(key) && !writer.unavailable.contains_key(key))
+    let new: Vec<(VersionKey, Arc<LoadedVersion>)> = versions
+        .filter(|(tenant, name, v)| {
+            !writer.loaded.contains_key(&(tenant.to_string(), name.to_string(), v.version.clone()))
+        })
+        .map(|(tenant, name, v)| {
+            let key = (tenant.to_string(), name.to_string(), v.version.clone());
+            (key, new_version(ctx, (tenant, name), v, Template::Cold))
+        })
         .collect();
-    for (key, v) in keys {
-        let (tenant, name) = (&key.0, &key.1);
-        let loaded = (|| -> Result<GuestScorer, String> {
-            if !writer.components.contains_key(&v.blob) {
-                let component = load_component(registry, engine, &v.blob)?;
-                ctx.metrics.loaded(&component);
-                writer.components.insert(v.blob.clone(), component);
-            }
-            let component = writer.components[&v.blob].clone();
-            GuestScorer::new(name.clone(), component, &v.params)
-                .map(|s| s.sibling())
-                .map_err(|e| format!("configuring: {e}"))
-        })();
-        match loaded {
-            Ok(accepted) => {
-                let version = new_version(ctx, (tenant, name, &v.version), accepted);
-                writer.loaded.insert(key, version);
-            }
-            Err(reason) => {
-                tracing::warn!(tenant = %tenant, policy = %name, version = %v.version, %reason, "stored version unavailable");
-                writer.unavailable.insert(key, reason.into());
-            }
-        }
-    }
+    new.into_iter()
+        .map(|(key, version)| {
+            writer.loaded.insert(key, Arc::clone(&version));
+            version
+        })
+        .collect()
 }
 
-/// The blob `blob`, read and loaded: from the engine's artifact cache when it holds this
-/// component, else compiled. Blocking.
-fn load_component(registry: &Registry, engine: &PolicyEngine, blob: &str) -> Result<PolicyComponent, String> {
-    let bytes = registry.read_blob(blob).map_err(|e| format!("reading blob {blob}: {e}"))?;
-    PolicyComponent::load(engine, &bytes).map_err(|e| format!("loading: {e}"))
+/// Loads every version of `service` that is still cold, one at a time, each under a
+/// compile permit (its configure takes one of the pool's slots for those): what start-up
+/// leaves for after the server answers (unless `load_on_start` is off). A version a
+/// selection loaded first is skipped.
+pub async fn warm(service: Arc<Service>) {
+    if !service.limits.load_on_start {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let versions: Vec<Arc<LoadedVersion>> = service.snapshot().versions().cloned().collect();
+    for version in &versions {
+        let Ok(_permit) = service.compile_permits.acquire().await else { return };
+        tokio::task::block_in_place(|| version.load());
+    }
+    tracing::info!(versions = versions.len(), took = ?started.elapsed(), "every stored version loaded");
 }
 
 /// Deletes blobs (and their compiled artifacts) that no version of the manifest names:
 /// left by a crash between a record write and a collection, or by an upload dropped
 /// between storing its blob and committing. Start-up holds the data dir's lock, so no
 /// upload is in flight.
-fn sweep_orphan_blobs(store: &Registry, engine: &PolicyEngine, writer: &Writer) {
+fn sweep_orphan_blobs(loader: &Loader, writer: &Writer) {
+    let (store, engine) = (&loader.registry, &loader.engine);
     let blobs = match store.blob_names() {
         Ok(blobs) => blobs,
         Err(e) => return tracing::warn!(error = %e, "listing blobs for the start-up sweep"),
@@ -422,15 +397,4 @@ fn sweep_orphan_blobs(store: &Registry, engine: &PolicyEngine, writer: &Writer) 
             Err(e) => tracing::warn!(blob = %blob, error = %e, "removing an orphan blob"),
         }
     }
-}
-
-/// `tenant`'s state gauges: versions known (in its record) and loaded; and the components
-/// held. A tenant no longer in the manifest drops out.
-fn record_state(metrics: &Metrics, writer: &Writer, tenant: &str) {
-    let versions = writer.manifest.tenants.get(tenant).map(|record| TenantVersions {
-        known: record.versions().count() as u64,
-        loaded: tenant_range(&writer.loaded, tenant).count() as u64,
-    });
-    metrics.set_tenant_versions(tenant, versions);
-    metrics.set_components(writer.components.len());
 }

@@ -1,5 +1,12 @@
-//! A tenant's loaded version: its accepted configuration, its idle instances (bounded
-//! per version and, through [`IdleSlots`], across all of them), its quarantine breaker.
+//! A tenant's version in memory: its accepted configuration (loaded when first needed),
+//! its idle instances (bounded per version and, through [`IdleSlots`], across all of
+//! them), its quarantine breaker; and the [`Loader`] its component comes from.
+//!
+//! Lazy: a version starts cold, with no component and no configuration. Start-up only
+//! reads the registry, so `serve` answers at once however many versions it holds; a
+//! background pass ([`crate::state::warm`]) then loads them one by one, and a selection
+//! that reaches a cold version first loads it itself (from the compiled cache: no compile
+//! unless the cache lost it).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,7 +17,9 @@ use switchyard::{FailMode, Fault, GuardedSelector, GuestScorer, SharedBreaker};
 use switchyard_guest_sdk::{PolicyInfo, WorkerRank};
 
 use crate::config::ServiceLimits;
+pub use crate::loader::Loader;
 use crate::metrics::{Metrics, PolicyMetrics};
+use crate::store::VersionRecord;
 
 /// Idle instances across every version, against `max_idle_instances`: idle instances
 /// hold slots of the engine's pool (and their memory), so they are bounded in total,
@@ -57,15 +66,30 @@ pub(crate) struct VersionContext<'a> {
     pub guard: &'a GuardConfig,
     pub metrics: &'a Metrics,
     pub idle: &'a Arc<IdleSlots>,
+    pub loader: &'a Arc<Loader>,
 }
 
-/// One compiled version of a tenant's policy, with its idle instances.
+/// A version's configuration, as far as it got.
+pub(crate) enum Template {
+    /// Not loaded yet.
+    Cold,
+    /// The accepted configuration, with no instance: each instance is its sibling (see
+    /// [`GuestScorer::sibling`]).
+    Ready(Box<GuestScorer>),
+    /// It did not load (a missing blob, a limit lowered below its size, a configure that
+    /// now fails), and why: its classes fail open or closed, as assigned.
+    Failed(Arc<str>),
+}
+
+/// One version of a tenant's policy, with its idle instances.
 pub struct LoadedVersion {
     policy: String,
     version: String,
-    /// The accepted configuration of the version, with no instance: each pooled
-    /// instance is its sibling (see [`GuestScorer::sibling`]).
-    template: Mutex<GuestScorer>,
+    /// What it loads from: the blob and the parameters.
+    blob: String,
+    params: String,
+    template: Mutex<Template>,
+    loader: Arc<Loader>,
     /// Idle guarded selectors, each owning one guest instance (a Store is
     /// single-threaded, so a concurrent selection takes its own) and the idle slot it
     /// holds.
@@ -100,18 +124,82 @@ impl LoadedVersion {
         &self.breaker
     }
 
+    /// Why it did not load, if it did not.
+    pub fn failure(&self) -> Option<Arc<str>> {
+        match &*self.template() {
+            Template::Failed(reason) => Some(Arc::clone(reason)),
+            Template::Cold | Template::Ready(_) => None,
+        }
+    }
+
+    /// Whether it is loaded (configured, ready for instances).
+    pub fn is_loaded(&self) -> bool {
+        matches!(*self.template(), Template::Ready(_))
+    }
+
+    fn template(&self) -> std::sync::MutexGuard<'_, Template> {
+        self.template.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Loads a cold version: its component (from the loader), configured once to check
+    /// it and learn what it declares; the instance is not kept (it would hold a slot of
+    /// the engine's pool while nobody selects). Blocking. The caller holds a compile
+    /// permit: the configure takes one of the pool's slots for those.
+    pub(crate) fn load(&self) {
+        let mut template = self.template();
+        if matches!(*template, Template::Cold) {
+            *template = match self.configure() {
+                Ok(scorer) => Template::Ready(Box::new(scorer.sibling())),
+                Err(reason) => Template::Failed(reason),
+            };
+        }
+    }
+
+    /// A fresh instance of the version, configured; `Err`: why it does not load.
+    fn configure(&self) -> Result<GuestScorer, Arc<str>> {
+        let loaded = self.loader.component(&self.blob).and_then(|component| {
+            GuestScorer::new(self.policy.clone(), component, &self.params)
+                .map_err(|e| format!("configuring: {e}"))
+        });
+        loaded.map_err(|reason| {
+            tracing::warn!(policy = %self.policy, version = %self.version, %reason, "stored version unavailable");
+            reason.into()
+        })
+    }
+
     /// An idle guarded selector, or a new one whose guest instantiates on its first call
-    /// (a failure then is contained like any fault). Fails as `mode` says.
-    pub fn checkout(&self, mode: FailMode) -> GuardedSelector {
+    /// (a failure then is contained like any fault). Fails as `mode` says. A cold version
+    /// is loaded first, and the instance its configure made is this selection's (within
+    /// the selection's own slot of the engine's pool). `Err`: the version does not load,
+    /// and why.
+    pub fn checkout(&self, mode: FailMode) -> Result<GuardedSelector, Arc<str>> {
         // The idle slot goes back as the entry is taken apart.
         let pooled =
             self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop().map(|(selector, _slot)| selector);
-        let mut selector = pooled.unwrap_or_else(|| {
-            let scorer = self.template.lock().unwrap_or_else(|p| p.into_inner()).sibling();
-            self.wrap(scorer)
-        });
+        let mut selector = match pooled {
+            Some(selector) => selector,
+            None => {
+                let mut template = self.template();
+                let scorer = match &*template {
+                    Template::Ready(t) => t.sibling(),
+                    Template::Failed(reason) => return Err(Arc::clone(reason)),
+                    Template::Cold => match self.configure() {
+                        Ok(scorer) => {
+                            *template = Template::Ready(Box::new(scorer.sibling()));
+                            scorer
+                        }
+                        Err(reason) => {
+                            *template = Template::Failed(Arc::clone(&reason));
+                            return Err(reason);
+                        }
+                    },
+                };
+                drop(template);
+                self.wrap(scorer)
+            }
+        };
         selector.set_fail_mode(mode);
-        selector
+        Ok(selector)
     }
 
     /// Returns a selector for reuse, or drops it (and its instance, freeing its slot and
@@ -180,18 +268,23 @@ impl Scorer for Metered {
     }
 }
 
-/// A loaded version of (tenant, policy, version), with a closed breaker of its own and
-/// no instance yet: `template` is an instance-less sibling of a scorer that configured
-/// successfully. Retired until a commit (or start-up) routes a class to it.
+/// A version of `tenant`'s `policy` stored as `record`, with a closed breaker of its own
+/// and no instance yet: `template` is [`Template::Cold`] (loaded when first needed) or an
+/// instance-less sibling of a scorer that configured successfully (an upload's). Retired
+/// until a commit (or start-up) routes a class to it.
 pub(crate) fn new_version(
     ctx: &VersionContext<'_>,
-    (tenant, policy, version): (&str, &str, &str),
-    template: GuestScorer,
+    (tenant, policy): (&str, &str),
+    record: &VersionRecord,
+    template: Template,
 ) -> Arc<LoadedVersion> {
     Arc::new(LoadedVersion {
         policy: policy.to_string(),
-        version: version.to_string(),
+        version: record.version.clone(),
+        blob: record.blob.clone(),
+        params: record.params.clone(),
         template: Mutex::new(template),
+        loader: Arc::clone(ctx.loader),
         idle: Mutex::new(Vec::new()),
         max_idle: ctx.limits.idle_instances_per_version,
         routed: AtomicBool::new(false),

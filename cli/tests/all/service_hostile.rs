@@ -421,9 +421,9 @@ fn a_tampered_compiled_artifact_is_recompiled_and_counted_never_run() {
     // The rewritten artifact is whole: the next start loads it.
     let server = Server::start(&dir, None, Some(ADMIN));
     let c = Client::new(&server);
+    assert_eq!(select(&c).1["cost"], before["cost"]);
     assert_eq!(c.metric("switchyard_artifacts_rejected_total"), 0.0);
     assert_eq!(c.metric("switchyard_components_from_cache_total"), 1.0);
-    assert_eq!(select(&c).1["cost"], before["cost"]);
 
     // Owner-only, everything the server wrote.
     let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;

@@ -236,7 +236,12 @@ fn every_acknowledged_upload_survives_kill_9() {
         c.call("POST", "/v1/select", Some(&token), Body::Json(select_body("acme", Some("c"))));
     assert_eq!(status, 200, "{answer}");
     assert_eq!((answer["version"].as_str(), &answer["fallback"]), (Some(active), &Value::Null));
-    // Every stored version came back from our artifact cache, none through Cranelift.
+    // Every stored version came back from our artifact cache (loaded in the background
+    // after start-up), none through Cranelift.
+    assert!(
+        c.wait_for_metric("switchyard_versions_loaded{tenant=\"acme\"}", versions.len() as f64),
+        "every version loads after the restart"
+    );
     assert_eq!(c.metric("switchyard_components_from_cache_total"), versions.len() as f64);
     assert_eq!(c.metric("switchyard_compile_seconds_count"), 0.0, "nothing recompiled");
     let leftovers: Vec<_> = std::fs::read_dir(dir.join("blobs"))

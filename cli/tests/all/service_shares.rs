@@ -310,3 +310,53 @@ fn blobs_no_version_names_are_swept_at_start_up() {
     let (status, v) = c.select(&token, "acme", Some("gold"));
     assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
 }
+
+/// With `load_on_start = false` a restart loads nothing: each version loads on its first
+/// selection (the answer is that version's), and one that no longer loads is reported
+/// then, while the others keep serving.
+#[test]
+fn versions_load_on_their_first_selection_when_start_up_loads_none() {
+    let dir = temp_dir("service-shares-lazy");
+    let data = dir.join("data");
+    let config = write_config(&dir, "[service]\nload_on_start = false\n");
+    let broken_bytes = variant(DEFAULT_POLICY, 2);
+    let (token, versions, broken_blob) = {
+        let server = Server::start(&data, Some(&config), Some(ADMIN));
+        let c = Client::new(&server);
+        let token = c.add_tenant("acme");
+        let mut versions = Vec::new();
+        for (class, bytes) in [("a", variant(DEFAULT_POLICY, 0)), ("b", variant(DEFAULT_POLICY, 1))] {
+            versions.push(c.uploaded(&token, "acme", class, &bytes, None));
+            c.assigned(&token, "acme", class, json!({ "policy": class }));
+        }
+        let broken = c.uploaded(&token, "acme", "broken", &broken_bytes, None);
+        c.assigned(&token, "acme", "broken", json!({ "policy": "broken", "on_fault": "closed" }));
+        (token, versions, broken)
+    };
+    // The broken version's blob is its version (no parameters): lose it.
+    std::fs::remove_file(data.join("blobs").join(format!("{broken_blob}.wasm"))).unwrap();
+
+    let server = Server::start(&data, Some(&config), Some(ADMIN));
+    let c = Client::new(&server);
+    let loaded = || c.metric("switchyard_versions_loaded{tenant=\"acme\"}");
+    assert_eq!(c.metric("switchyard_versions{tenant=\"acme\"}"), 3.0);
+    assert_eq!(loaded(), 0.0, "start-up loaded nothing");
+    assert_eq!(c.metric("switchyard_versions_unavailable"), 0.0, "not known until tried");
+    let (status, v) = c.select(&token, "acme", Some("b"));
+    assert_eq!(
+        (status, v["build"].as_str(), v["version"].as_str()),
+        (200, Some("guest"), Some(versions[1].as_str())),
+        "{v}"
+    );
+    assert_eq!(loaded(), 1.0, "the selected version alone");
+    let (status, v) = c.select(&token, "acme", Some("broken"));
+    assert_eq!((status, v["error"]["kind"].as_str()), (503, Some("unavailable")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("reading blob"), "{v}");
+    assert_eq!(c.metric("switchyard_versions_unavailable"), 1.0);
+    let (status, v) = c.select(&token, "acme", Some("a"));
+    assert_eq!((status, v["version"].as_str()), (200, Some(versions[0].as_str())), "{v}");
+    assert_eq!(loaded(), 2.0);
+    // Loaded from the compiled cache, not compiled again.
+    assert_eq!(c.metric("switchyard_compile_seconds_count"), 0.0);
+    assert_eq!(c.metric("switchyard_components_from_cache_total"), 2.0);
+}

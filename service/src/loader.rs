@@ -1,0 +1,63 @@
+//! Components by blob, loaded when a version first needs one: from the engine's artifact
+//! cache when it holds this engine's compilation of the bytes, else compiled (and cached).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use switchyard::{PolicyComponent, PolicyEngine};
+
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+
+/// Where components come from: the registry's blobs, loaded from the engine's artifact
+/// cache when it holds them, else compiled. Each blob's component is kept once, shared by
+/// every version naming it, until the writer drops it (no version names the blob).
+pub struct Loader {
+    pub(crate) registry: Registry,
+    pub(crate) engine: PolicyEngine,
+    metrics: Arc<Metrics>,
+    components: Mutex<HashMap<String, PolicyComponent>>,
+}
+
+impl Loader {
+    pub(crate) fn new(registry: Registry, engine: PolicyEngine, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self { registry, engine, metrics, components: Mutex::default() })
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, PolicyComponent>> {
+        self.components.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The component of `blob`, loaded now if it is not kept yet. Blocking (a blob read,
+    /// and a compile if the artifact cache lacks it). Two loads of one blob at once may
+    /// both load it; the first kept wins.
+    pub(crate) fn component(&self, blob: &str) -> Result<PolicyComponent, String> {
+        if let Some(c) = self.kept(blob) {
+            return Ok(c);
+        }
+        let bytes = self.registry.read_blob(blob).map_err(|e| format!("reading blob {blob}: {e}"))?;
+        let component = PolicyComponent::load(&self.engine, &bytes).map_err(|e| format!("loading: {e}"))?;
+        self.metrics.loaded(&component);
+        Ok(self.map().entry(blob.to_string()).or_insert(component).clone())
+    }
+
+    /// The component of `blob`, if it is kept.
+    pub(crate) fn kept(&self, blob: &str) -> Option<PolicyComponent> {
+        self.map().get(blob).cloned()
+    }
+
+    /// Keeps `component` (an upload's, just compiled) as `blob`'s.
+    pub(crate) fn keep(&self, blob: &str, component: PolicyComponent) {
+        self.map().entry(blob.to_string()).or_insert(component);
+    }
+
+    /// Drops `blob`'s component (versions already configured from it keep theirs).
+    pub(crate) fn forget(&self, blob: &str) {
+        self.map().remove(blob);
+    }
+
+    /// Components kept.
+    pub(crate) fn len(&self) -> usize {
+        self.map().len()
+    }
+}
