@@ -3,7 +3,12 @@
 //! - `budget/{none,fuel,epoch}`: one selection over 256 candidates with each CPU bound
 //!   (none is for this comparison only; tenants always get a bound);
 //! - `recovery/{healthy-call,trap-and-fresh-instance}`: a call on a live instance vs. a
-//!   call that must first instantiate afresh (the previous call trapped) and then traps.
+//!   call that must first instantiate afresh (the previous call trapped) and then traps;
+//! - `fresh-instance/{pooled,one-module,modules-alternating}`: the default policy's
+//!   selection on an instance kept from the last one vs. on a fresh sibling
+//!   (instantiate + configure + the selection), what `serve` does when a version has no
+//!   idle instance: of one module, and of two modules alternating (many tenants' versions
+//!   share the pool's slots, so a slot's last module is mostly another's).
 //!
 //! `cargo bench --bench sandbox -- --warm-up-time 1 --measurement-time 3`
 
@@ -73,5 +78,36 @@ fn recovery(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, budgets, recovery);
+fn fresh_instance(c: &mut Criterion) {
+    let (table, request) = request(256);
+    let mut group = c.benchmark_group("fresh-instance");
+    let params = r#"{"prefill_load_scale": 1.5}"#;
+    let mut pooled = Selector::new(Box::new(guest(Budget::Fuel, default_policy(), params)));
+    group.bench_function("pooled", |b| b.iter(|| black_box(pooled.select(&table, &request).unwrap())));
+    let one = guest(Budget::Fuel, default_policy(), params).sibling();
+    group.bench_function("one-module", |b| {
+        b.iter(|| black_box(Selector::new(Box::new(one.sibling())).select(&table, &request).unwrap()))
+    });
+    // Two components of one engine (different bytes: a custom section appended).
+    let engine = PolicyEngine::new(Limits { budget: Budget::Fuel, ..Limits::default() }).expect("engine");
+    let mut other = default_policy().to_vec();
+    other.extend_from_slice(&[0, 4, 3, b'x', b'y', b'z']);
+    let templates: Vec<GuestScorer> = [default_policy(), &other[..]]
+        .iter()
+        .map(|bytes| {
+            let component = PolicyComponent::load(&engine, bytes).expect("loads");
+            GuestScorer::new("bench", component, params).expect("instantiates").sibling()
+        })
+        .collect();
+    let mut turn = 0;
+    group.bench_function("modules-alternating", |b| {
+        b.iter(|| {
+            turn ^= 1;
+            black_box(Selector::new(Box::new(templates[turn].sibling())).select(&table, &request).unwrap())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, budgets, recovery, fresh_instance);
 criterion_main!(benches);
