@@ -92,6 +92,12 @@ pub struct ServiceConfig {
     /// itself (from the compiled cache, ~ms). true: after a restart every version is
     /// ready within seconds, and a version that no longer loads is reported at once.
     pub load_on_start: bool,
+    /// A loaded version not selected for this long, seconds, is evicted: its
+    /// configuration, idle instances and (when no other loaded version shares it) its
+    /// compiled component are dropped, and its next selection loads it again from the
+    /// compiled cache (~ms). 600; 0 never evicts. What bounds memory with many tenants is
+    /// the versions in use, not the versions stored.
+    pub evict_after_secs: u64,
     /// Selections of one tenant at once (→ 429 `tenant-busy`), each running on an
     /// instance of its own. 16: more than the selection threads of a small host, so one
     /// tenant's burst (many versions, many concurrent selects) holds at most 16 of the
@@ -138,6 +144,7 @@ impl Default for ServiceConfig {
             idle_instances_per_version: 8,
             max_idle_instances: 64,
             load_on_start: true,
+            evict_after_secs: 600,
             max_in_flight_per_tenant: 16,
             max_workers: r.max_workers,
             max_dp_size: r.max_dp_size,

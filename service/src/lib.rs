@@ -87,6 +87,8 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         // Every stored version loads in the background while the server answers (a
         // selection that reaches a cold version first loads it itself).
         tokio::spawn(state::warm(Arc::clone(&service)));
+        // And versions unused for `evict_after_secs` are dropped again.
+        tokio::spawn(state::evict(Arc::clone(&service)));
         // A fleet's replica follows the shared registry from here on, and sweeps its blobs.
         tokio::spawn(fleet::follow(Arc::clone(&service)));
         tokio::spawn(fleet::sweep(Arc::clone(&service)));

@@ -60,4 +60,20 @@ impl Loader {
     pub(crate) fn len(&self) -> usize {
         self.map().len()
     }
+
+    /// Drops every kept component whose blob is not in `in_use` (no loaded version uses
+    /// it). A version loading meanwhile keeps its own component; only the shared copy goes.
+    pub(crate) fn keep_only(&self, in_use: &std::collections::HashSet<&str>) {
+        self.map().retain(|blob, _| in_use.contains(blob.as_str()));
+    }
+
+    /// The service's metrics.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Guest instances alive now (the engine's pool slots in use).
+    pub(crate) fn instances(&self) -> u64 {
+        self.engine.engine().pooling_allocator_metrics().map_or(0, |m| m.component_instances())
+    }
 }

@@ -39,6 +39,8 @@ pub const FAULT_KINDS: [FaultKind; 8] = FaultKind::POLICY;
 const LATENCY_BOUNDS: [f64; 10] = [1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 2.5e-2, 1e-1];
 /// Upper bounds of the compile time buckets, seconds (10 ms … 10 s).
 const COMPILE_BOUNDS: [f64; 8] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0];
+/// Loading a version: its component from the compiled cache (or compiled) and a configure.
+const LOAD_BOUNDS: [f64; 9] = [1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 0.1, 1.0, 10.0];
 
 /// A gauge of a count: never negative, and read back as the `u64` the callers count in.
 type CountGauge = Gauge<u64, AtomicU64>;
@@ -241,6 +243,8 @@ pub struct State {
     pub unavailable: usize,
     /// Compiled components held.
     pub components: usize,
+    /// Guest instances alive now (idle or running), from the engine's pool.
+    pub instances: u64,
 }
 
 /// How many versions one tenant has: in the manifest, and loaded in memory.
@@ -259,6 +263,12 @@ pub struct Metrics {
     policies: Mutex<BTreeMap<(String, String), Arc<PolicyMetrics>>>,
     families: PolicyFamilies,
     compile: AtomicHistogram,
+    /// Versions loaded (component and configure), each time: after start-up, on a first
+    /// selection, after an eviction, adopted from the fleet.
+    load: AtomicHistogram,
+    /// Versions evicted: unused for `evict_after_secs`, their configuration and (when no
+    /// other loaded version shares it) their component dropped.
+    evicted: Counter,
     /// Components loaded from our artifact cache instead of compiled.
     from_cache: Counter,
     /// tenant → versions garbage-collected so far.
@@ -276,6 +286,8 @@ impl Default for Metrics {
             policies: Mutex::default(),
             families: PolicyFamilies::default(),
             compile: AtomicHistogram::new(&COMPILE_BOUNDS),
+            load: AtomicHistogram::new(&LOAD_BOUNDS),
+            evicted: Counter::default(),
             from_cache: Counter::default(),
             collected: Family::default(),
             compiles_abandoned: CountGauge::default(),
@@ -301,6 +313,16 @@ impl Metrics {
         } else {
             self.compiled(component.compile_time());
         }
+    }
+
+    /// A version loaded in `took`.
+    pub fn version_loaded(&self, took: Duration) {
+        self.load.observe(took);
+    }
+
+    /// `n` versions were evicted.
+    pub fn evicted(&self, n: u64) {
+        self.evicted.inc_by(n);
     }
 
     /// A compile that took `took`.
@@ -340,7 +362,7 @@ impl Metrics {
     /// The names are the exposed ones less what the encoder adds: `_total` to a counter,
     /// and the help text's final period.
     pub fn register(&self, registry: &mut Registry, state: &State) {
-        let State { quarantined, versions, unavailable: unavailable_versions, components } = state;
+        let State { quarantined, versions, unavailable: unavailable_versions, components, instances } = state;
         let f = &self.families;
         registry.register(
             "switchyard_selections",
@@ -394,6 +416,21 @@ impl Metrics {
             "switchyard_compile_seconds",
             "Compile time of uploaded components",
             self.compile.clone(),
+        );
+        registry.register(
+            "switchyard_version_load_seconds",
+            "Time to load a version (its component from the compiled cache, or compiled, and a configure)",
+            self.load.clone(),
+        );
+        registry.register(
+            "switchyard_versions_evicted",
+            "Versions evicted after evict_after_secs unused (loaded again on their next selection)",
+            self.evicted.clone(),
+        );
+        registry.register(
+            "switchyard_instances_live",
+            "Guest instances alive now, idle or running (slots of the engine's pool in use)",
+            ConstGauge::new(*instances),
         );
         registry.register(
             "switchyard_components_from_cache",

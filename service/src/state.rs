@@ -30,8 +30,8 @@ use crate::rates::WriteRates;
 use crate::registry::{Registry, RegistryOptions};
 pub use crate::snapshot::{Route, Snapshot, Target};
 use crate::store::{Manifest, Store, TenantRecord, VersionRecord};
+use crate::version::{Clock, Template, VersionContext, new_version};
 pub use crate::version::{IdleSlots, LoadedVersion, Loader};
-use crate::version::{Template, VersionContext, new_version};
 
 /// (tenant, policy name, version).
 pub type VersionKey = (String, String, String);
@@ -84,6 +84,8 @@ pub struct Service {
     pub(crate) guard: GuardConfig,
     /// The registry, the engine, and the components loaded from them.
     pub(crate) loader: Arc<Loader>,
+    /// Seconds since start, for versions' last use.
+    clock: Clock,
     pub(crate) admin_sha256: String,
     pub(crate) writer: tokio::sync::Mutex<Writer>,
     snapshot: ArcSwap<Snapshot>,
@@ -139,6 +141,7 @@ impl Service {
         let metrics = Arc::new(Metrics::default());
         let idle_slots = IdleSlots::new(limits.max_idle_instances);
         let loader = Loader::new(registry, engine, Arc::clone(&metrics));
+        let clock = Clock::new();
         let mut writer = Writer { manifest, loaded: imbl::OrdMap::new(), blob_users: HashMap::new() };
         for record in writer.manifest.tenants.values().cloned().collect::<Vec<_>>() {
             writer.count_blobs(Some(&record), true);
@@ -149,6 +152,7 @@ impl Service {
             metrics: &metrics,
             idle: &idle_slots,
             loader: &loader,
+            clock,
         };
         add_versions(&mut writer, &ctx, None);
         sweep_orphan_blobs(&loader, &writer);
@@ -158,6 +162,7 @@ impl Service {
             limits,
             guard,
             loader,
+            clock,
             admin_sha256,
             writer: tokio::sync::Mutex::new(writer),
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -188,6 +193,7 @@ impl Service {
             versions: snapshot.tenant_versions(),
             unavailable: snapshot.unavailable_count(),
             components: self.loader.len(),
+            instances: self.loader.instances(),
         };
         self.metrics.register(registry, &state);
         registry.register(
@@ -233,6 +239,7 @@ impl Service {
             metrics: &self.metrics,
             idle: &self.idle_slots,
             loader: &self.loader,
+            clock: self.clock,
         }
     }
 
@@ -395,6 +402,32 @@ fn sweep_orphan_blobs(loader: &Loader, writer: &Writer) {
         match store.remove_blob(blob, engine) {
             Ok(()) => tracing::info!(blob = %blob, "orphan blob removed at start-up"),
             Err(e) => tracing::warn!(blob = %blob, error = %e, "removing an orphan blob"),
+        }
+    }
+}
+
+/// Evicts versions unused for `evict_after_secs` until the process ends (never, at 0):
+/// every quarter of that (1 s to 60 s), each loaded version not checked out since is made
+/// cold again, and the components no loaded version uses are dropped. A version evicted
+/// loads again on its next selection (from the compiled cache). The pass looks at every
+/// version: O(versions) every quarter of the idle time, not per selection.
+pub async fn evict(service: Arc<Service>) {
+    let idle = service.limits.evict_after_secs;
+    if idle == 0 {
+        return;
+    }
+    let every = std::time::Duration::from_secs(idle / 4)
+        .clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(60));
+    loop {
+        tokio::time::sleep(every).await;
+        let snapshot = service.snapshot();
+        let evicted = snapshot.versions().filter(|v| v.evict_if_idle(idle)).count();
+        if evicted > 0 {
+            service.metrics.evicted(evicted as u64);
+            let in_use: HashSet<&str> =
+                snapshot.versions().filter(|v| v.is_loaded()).map(|v| v.blob()).collect();
+            service.loader.keep_only(&in_use);
+            tracing::debug!(evicted, "versions unused for {idle} s evicted");
         }
     }
 }

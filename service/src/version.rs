@@ -8,7 +8,7 @@
 //! that reaches a cold version first loads it itself (from the compiled cache: no compile
 //! unless the cache lost it).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use switchyard::guard::GuardConfig;
@@ -67,6 +67,22 @@ pub(crate) struct VersionContext<'a> {
     pub metrics: &'a Metrics,
     pub idle: &'a Arc<IdleSlots>,
     pub loader: &'a Arc<Loader>,
+    pub clock: Clock,
+}
+
+/// The service's coarse clock: whole seconds since it started (enough to tell a version
+/// unused for minutes, and one relaxed store per selection).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock(std::time::Instant);
+
+impl Clock {
+    pub(crate) fn new() -> Self {
+        Self(std::time::Instant::now())
+    }
+    /// Seconds since the service started.
+    pub(crate) fn now(&self) -> u64 {
+        self.0.elapsed().as_secs()
+    }
 }
 
 /// A version's configuration, as far as it got.
@@ -90,6 +106,9 @@ pub struct LoadedVersion {
     params: String,
     template: Mutex<Template>,
     loader: Arc<Loader>,
+    /// When it was last checked out, in seconds of the service's clock ([`Clock`]).
+    last_used: AtomicU64,
+    clock: Clock,
     /// Idle guarded selectors, each owning one guest instance (a Store is
     /// single-threaded, so a concurrent selection takes its own) and the idle slot it
     /// holds.
@@ -157,10 +176,12 @@ impl LoadedVersion {
 
     /// A fresh instance of the version, configured; `Err`: why it does not load.
     fn configure(&self) -> Result<GuestScorer, Arc<str>> {
+        let started = std::time::Instant::now();
         let loaded = self.loader.component(&self.blob).and_then(|component| {
             GuestScorer::new(self.policy.clone(), component, &self.params)
                 .map_err(|e| format!("configuring: {e}"))
         });
+        self.loader.metrics().version_loaded(started.elapsed());
         loaded.map_err(|reason| {
             tracing::warn!(policy = %self.policy, version = %self.version, %reason, "stored version unavailable");
             reason.into()
@@ -173,6 +194,7 @@ impl LoadedVersion {
     /// the selection's own slot of the engine's pool). `Err`: the version does not load,
     /// and why.
     pub fn checkout(&self, mode: FailMode) -> Result<GuardedSelector, Arc<str>> {
+        self.last_used.store(self.clock.now(), Ordering::Relaxed);
         // The idle slot goes back as the entry is taken apart.
         let pooled =
             self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop().map(|(selector, _slot)| selector);
@@ -222,6 +244,28 @@ impl LoadedVersion {
         switchyard_builtins::guarded(Box::new(scorer), FailMode::Open, self.guard.clone())
             .with_breaker(Arc::clone(&self.breaker))
             .with_label(format!("`{}` version {short}", self.policy))
+    }
+
+    /// Evicts the version if it is loaded and was not checked out in the last `idle`
+    /// seconds: its configuration and idle instances go (a selection running on it
+    /// finishes on its own instance), and its next selection loads it again. Whether it
+    /// was evicted.
+    pub(crate) fn evict_if_idle(&self, idle: u64) -> bool {
+        let mut template = self.template();
+        let unused = self.clock.now().saturating_sub(self.last_used.load(Ordering::Relaxed)) >= idle;
+        if !(unused && matches!(*template, Template::Ready(_))) {
+            return false;
+        }
+        *template = Template::Cold;
+        drop(template);
+        let dropped = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(dropped);
+        true
+    }
+
+    /// The blob it loads from.
+    pub(crate) fn blob(&self) -> &str {
+        &self.blob
     }
 
     /// Marks the version routed or retired; a retired one drops its idle instances, and
@@ -285,6 +329,8 @@ pub(crate) fn new_version(
         params: record.params.clone(),
         template: Mutex::new(template),
         loader: Arc::clone(ctx.loader),
+        last_used: AtomicU64::new(ctx.clock.now()),
+        clock: ctx.clock,
         idle: Mutex::new(Vec::new()),
         max_idle: ctx.limits.idle_instances_per_version,
         routed: AtomicBool::new(false),

@@ -360,3 +360,42 @@ fn versions_load_on_their_first_selection_when_start_up_loads_none() {
     assert_eq!(c.metric("switchyard_compile_seconds_count"), 0.0);
     assert_eq!(c.metric("switchyard_components_from_cache_total"), 2.0);
 }
+
+/// A version unused for `evict_after_secs` is evicted (its configuration and component
+/// dropped) and loads again on its next selection, which its own version answers.
+#[test]
+fn an_unused_version_is_evicted_and_its_next_selection_loads_it_again() {
+    let dir = temp_dir("service-shares-evict");
+    let config = write_config(&dir, "[service]\nevict_after_secs = 1\n");
+    let server = Server::start(&dir.join("data"), Some(&config), Some(ADMIN));
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    let version = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
+    let (status, v) = c.select(&token, "acme", Some("gold"));
+    assert_eq!((status, v["version"].as_str()), (200, Some(version.as_str())), "{v}");
+    assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 1.0);
+    assert_eq!(c.metric("switchyard_components_loaded"), 1.0);
+    assert_eq!(c.metric("switchyard_instances_live"), 1.0, "its idle instance");
+
+    assert!(c.wait_for_metric("switchyard_versions_evicted_total", 1.0), "evicted once unused");
+    assert_eq!(c.metric("switchyard_instances_live"), 0.0);
+    assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 0.0);
+    assert_eq!(c.metric("switchyard_components_loaded"), 0.0, "its component went with it");
+    assert_eq!(c.metric("switchyard_idle_instances"), 0.0, "and its idle instances");
+    let loads = c.metric("switchyard_version_load_seconds_count");
+
+    let (status, v) = c.select(&token, "acme", Some("gold"));
+    assert_eq!(
+        (status, v["build"].as_str(), v["version"].as_str()),
+        (200, Some("guest"), Some(version.as_str())),
+        "{v}"
+    );
+    assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 1.0, "loaded again");
+    assert_eq!(c.metric("switchyard_version_load_seconds_count"), loads + 1.0);
+    assert_eq!(
+        c.metric("switchyard_compile_seconds_count"),
+        1.0,
+        "from the compiled cache, not compiled again"
+    );
+}
