@@ -5,9 +5,11 @@
 //!    policy and assigning a class to it: the first `SCALE_DISTINCT` (default 1,000) each
 //!    a distinct component (different bytes: a custom section appended, so each is
 //!    compiled), the rest one of those with distinct parameters. From 2 client threads.
-//! 2. `SCALE_SELECTIONS` selections (default 100,000) from 2 threads, each of a tenant
-//!    drawn uniformly at random; a tenant's first is "cold" (its version has no instance
-//!    yet), the others "warm". Beside them, in the same run, one tenant alone: the
+//! 2. Every version evicted (`evict_after_secs = EVICT_AFTER`, waited for), then
+//!    `SCALE_SELECTIONS` selections (default 100,000) from 2 threads, each of a tenant
+//!    drawn uniformly at random; a tenant's first is "cold" (its version evicted: loaded
+//!    again from the compiled cache and configured), the others "warm" (loaded; an idle
+//!    instance or a fresh one). Beside them, in the same run, one tenant alone: the
 //!    single-tenant warm figure the warm selections are compared with.
 //! 3. The server restarted on that data dir: time to listening, to the first selection
 //!    answered (of the tenant whose version loads last), and to every version loaded
@@ -42,8 +44,12 @@ use crate::server::{ADMIN, Client, Server, serve_command, temp_dir, variant, wri
 use crate::stats::quantile;
 
 /// Every write a tenant makes here is one upload and one assignment; the service's
-/// defaults are kept otherwise, so the figures are the defaults'.
-const CONFIG: &str = "[service]\n";
+/// defaults are kept otherwise, so the figures are the defaults', but for eviction:
+/// after `EVICT_AFTER` seconds unused rather than 600, so that the cold selections are
+/// of evicted versions without a ten-minute wait (and a warm version, selected every few
+/// seconds, is not evicted during the run).
+const CONFIG: &str = "[service]\nevict_after_secs = 30\n";
+const EVICT_AFTER: Duration = Duration::from_secs(30);
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -88,8 +94,17 @@ fn main() {
     let compile_ms: Vec<f64> = uploads.iter().take(distinct).map(|(_, _, ms, _)| *ms).collect();
     let tokens: Vec<String> = uploads.into_iter().map(|(_, token, ..)| token).collect();
 
-    // 2. Selections: the single tenant first, then every tenant at random, then the
-    // single tenant again (its figure is the median of both).
+    // 2. Every version evicted; then selections: the single tenant first, then every
+    // tenant at random, then the single tenant again (its figure is the median of both).
+    let evicting = Instant::now();
+    let client = Client::new(&server);
+    while client.try_metric("switchyard_versions_evicted_total").unwrap_or(0.0) < tenants as f64
+        && evicting.elapsed() < EVICT_AFTER * 4
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let evicted = client.try_metric("switchyard_versions_evicted_total").unwrap_or(0.0);
+    let rss_evicted = rss_mib(server.pid());
     let single_before = select_one(&server, &tokens[0], 0, 2_000);
     let (cold, warm) = select_random(&server, &tokens, selections);
     let single_after = select_one(&server, &tokens[0], 0, 2_000);
@@ -111,6 +126,7 @@ fn main() {
     );
     println!("| compile per distinct upload, p50 / p99 | {} |", pair(&compile_ms, 1.0, "ms"));
     println!("| RSS after the uploads | {rss_uploads} MiB |");
+    println!("| versions evicted, then RSS | {evicted} of {tenants}, {rss_evicted} MiB |");
     println!("| RSS after the selections | {rss_selections} MiB |");
     println!(
         "| cold selection (a tenant's first), p50 / p99 ({}) | {} |",
