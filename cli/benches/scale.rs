@@ -109,6 +109,7 @@ fn main() {
     let (cold, warm) = select_random(&server, &tokens, selections);
     let single_after = select_one(&server, &tokens[0], 0, 2_000);
     let rss_selections = rss_mib(server.pid());
+    let metrics_bytes = Client::new(&server).metrics().len();
     let mut single = single_before;
     single.extend(single_after);
 
@@ -128,6 +129,7 @@ fn main() {
     println!("| RSS after the uploads | {rss_uploads} MiB |");
     println!("| versions evicted, then RSS | {evicted} of {tenants}, {rss_evicted} MiB |");
     println!("| RSS after the selections | {rss_selections} MiB |");
+    println!("| /metrics after the selections | {:.1} MB |", metrics_bytes as f64 / 1e6);
     println!(
         "| cold selection (a tenant's first), p50 / p99 ({}) | {} |",
         cold.len(),

@@ -24,6 +24,7 @@ pub mod config;
 pub mod error;
 pub mod fleet;
 pub mod http;
+mod idle;
 mod loader;
 pub mod manage;
 pub mod metrics;

@@ -269,6 +269,8 @@ pub struct Metrics {
     /// Versions evicted: unused for `evict_after_secs`, their configuration and (when no
     /// other loaded version shares it) their component dropped.
     evicted: Counter,
+    /// Selections that found no idle instance of their version.
+    idle_misses: Counter,
     /// Components loaded from our artifact cache instead of compiled.
     from_cache: Counter,
     /// tenant → versions garbage-collected so far.
@@ -288,6 +290,7 @@ impl Default for Metrics {
             compile: AtomicHistogram::new(&COMPILE_BOUNDS),
             load: AtomicHistogram::new(&LOAD_BOUNDS),
             evicted: Counter::default(),
+            idle_misses: Counter::default(),
             from_cache: Counter::default(),
             collected: Family::default(),
             compiles_abandoned: CountGauge::default(),
@@ -318,6 +321,11 @@ impl Metrics {
     /// A version loaded in `took`.
     pub fn version_loaded(&self, took: Duration) {
         self.load.observe(took);
+    }
+
+    /// A selection found no idle instance of its version, and makes a fresh one.
+    pub fn idle_miss(&self) {
+        self.idle_misses.inc();
     }
 
     /// `n` versions were evicted.
@@ -426,6 +434,11 @@ impl Metrics {
             "switchyard_versions_evicted",
             "Versions evicted after evict_after_secs unused (loaded again on their next selection)",
             self.evicted.clone(),
+        );
+        registry.register(
+            "switchyard_idle_misses",
+            "Selections that found no idle instance of their version (instantiated and configured a fresh one)",
+            self.idle_misses.clone(),
         );
         registry.register(
             "switchyard_instances_live",

@@ -8,8 +8,8 @@
 //! that reaches a cold version first loads it itself (from the compiled cache: no compile
 //! unless the cache lost it).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use switchyard::guard::GuardConfig;
 use switchyard::selection::{Call, Scorer};
@@ -17,48 +17,11 @@ use switchyard::{FailMode, Fault, GuardedSelector, GuestScorer, SharedBreaker};
 use switchyard_guest_sdk::{PolicyInfo, WorkerRank};
 
 use crate::config::ServiceLimits;
+use crate::idle::IdleSlot;
+pub use crate::idle::IdleSlots;
 pub use crate::loader::Loader;
 use crate::metrics::{Metrics, PolicyMetrics};
 use crate::store::VersionRecord;
-
-/// Idle instances across every version, against `max_idle_instances`: idle instances
-/// hold slots of the engine's pool (and their memory), so they are bounded in total,
-/// leaving the pool's other slots to selections in flight.
-#[derive(Debug)]
-pub struct IdleSlots {
-    held: AtomicUsize,
-    max: usize,
-}
-
-impl IdleSlots {
-    pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(Self { held: AtomicUsize::new(0), max })
-    }
-    /// Takes a slot for one more idle instance, if any is left. The slot is given back
-    /// when the answer is dropped, with the idle instance it is kept beside.
-    fn take(self: &Arc<Self>) -> Option<IdleSlot> {
-        self.held
-            .try_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1))
-            .ok()
-            .map(|_| IdleSlot(Arc::clone(self)))
-    }
-    /// Idle instances kept now, across every version.
-    pub fn held(&self) -> usize {
-        self.held.load(Ordering::Acquire)
-    }
-}
-
-/// One of the `max_idle_instances` slots, owned by the idle instance it is kept with:
-/// however that instance leaves its pool (checked out, its version retired or dropped
-/// whole), the slot comes back with it.
-#[derive(Debug)]
-struct IdleSlot(Arc<IdleSlots>);
-
-impl Drop for IdleSlot {
-    fn drop(&mut self) {
-        self.0.held.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 /// What every loaded version shares: the service's settings, its metrics, the idle slots.
 pub(crate) struct VersionContext<'a> {
@@ -123,6 +86,8 @@ pub struct LoadedVersion {
     breaker: Arc<SharedBreaker>,
     guard: GuardConfig,
     idle_slots: Arc<IdleSlots>,
+    /// Itself, for the idle slots to find the version an instance is kept by.
+    this: Weak<LoadedVersion>,
 }
 
 impl LoadedVersion {
@@ -201,6 +166,7 @@ impl LoadedVersion {
         let mut selector = match pooled {
             Some(selector) => selector,
             None => {
+                self.loader.metrics().idle_miss();
                 let mut template = self.template();
                 let scorer = match &*template {
                     Template::Ready(t) => t.sibling(),
@@ -227,15 +193,27 @@ impl LoadedVersion {
     /// Returns a selector for reuse, or drops it (and its instance, freeing its slot and
     /// its tenant's share) when the version is retired or the idle pools are full.
     pub fn checkin(&self, selector: GuardedSelector) {
+        let room = |idle: &Vec<_>| self.routed.load(Ordering::Acquire) && idle.len() < self.max_idle;
+        if !room(&self.idle.lock().unwrap_or_else(|p| p.into_inner())) {
+            return;
+        }
+        // Taken without our lock held: the slot freed may be one of ours.
+        let Some(slot) = self.idle_slots.take(&self.this) else { return };
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        // Under the lock that `set_routed` clears the pool under: a version retired
-        // meanwhile keeps nothing.
-        if self.routed.load(Ordering::Acquire)
-            && idle.len() < self.max_idle
-            && let Some(slot) = self.idle_slots.take()
-        {
+        // Checked again under the lock that `set_routed` clears the pool under: a version
+        // retired meanwhile keeps nothing (the slot goes back as it is dropped).
+        if room(&idle) {
             idle.push((selector, slot));
         }
+    }
+
+    /// Drops the idle instance whose slot is `stamp`, if it is still kept (its slot is
+    /// wanted for an instance used more recently).
+    pub(crate) fn drop_idle(&self, stamp: u64) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let dropped = idle.iter().position(|(_, slot)| slot.stamp() == stamp).map(|i| idle.remove(i));
+        drop(idle);
+        drop(dropped);
     }
 
     fn wrap(&self, scorer: GuestScorer) -> GuardedSelector {
@@ -322,7 +300,7 @@ pub(crate) fn new_version(
     record: &VersionRecord,
     template: Template,
 ) -> Arc<LoadedVersion> {
-    Arc::new(LoadedVersion {
+    Arc::new_cyclic(|this| LoadedVersion {
         policy: policy.to_string(),
         version: record.version.clone(),
         blob: record.blob.clone(),
@@ -338,5 +316,6 @@ pub(crate) fn new_version(
         breaker: Arc::new(SharedBreaker::new(ctx.guard.clone())),
         guard: ctx.guard.clone(),
         idle_slots: Arc::clone(ctx.idle),
+        this: Weak::clone(this),
     })
 }

@@ -191,7 +191,12 @@ impl Client {
         };
         let mut response = response.map_err(|e| format!("{method} {url}: {e}"))?;
         let status = response.status().as_u16();
-        let text = response.body_mut().read_to_string().map_err(|e| format!("{method} {url}: {e}"))?;
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(256 << 20)
+            .read_to_string()
+            .map_err(|e| format!("{method} {url}: {e}"))?;
         let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         Ok((status, value))
     }

@@ -399,3 +399,35 @@ fn an_unused_version_is_evicted_and_its_next_selection_loads_it_again() {
         "from the compiled cache, not compiled again"
     );
 }
+
+/// With every idle slot taken, the instance idle longest gives its slot to the one just
+/// used, whichever version each is of: a tenant selecting now keeps its instance warm
+/// however many versions were selected before it (which, before, kept the slots for
+/// good).
+#[test]
+fn the_idle_slots_go_to_the_instances_used_most_recently() {
+    let dir = temp_dir("service-shares-idle-lru");
+    let config = write_config(&dir, "[service]\nmax_idle_instances = 1\n");
+    let server = Server::start(&dir.join("data"), Some(&config), Some(ADMIN));
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    // One component, two versions (`{"prefill_load_scale": 1}` and `2`, URL-encoded).
+    for (class, scale) in [("a", 1), ("b", 2)] {
+        let params = format!("%7B%22prefill_load_scale%22%3A{scale}%7D");
+        c.uploaded(&token, "acme", class, DEFAULT_POLICY, Some(&params));
+        c.assigned(&token, "acme", class, json!({ "policy": class }));
+    }
+    let misses = || c.metric("switchyard_idle_misses_total");
+    let select = |class: &str| {
+        let (status, v) = c.select(&token, "acme", Some(class));
+        assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
+    };
+    select("a");
+    assert_eq!((misses(), c.metric("switchyard_idle_instances")), (1.0, 1.0), "a's instance kept");
+    select("b");
+    assert_eq!((misses(), c.metric("switchyard_idle_instances")), (2.0, 1.0), "b's kept in a's place");
+    select("b");
+    assert_eq!(misses(), 2.0, "b found its instance idle");
+    select("a");
+    assert_eq!(misses(), 3.0, "a's went to b");
+}
