@@ -4,11 +4,12 @@
 //!   (none is for this comparison only; tenants always get a bound);
 //! - `recovery/{healthy-call,trap-and-fresh-instance}`: a call on a live instance vs. a
 //!   call that must first instantiate afresh (the previous call trapped) and then traps;
-//! - `fresh-instance/{pooled,one-module,modules-alternating}`: the default policy's
-//!   selection on an instance kept from the last one vs. on a fresh sibling
-//!   (instantiate + configure + the selection), what `serve` does when a version has no
-//!   idle instance: of one module, and of two modules alternating (many tenants' versions
-//!   share the pool's slots, so a slot's last module is mostly another's).
+//! - `fresh-instance/{pooled,one-module,modules-alternating,modules-cycling}`: the
+//!   default policy's selection on an instance kept from the last one vs. on a fresh
+//!   sibling (instantiate + configure + the selection), what `serve` does when a version
+//!   has no idle instance: of one module, of two modules alternating, and of 24 modules in
+//!   turn through 8 pool slots (many tenants' versions share the pool's slots, so a
+//!   slot's last module is mostly another's).
 //!
 //! `cargo bench --bench sandbox -- --warm-up-time 1 --measurement-time 3`
 
@@ -103,6 +104,26 @@ fn fresh_instance(c: &mut Criterion) {
     group.bench_function("modules-alternating", |b| {
         b.iter(|| {
             turn ^= 1;
+            black_box(Selector::new(Box::new(templates[turn].sibling())).select(&table, &request).unwrap())
+        })
+    });
+    // More modules than the pool has slots, in turn: a slot's last module is never the
+    // next one's (what `serve` sees with thousands of tenants' versions), so each
+    // instantiation maps another module's memory image into its slot.
+    let engine = PolicyEngine::new(Limits { budget: Budget::Fuel, max_instances: 8, ..Limits::default() })
+        .expect("engine");
+    let templates: Vec<GuestScorer> = (0..24u8)
+        .map(|i| {
+            let mut bytes = default_policy().to_vec();
+            bytes.extend_from_slice(&[0, 4, 3, b'x', b'y', i]);
+            let component = PolicyComponent::load(&engine, &bytes).expect("loads");
+            GuestScorer::new("bench", component, params).expect("instantiates").sibling()
+        })
+        .collect();
+    let mut turn = 0;
+    group.bench_function("modules-cycling", |b| {
+        b.iter(|| {
+            turn = (turn + 1) % templates.len();
             black_box(Selector::new(Box::new(templates[turn].sibling())).select(&table, &request).unwrap())
         })
     });

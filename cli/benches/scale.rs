@@ -21,7 +21,8 @@
 //!
 //! Run: `cargo bench -p switchyard-cli --bench scale` (several minutes: most of it is
 //! compiling the distinct components, one at a time as `compile_concurrency` allows);
-//! `SCALE_TENANTS=1000 SCALE_DISTINCT=100 SCALE_SELECTIONS=10000` for a quick look.
+//! `SCALE_TENANTS=1000 SCALE_DISTINCT=100 SCALE_SELECTIONS=10000` for a quick look;
+//! `SCALE_CONFIG` adds to the server's config (e.g. `"[limits]\nmax_instances = 2200\n"`).
 
 // The suite's own server helpers, not a copy (see `fleet.rs` in this directory).
 #[allow(dead_code, unused_imports)]
@@ -60,7 +61,9 @@ fn main() {
     let distinct = env("SCALE_DISTINCT", 1_000).min(tenants);
     let selections = env("SCALE_SELECTIONS", 100_000);
     let dir = temp_dir("bench-scale");
-    let config = write_config(&dir, CONFIG);
+    // `SCALE_CONFIG`: more `switchyard.toml` for an experiment (its tables after ours).
+    let config =
+        write_config(&dir, &format!("{CONFIG}{}", std::env::var("SCALE_CONFIG").unwrap_or_default()));
     let data = dir.join("data");
     let server = Server::start(&data, Some(&config), Some(ADMIN));
 
