@@ -219,7 +219,6 @@ fn positional(out: &mut String, digits: &[u8], k: i32) {
 
 /// `v` as core's `Display` writes an f64: positional, no exponent (`1`, `0.1`, `1e20` as
 /// `100000000000000000000`), `-0`, `inf`, `NaN`.
-#[cfg_attr(not(test), expect(dead_code, reason = "check.rs uses it from the next commit"))]
 pub(crate) fn display(v: f64) -> String {
     if v.is_nan() {
         return "NaN".into();
