@@ -8,7 +8,6 @@
 //! `?` otherwise, and sequence indices as `[i]`.
 
 use std::cell::RefCell;
-use std::collections::btree_map;
 
 use serde::de::{self, DeserializeSeed, Expected, Unexpected, Visitor};
 
@@ -94,7 +93,7 @@ pub(super) fn visit_array<'de, V: Visitor<'de>>(
 }
 
 pub(super) fn visit_object<'de, V: Visitor<'de>>(
-    members: std::collections::BTreeMap<String, Value>,
+    members: Vec<(String, Value)>,
     path: &Path<'_>,
     track: &Track,
     visitor: V,
@@ -293,7 +292,7 @@ impl<'de> de::SeqAccess<'de> for SeqDe<'_> {
 }
 
 struct MapDe<'a> {
-    members: btree_map::IntoIter<String, Value>,
+    members: std::vec::IntoIter<(String, Value)>,
     /// The value of the key just read, and the key if it was read as text (see `KeyDe`).
     pending: Option<(Value, Option<String>)>,
     path: &'a Path<'a>,

@@ -6,11 +6,10 @@
 //! is placed at that byte (`error`), one found by looking ahead at the next byte
 //! (`peek_error`), and numbers keep serde_json's u64 / i64 / f64 split and its arithmetic.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
-/// A parsed JSON value. Objects are sorted by key and keep a duplicate key's last value,
-/// as serde_json's `Value` (without `preserve_order`) did.
+/// A parsed JSON value. An object's members are sorted by key and a duplicate key keeps
+/// its last value, as in serde_json's `Value` (a `BTreeMap` without `preserve_order`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Value {
     Null,
@@ -23,7 +22,8 @@ pub(crate) enum Value {
     F64(f64),
     String(String),
     Array(Vec<Value>),
-    Object(BTreeMap<String, Value>),
+    /// Sorted by key, keys unique.
+    Object(Vec<(String, Value)>),
 }
 
 /// A syntax error: serde_json's message, line and column (1-based line; the column counts
@@ -202,7 +202,7 @@ impl<'a> Reader<'a> {
 
     /// After `{`: the members and the closing `}`.
     fn object(&mut self) -> Result<Value, SyntaxError> {
-        let mut members = BTreeMap::new();
+        let mut members = Vec::new();
         let mut first = true;
         loop {
             match self.whitespace() {
@@ -229,10 +229,10 @@ impl<'a> Reader<'a> {
                 Some(_) => return Err(self.peek_error(EXPECTED_COLON)),
                 None => return Err(self.peek_error(EOF_OBJECT)),
             }
-            members.insert(key, self.value()?);
+            members.push((key, self.value()?));
         }
         self.index += 1;
-        Ok(Value::Object(members))
+        Ok(Value::Object(sorted(members)))
     }
 
     /// After the opening `"`: the string's contents, escapes decoded, and the closing `"`.
@@ -312,4 +312,40 @@ impl<'a> Reader<'a> {
         }
         Ok(n)
     }
+}
+
+/// `members` sorted by key, of equal keys only the last (as `BTreeMap::insert` keeps it).
+/// A merge sort of indices, written here: a `BTreeMap` or std's sort inlined into the
+/// reader were several KB of a guest's code, and a tenant's object may be large, so
+/// nothing quadratic.
+#[inline(never)]
+fn sorted(members: Vec<(String, Value)>) -> Vec<(String, Value)> {
+    let n = members.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut merged = order.clone();
+    let mut width = 1;
+    while width < n {
+        for start in (0..n).step_by(2 * width) {
+            let (mid, end) = ((start + width).min(n), (start + 2 * width).min(n));
+            let (mut i, mut j) = (start, mid);
+            for slot in &mut merged[start..end] {
+                // `<=`: of equal keys the earlier stays first (stable).
+                let take_left = i < mid && (j == end || members[order[i]].0 <= members[order[j]].0);
+                *slot = if take_left { order[i] } else { order[j] };
+                if take_left { i += 1 } else { j += 1 }
+            }
+        }
+        std::mem::swap(&mut order, &mut merged);
+        width *= 2;
+    }
+    let mut slots: Vec<Option<(String, Value)>> = members.into_iter().map(Some).collect();
+    let mut out: Vec<(String, Value)> = Vec::with_capacity(n);
+    for index in order {
+        let Some(member) = slots[index].take() else { continue };
+        match out.last_mut() {
+            Some(last) if last.0 == member.0 => *last = member,
+            _ => out.push(member),
+        }
+    }
+    out
 }

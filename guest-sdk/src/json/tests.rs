@@ -244,6 +244,17 @@ fn text_is_accepted_and_refused_as_by_serde_json() {
 }
 
 #[test]
+fn large_objects_sort_and_keep_the_last_duplicate_as_serde_json() {
+    let mut rng = Rng(5);
+    for _ in 0..2_000 {
+        let keys = rng.below(300) + 1;
+        let members: Vec<String> =
+            (0..rng.below(200)).map(|i| format!("\"k{}\": {i}", rng.below(keys))).collect();
+        assert_reads_as_serde_json(&format!("{{{}}}", members.join(",")));
+    }
+}
+
+#[test]
 fn floats_print_as_core_and_serde_json_printed_them() {
     let mut values = vec![
         0.0,
