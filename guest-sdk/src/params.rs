@@ -12,6 +12,12 @@ use crate::{PolicyError, check, json};
 /// Either error says where, from the top of the parameters, in the shape of the range
 /// checks ([`check`]): ``field `classes.gold.prefill_load_scale`: invalid type: …``.
 pub fn parse_parameters<P: DeserializeOwned>(json: &str) -> Result<P, PolicyError> {
+    // One pass that records the path to the failing value as it descends.
+    json::from_value(read(json)?).map_err(|(path, error)| refusal(&path, &error))
+}
+
+/// The parameters as a JSON object. Not generic, so every policy type shares it.
+fn read(json: &str) -> Result<json::Value, PolicyError> {
     let json = json.trim();
     let json = if json.is_empty() || json == "null" { "{}" } else { json };
     // Parsed as a `Value` first, as before the path was tracked: a duplicate key keeps
@@ -23,14 +29,16 @@ pub fn parse_parameters<P: DeserializeOwned>(json: &str) -> Result<P, PolicyErro
     if !matches!(value, json::Value::Object(_)) {
         return Err(PolicyError::invalid_parameters("parameters must be a JSON object"));
     }
-    // One pass that records the path to the failing value as it descends.
-    json::from_value(value).map_err(|(path, error)| {
-        if path.is_empty() {
-            PolicyError::invalid_parameters(error.to_string())
-        } else {
-            check::field(&path, error)
-        }
-    })
+    Ok(value)
+}
+
+/// A reading error as the tenant sees it: named by its path unless it is about the whole.
+fn refusal(path: &str, error: &json::Error) -> PolicyError {
+    if path.is_empty() {
+        PolicyError::invalid_parameters(error.to_string())
+    } else {
+        check::field(path, error)
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! (`Track`), map keys by their text when they were read as a string, bool or integer,
 //! `?` otherwise, and sequence indices as `[i]`.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 
 use serde::de::{self, DeserializeSeed, Expected, Unexpected, Visitor};
 
@@ -17,13 +17,22 @@ use super::variant::EnumDe;
 use super::{Error, Path};
 
 /// The path of the first error seen, rendered (`Some("")`: at the top).
-pub(super) type Track = RefCell<Option<String>>;
+pub(super) type Track = Cell<Option<String>>;
 
+/// `result`, its error (if any) placed at `path` unless one was placed before.
 pub(super) fn trigger<T>(track: &Track, path: &Path<'_>, result: Result<T, Error>) -> Result<T, Error> {
-    if result.is_err() && track.borrow().is_none() {
-        *track.borrow_mut() = Some(path.to_string());
+    if result.is_err() {
+        place(track, path);
     }
     result
+}
+
+// Not generic and out of line: `trigger` is instantiated for every type a policy reads.
+#[cold]
+#[inline(never)]
+fn place(track: &Track, path: &Path<'_>) {
+    let first = track.take().unwrap_or_else(|| path.to_string());
+    track.set(Some(first));
 }
 
 /// One value and where it sits.

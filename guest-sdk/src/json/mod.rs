@@ -77,6 +77,13 @@ impl Error {
         Self { message: message.into(), line: 0, column: 0 }
     }
 
+    // Out of line: `custom` is instantiated for every message type.
+    #[inline(never)]
+    fn from_message(mut message: String) -> Self {
+        let (line, column) = split_place(&mut message).unwrap_or((0, 0));
+        Self { message, line, column }
+    }
+
     fn syntax(e: SyntaxError) -> Self {
         Self { message: e.to_string(), line: 0, column: 0 }
     }
@@ -108,9 +115,7 @@ impl serde::de::Error for Error {
     /// As serde_json: a message ending in ` at line L column C` is taken as a place (and
     /// written back the same way, or dropped for line 0).
     fn custom<T: Display>(message: T) -> Self {
-        let mut message = message.to_string();
-        let (line, column) = split_place(&mut message).unwrap_or((0, 0));
-        Self { message, line, column }
+        Self::from_message(message.to_string())
     }
 
     fn invalid_type(unexpected: Unexpected<'_>, expected: &dyn Expected) -> Self {
@@ -166,7 +171,10 @@ impl Display for Unexp<'_> {
                 f.write_str(&float::json(*v))?;
                 return f.write_str("`");
             }
-            Unexpected::Str(s) => return write!(f, "string {s:?}"),
+            Unexpected::Str(s) => {
+                f.write_str("string ")?;
+                return f.write_str(&debug_str(s));
+            }
             Unexpected::Bool(b) => ("boolean", Some(b)),
             Unexpected::Unsigned(n) => ("integer", Some(n)),
             Unexpected::Signed(n) => ("integer", Some(n)),
@@ -189,6 +197,22 @@ impl Display for Unexp<'_> {
             None => Ok(()),
         }
     }
+}
+
+/// `s` as `{:?}` writes a `str` (quoted, escaped), through `char::escape_debug`: core's
+/// `str` Debug links its slicing panics and `Range` Debug besides (~2 KB of a guest's code).
+/// A `'` is the one character a `str` leaves alone and a `char` escapes.
+fn debug_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        if c == '\'' {
+            out.push(c);
+        } else {
+            out.extend(c.escape_debug());
+        }
+    }
+    out.push('"');
+    out
 }
 
 fn push_decimal(out: &mut String, n: u64) {

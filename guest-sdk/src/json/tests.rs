@@ -305,3 +305,12 @@ fn floats_print_as_core_and_serde_json_printed_them() {
         }
     }
 }
+
+#[test]
+fn strings_are_quoted_as_debug_quotes_them() {
+    for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+        for s in [format!("{c}"), format!("a{c}"), format!("{c}\u{301}b{c}")] {
+            assert_eq!(super::debug_str(&s), format!("{s:?}"), "U+{:04X}", u32::from(c));
+        }
+    }
+}
