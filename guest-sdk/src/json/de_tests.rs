@@ -40,6 +40,25 @@ struct Row {
     count: u32,
 }
 
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+enum Key {
+    Gold,
+    #[serde(rename = "1")]
+    One,
+}
+
+#[derive(Debug, PartialEq, Deserialize)]
+#[serde(untagged)]
+enum Either {
+    Number(u8),
+    Text(String),
+}
+
+#[derive(Debug, Default, PartialEq, Deserialize)]
+struct Extra {
+    extra: Option<u8>,
+}
+
 #[derive(Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct Loose {
@@ -63,6 +82,18 @@ struct Loose {
     pair: (u8, String),
     modes: Vec<Mode>,
     unit: (),
+    by_wide: BTreeMap<i128, u8>,
+    by_uwide: BTreeMap<u128, u8>,
+    by_key: BTreeMap<Key, u8>,
+    either: Option<Either>,
+}
+
+#[derive(Debug, Default, PartialEq, Deserialize)]
+#[serde(default)]
+struct Flat {
+    blocks: u32,
+    #[serde(flatten)]
+    rest: Extra,
 }
 
 #[derive(Debug, PartialEq, Deserialize)]
@@ -77,6 +108,8 @@ fn assert_same_outcome(json: &str) {
     assert_eq!(format!("{ours:?}"), format!("{:?}", before::<Loose>(json)), "{json}");
     let ours = parse_parameters::<Strict>(json);
     assert_eq!(format!("{ours:?}"), format!("{:?}", before::<Strict>(json)), "{json}");
+    let ours = parse_parameters::<Flat>(json);
+    assert_eq!(format!("{ours:?}"), format!("{:?}", before::<Flat>(json)), "{json}");
 }
 
 #[test]
@@ -135,6 +168,17 @@ fn parameters_and_their_errors_are_what_they_were() {
         "{\"\": 1}",
         "{\"-\": 1}",
         "{\"1e2\": 1}",
+        "{\"-5\": 1}",
+        "{\"Gold\": 1}",
+        "{\"gold\": 1}",
+        "{\"170141183460469231731687303715884105727\": 1}",
+        "{\"170141183460469231731687303715884105728\": 1}",
+        "{\"-170141183460469231731687303715884105728\": 1}",
+        "{\"-170141183460469231731687303715884105729\": 1}",
+        "{\"340282366920938463463374607431768211456\": 1}",
+        "{\"-0\": 1, \"0\": 2}",
+        "{\"5 \": 1}",
+        "{\"007\": 1}",
     ];
     let fields = [
         "blocks",
@@ -159,6 +203,11 @@ fn parameters_and_their_errors_are_what_they_were() {
         "unit",
         "needed",
         "bogus",
+        "by_wide",
+        "by_uwide",
+        "by_key",
+        "either",
+        "extra",
     ];
     for field in fields {
         for value in values {

@@ -4,7 +4,7 @@
 use serde::de::{self, IntoDeserializer, Unexpected, Visitor};
 
 use super::Error;
-use super::read::{Reader, Value};
+use super::read::{INVALID_NUMBER, OUT_OF_RANGE, Reader, Value};
 
 /// A map key: text, read as a number or a bool when asked (serde_json's rules). `named`
 /// is what the path shows for it: the text handed over as a string or bool, an integer's
@@ -59,6 +59,57 @@ impl KeyDe<'_> {
     }
 }
 
+impl KeyDe<'_> {
+    /// A key read as an i128 or u128: serde_json's own path for those (an optional `-` and
+    /// digits; beyond the type's range an error, not a float).
+    fn wide<'de, V: Visitor<'de>>(self, visitor: V, signed: bool) -> Result<V::Value, Error> {
+        let syntax = |e| Err(Error::syntax(e));
+        let bytes = self.key.as_bytes();
+        let mut reader = Reader::new(bytes);
+        let negative = match reader.peek() {
+            Some(b'-') if !signed => return syntax(reader.peek_error(OUT_OF_RANGE)),
+            Some(b'-') => true,
+            Some(b'0'..=b'9') => false,
+            _ => return Err(Error::custom_str(NOT_A_NUMBER)),
+        };
+        reader.index += usize::from(negative);
+        let start = reader.index;
+        match reader.next() {
+            Some(b'0') if matches!(reader.peek(), Some(b'0'..=b'9')) => {
+                return syntax(reader.peek_error(INVALID_NUMBER));
+            }
+            Some(b'0') => {}
+            Some(b'1'..=b'9') => {
+                while let Some(b'0'..=b'9') = reader.peek() {
+                    reader.index += 1;
+                }
+            }
+            _ => return syntax(reader.error(INVALID_NUMBER)),
+        }
+        let magnitude = bytes[start..reader.index]
+            .iter()
+            .try_fold(0u128, |n, &d| n.checked_mul(10)?.checked_add(u128::from(d - b'0')));
+        let mut name = String::from(if negative { "-" } else { "" });
+        let visited: Result<V::Value, Error> = match (signed, magnitude) {
+            (false, Some(n)) => {
+                super::push_decimal_wide(&mut name, n);
+                *self.named = Some(name);
+                visitor.visit_u128(n)
+            }
+            (true, Some(n)) if n <= 1 << 127 && (negative || n < 1 << 127) => {
+                super::push_decimal_wide(&mut name, n);
+                *self.named = Some(if n == 0 { "0".into() } else { name });
+                visitor.visit_i128(if negative { (n as i128).wrapping_neg() } else { n as i128 })
+            }
+            _ => return syntax(reader.error(OUT_OF_RANGE)),
+        };
+        let value = visited.map_err(|e| e.placed_at(&reader))?;
+        if reader.peek().is_some() { Err(Error::custom_str(NOT_A_NUMBER)) } else { Ok(value) }
+    }
+}
+
+const NOT_A_NUMBER: &str = "invalid value: expected key to be a number in quotes";
+
 /// `Reader::number` returns only numbers.
 fn unreachable_number<T>() -> Result<T, Error> {
     Err(Error::custom_str("invalid value: expected key to be a number in quotes"))
@@ -107,8 +158,16 @@ impl<'de> de::Deserializer<'de> for KeyDe<'_> {
             .deserialize_enum(name, variants, visitor)
     }
 
+    fn deserialize_i128<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.wide(visitor, true)
+    }
+
+    fn deserialize_u128<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.wide(visitor, false)
+    }
+
     serde::forward_to_deserialize_any! {
-        i128 u128 char str string bytes byte_buf unit unit_struct seq tuple tuple_struct map
+        char str string bytes byte_buf unit unit_struct seq tuple tuple_struct map
         struct identifier ignored_any
     }
 }

@@ -216,7 +216,11 @@ fn debug_str(s: &str) -> String {
 }
 
 fn push_decimal(out: &mut String, n: u64) {
-    let mut digits = [0u8; 20];
+    push_decimal_wide(out, u128::from(n));
+}
+
+fn push_decimal_wide(out: &mut String, n: u128) {
+    let mut digits = [0u8; 39];
     let mut i = digits.len();
     let mut n = n;
     loop {
