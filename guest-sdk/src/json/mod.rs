@@ -216,11 +216,7 @@ fn debug_str(s: &str) -> String {
 }
 
 fn push_decimal(out: &mut String, n: u64) {
-    push_decimal_wide(out, u128::from(n));
-}
-
-fn push_decimal_wide(out: &mut String, n: u128) {
-    let mut digits = [0u8; 39];
+    let mut digits = [0u8; 20];
     let mut i = digits.len();
     let mut n = n;
     loop {
@@ -232,6 +228,22 @@ fn push_decimal_wide(out: &mut String, n: u128) {
         }
     }
     out.extend(digits[i..].iter().map(|&d| char::from(d)));
+}
+
+/// [`push_decimal`] for i128 / u128 map keys (`key.rs`) only: 128-bit division links a
+/// routine of its own (~1 KB) that other guests need not carry.
+fn push_decimal_wide(out: &mut String, n: u128) {
+    match u64::try_from(n) {
+        Ok(n) => push_decimal(out, n),
+        Err(_) => {
+            let (high, low) = (n / 10_000_000_000_000_000_000, n % 10_000_000_000_000_000_000);
+            push_decimal_wide(out, high);
+            let mut low_digits = String::new();
+            push_decimal(&mut low_digits, low as u64);
+            out.extend(std::iter::repeat_n('0', 19 - low_digits.len()));
+            out.push_str(&low_digits);
+        }
+    }
 }
 
 fn write_decimal(f: &mut fmt::Formatter<'_>, n: u64) -> fmt::Result {
