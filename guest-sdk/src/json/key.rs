@@ -26,7 +26,6 @@ impl KeyDe<'_> {
     /// A key read as a number: parsed as serde_json parses a number (its errors placed as
     /// there), and refused unless the whole key is one.
     fn number<'de, V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        let not_a_number = || Error::custom_str("invalid value: expected key to be a number in quotes");
         let mut reader = Reader::new(self.key.as_bytes());
         let positive = match reader.peek() {
             Some(b'0'..=b'9') => true,
@@ -34,7 +33,7 @@ impl KeyDe<'_> {
                 reader.index += 1;
                 false
             }
-            _ => return Err(not_a_number()),
+            _ => return Err(Error::custom_str(NOT_A_NUMBER)),
         };
         let number = reader.number(positive).map_err(Error::syntax)?;
         let visited = match number {
@@ -51,11 +50,12 @@ impl KeyDe<'_> {
                 visitor.visit_i64(n)
             }
             Value::F64(f) => visitor.visit_f64(f),
-            _ => unreachable_number(),
+            // `Reader::number` returns only numbers.
+            _ => Err(Error::custom_str(NOT_A_NUMBER)),
         };
         // An error of the visitor is placed where the number ended.
         let value = visited.map_err(|e| e.placed_at(&reader))?;
-        if reader.peek().is_some() { Err(not_a_number()) } else { Ok(value) }
+        if reader.peek().is_some() { Err(Error::custom_str(NOT_A_NUMBER)) } else { Ok(value) }
     }
 }
 
@@ -108,12 +108,8 @@ impl KeyDe<'_> {
     }
 }
 
+/// serde_json's refusal of a key that is not wholly a number.
 const NOT_A_NUMBER: &str = "invalid value: expected key to be a number in quotes";
-
-/// `Reader::number` returns only numbers.
-fn unreachable_number<T>() -> Result<T, Error> {
-    Err(Error::custom_str("invalid value: expected key to be a number in quotes"))
-}
 
 impl<'de> de::Deserializer<'de> for KeyDe<'_> {
     type Error = Error;
