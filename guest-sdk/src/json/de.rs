@@ -314,7 +314,7 @@ impl<'de> de::MapAccess<'de> for MapDe<'_> {
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, Error> {
         let Some((key, value)) = self.members.next() else { return Ok(None) };
         let mut named = None;
-        let result = seed.deserialize(KeyDe { key: &key, named: &mut named });
+        let result = seed.deserialize(KeyDe { key, named: &mut named });
         let key = named;
         if result.is_err() {
             let path = key.as_deref().map_or(Path::Unknown(self.path), |k| Path::Key(self.path, k));

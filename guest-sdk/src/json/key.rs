@@ -10,7 +10,7 @@ use super::read::{INVALID_NUMBER, OUT_OF_RANGE, Reader, Value};
 /// is what the path shows for it: the text handed over as a string or bool, an integer's
 /// decimal form; nothing (the path shows `?`) for a float or an enum.
 pub(super) struct KeyDe<'k> {
-    pub(super) key: &'k str,
+    pub(super) key: String,
     pub(super) named: &'k mut Option<String>,
 }
 
@@ -26,7 +26,7 @@ impl KeyDe<'_> {
     /// A key read as a number: parsed as serde_json parses a number (its errors placed as
     /// there), and refused unless the whole key is one.
     fn number<'de, V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        let mut reader = Reader::new(self.key.as_bytes());
+        let mut reader = Reader::new(&self.key);
         let positive = match reader.peek() {
             Some(b'0'..=b'9') => true,
             Some(b'-') => {
@@ -65,7 +65,7 @@ impl KeyDe<'_> {
     fn wide<'de, V: Visitor<'de>>(self, visitor: V, signed: bool) -> Result<V::Value, Error> {
         let syntax = |e| Err(Error::syntax(e));
         let bytes = self.key.as_bytes();
-        let mut reader = Reader::new(bytes);
+        let mut reader = Reader::new(&self.key);
         let negative = match reader.peek() {
             Some(b'-') if !signed => return syntax(reader.peek_error(OUT_OF_RANGE)),
             Some(b'-') => true,
@@ -115,20 +115,22 @@ impl<'de> de::Deserializer<'de> for KeyDe<'_> {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        *self.named = Some(self.key.to_owned());
-        visitor.visit_string(self.key.to_owned())
+        // One copy for the path, as serde_path_to_error made; the key itself is handed over.
+        *self.named = Some(self.key.clone());
+        visitor.visit_string(self.key)
     }
 
     numeric_keys!(deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64 deserialize_u8
         deserialize_u16 deserialize_u32 deserialize_u64 deserialize_f32 deserialize_f64);
 
     fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.key {
+        match self.key.as_str() {
             "true" | "false" => {
-                *self.named = Some(self.key.to_owned());
-                visitor.visit_bool(self.key == "true")
+                let value = self.key == "true";
+                *self.named = Some(self.key);
+                visitor.visit_bool(value)
             }
-            _ => Err(de::Error::invalid_type(Unexpected::Str(self.key), &visitor)),
+            _ => Err(de::Error::invalid_type(Unexpected::Str(&self.key), &visitor)),
         }
     }
 
@@ -150,8 +152,7 @@ impl<'de> de::Deserializer<'de> for KeyDe<'_> {
         variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        IntoDeserializer::<Error>::into_deserializer(self.key.to_owned())
-            .deserialize_enum(name, variants, visitor)
+        IntoDeserializer::<Error>::into_deserializer(self.key).deserialize_enum(name, variants, visitor)
     }
 
     fn deserialize_i128<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {

@@ -139,7 +139,10 @@ impl Reader<'_> {
     }
 }
 
-/// `n * 10 + digit` if it fits a u64.
+/// `n * 10 + digit` if it fits a u64. Compared, not `checked_mul`: on wasm32 that is a
+/// 128-bit multiply per digit, which made numbers cost a guest more fuel than before.
 fn append_digit(n: u64, digit: u8) -> Option<u64> {
-    n.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
+    let digit = u64::from(digit - b'0');
+    let fits = n < u64::MAX / 10 || (n == u64::MAX / 10 && digit <= u64::MAX % 10);
+    fits.then(|| n * 10 + digit)
 }
