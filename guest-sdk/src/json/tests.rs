@@ -237,7 +237,7 @@ fn text_is_accepted_and_refused_as_by_serde_json() {
         "\"\\ud800\"",
     ];
     let mut rng = Rng(2);
-    for _ in 0..100_000 {
+    for _ in 0..50_000 {
         let text: String = (0..rng.below(12)).map(|_| rng.pick(&tokens)).collect();
         assert_reads_as_serde_json(&text);
     }
@@ -290,7 +290,7 @@ fn floats_print_as_core_and_serde_json_printed_them() {
         f64::NAN,
     ];
     let mut rng = Rng(4);
-    values.extend((0..100_000).map(|_| f64::from_bits(rng.next())));
+    values.extend((0..40_000).map(|_| f64::from_bits(rng.next())));
     // Integers and halves near powers of two, where the interval is lopsided or ties occur.
     for e in 0..64 {
         let p = 2.0f64.powi(e);
@@ -309,7 +309,7 @@ fn floats_print_as_core_and_serde_json_printed_them() {
 #[test]
 fn strings_are_quoted_as_debug_quotes_them() {
     for c in (0..=0x10FFFF).filter_map(char::from_u32) {
-        for s in [format!("{c}"), format!("a{c}"), format!("{c}\u{301}b{c}")] {
+        for s in [format!("{c}"), format!("a{c}\u{301}")] {
             assert_eq!(super::debug_str(&s), format!("{s:?}"), "U+{:04X}", u32::from(c));
         }
     }
