@@ -18,6 +18,7 @@ use std::fmt::Display;
 use std::ops::RangeInclusive;
 
 use crate::PolicyError;
+use crate::json::float::display;
 
 /// The error for a parameter at `path` whose value lies outside `interval` (already
 /// written in interval notation): the one shape all checks here use.
@@ -49,15 +50,35 @@ pub fn in_range<T: PartialOrd + Display>(
     }
 }
 
+/// [`in_range`] for an f64, written the same way (`1.5 is out of range [0, 1]`) by the
+/// SDK's own float printing: a guest that formats no f64 with `Display` then links none
+/// of core's (about 18 KB of a guest's code).
+pub fn in_range_f64(path: &str, value: f64, range: RangeInclusive<f64>) -> Result<(), PolicyError> {
+    if range.contains(&value) {
+        Ok(())
+    } else {
+        let (start, end) = (display(*range.start()), display(*range.end()));
+        Err(out_of_range(path, display(value), format_args!("[{start}, {end}]")))
+    }
+}
+
 /// `0 < value < ∞` (a factor or a bound that must be a real, positive number).
 pub fn finite_positive(path: &str, value: f64) -> Result<(), PolicyError> {
-    if value.is_finite() && value > 0.0 { Ok(()) } else { Err(out_of_range(path, value, "(0, ∞)")) }
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(out_of_range(path, display(value), "(0, ∞)"))
+    }
 }
 
 /// `0 ≤ value < ∞` (a weight or a threshold that may be zero). `-0.0` is accepted, as
 /// `-0.0 >= 0.0` holds.
 pub fn finite_non_negative(path: &str, value: f64) -> Result<(), PolicyError> {
-    if value.is_finite() && value >= 0.0 { Ok(()) } else { Err(out_of_range(path, value, "[0, ∞)")) }
+    if value.is_finite() && value >= 0.0 {
+        Ok(())
+    } else {
+        Err(out_of_range(path, display(value), "[0, ∞)"))
+    }
 }
 
 /// `error` from checking parameters that sit at `prefix` in the caller's own (a
@@ -102,6 +123,21 @@ mod tests {
             "field `load_factor`: 0 is out of range (0, ∞)"
         );
         assert_eq!(message(finite_non_negative("weight", -1.0)), "field `weight`: -1 is out of range [0, ∞)");
+    }
+
+    #[test]
+    fn the_f64_range_check_says_what_the_generic_one_does() {
+        for v in
+            [1.5, -0.0, 0.5, 1.0, 2.0, -1e-300, 1e300, 0.1 + 0.2, f64::NAN, f64::INFINITY, -f64::INFINITY]
+        {
+            for range in [0.0..=1.0, 0.25..=0.75, -0.5..=1e20] {
+                assert_eq!(
+                    in_range_f64("x", v, range.clone()),
+                    in_range("x", v, range.clone()),
+                    "{v} {range:?}"
+                );
+            }
+        }
     }
 
     #[test]

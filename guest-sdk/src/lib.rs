@@ -19,6 +19,7 @@ pub mod check;
 mod error;
 mod groups;
 pub mod hash;
+mod json;
 mod params;
 pub mod placement;
 mod policy;

@@ -2,7 +2,7 @@
 
 use serde::de::DeserializeOwned;
 
-use crate::{PolicyError, check};
+use crate::{PolicyError, check, json};
 
 /// Parses a policy's parameters. Empty input or `null` means `{}` (all defaults); any
 /// other JSON that is not an object is refused.
@@ -12,24 +12,33 @@ use crate::{PolicyError, check};
 /// Either error says where, from the top of the parameters, in the shape of the range
 /// checks ([`check`]): ``field `classes.gold.prefill_load_scale`: invalid type: …``.
 pub fn parse_parameters<P: DeserializeOwned>(json: &str) -> Result<P, PolicyError> {
+    // One pass that records the path to the failing value as it descends.
+    json::from_value(read(json)?).map_err(|(path, error)| refusal(&path, &error))
+}
+
+/// The parameters as a JSON object. Not generic, so every policy type shares it.
+fn read(json: &str) -> Result<json::Value, PolicyError> {
     let json = json.trim();
     let json = if json.is_empty() || json == "null" { "{}" } else { json };
     // Parsed as a `Value` first, as before the path was tracked: a duplicate key keeps
     // its last value (a struct read straight from the text would refuse it), so the
     // parameters a policy accepts are unchanged, and the object check needs no second
     // parse (serde would otherwise read a struct from an array, positionally).
-    let value: serde_json::Value = serde_json::from_str(json)
+    let value = json::parse(json)
         .map_err(|e| PolicyError::invalid_parameters(format!("parameters are not JSON: {e}")))?;
-    if !value.is_object() {
+    if !matches!(value, json::Value::Object(_)) {
         return Err(PolicyError::invalid_parameters("parameters must be a JSON object"));
     }
-    // One pass that records the path to the failing value as it descends.
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let at_root = e.path().iter().next().is_none();
-        let path = e.path().to_string();
-        let error = e.into_inner();
-        if at_root { PolicyError::invalid_parameters(error.to_string()) } else { check::field(&path, error) }
-    })
+    Ok(value)
+}
+
+/// A reading error as the tenant sees it: named by its path unless it is about the whole.
+fn refusal(path: &str, error: &json::Error) -> PolicyError {
+    if path.is_empty() {
+        PolicyError::invalid_parameters(error.to_string())
+    } else {
+        check::field(path, error)
+    }
 }
 
 #[cfg(test)]

@@ -55,7 +55,7 @@ impl Default for Parameters {
 impl Parameters {
     /// Checks ranges; the error names the field.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        check::in_range("overlap_score_credit", self.overlap_score_credit, 0.0..=1.0)?;
+        check::in_range_f64("overlap_score_credit", self.overlap_score_credit, 0.0..=1.0)?;
         check::finite_non_negative("overlap_score_credit_decay", self.overlap_score_credit_decay)?;
         check::finite_non_negative("prefill_load_scale", self.prefill_load_scale)?;
         check::finite_non_negative("decode_active_request_weight", self.decode_active_request_weight)?;

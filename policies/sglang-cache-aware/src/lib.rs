@@ -63,7 +63,7 @@ impl Default for Parameters {
 impl Parameters {
     /// Checks ranges; the error names the field.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        check::in_range("cache_threshold", self.cache_threshold, 0.0..=1.0)?;
+        check::in_range_f64("cache_threshold", self.cache_threshold, 0.0..=1.0)?;
         check::finite_non_negative("balance_rel_threshold", self.balance_rel_threshold)?;
         check::at_least("max_tree_size", self.max_tree_size, 1)
     }
