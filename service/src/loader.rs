@@ -9,6 +9,15 @@ use switchyard::{PolicyComponent, PolicyEngine};
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 
+/// Why a component did not load.
+#[derive(Debug)]
+pub(crate) struct LoadFailure {
+    pub reason: String,
+    /// Only because the registry did not answer: the version stays cold, and its next
+    /// selection tries again (a component that does not compile never will).
+    pub transient: bool,
+}
+
 /// Where components come from: the registry's blobs, loaded from the engine's artifact
 /// cache when it holds them, else compiled. Each blob's component is kept once, shared by
 /// every version naming it, until the writer drops it (no version names the blob).
@@ -31,12 +40,16 @@ impl Loader {
     /// The component of `blob`, loaded now if it is not kept yet. Blocking (a blob read,
     /// and a compile if the artifact cache lacks it). Two loads of one blob at once may
     /// both load it; the first kept wins.
-    pub(crate) fn component(&self, blob: &str) -> Result<PolicyComponent, String> {
+    pub(crate) fn component(&self, blob: &str) -> Result<PolicyComponent, LoadFailure> {
         if let Some(c) = self.kept(blob) {
             return Ok(c);
         }
-        let bytes = self.registry.read_blob(blob).map_err(|e| format!("reading blob {blob}: {e}"))?;
-        let component = PolicyComponent::load(&self.engine, &bytes).map_err(|e| format!("loading: {e}"))?;
+        let bytes = self.registry.read_blob(blob).map_err(|e| LoadFailure {
+            reason: format!("reading blob {blob}: {e}"),
+            transient: crate::registry::is_transient(&e),
+        })?;
+        let component = PolicyComponent::load(&self.engine, &bytes)
+            .map_err(|e| LoadFailure { reason: format!("loading: {e}"), transient: false })?;
         self.metrics.loaded(&component);
         Ok(self.map().entry(blob.to_string()).or_insert(component).clone())
     }

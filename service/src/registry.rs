@@ -78,8 +78,9 @@ pub struct Nats {
     revisions: Mutex<BTreeMap<String, u64>>,
     last_revision: Mutex<u64>,
     runtime: tokio::runtime::Handle,
-    /// The local data dir, locked: the admin token and compiled cache are per replica.
-    _local: Store,
+    /// The local data dir, locked: the admin token, the compiled cache and the copies of
+    /// the blobs this replica has read are per replica.
+    local: Store,
 }
 
 impl Registry {
@@ -108,7 +109,7 @@ impl Registry {
             revisions: Mutex::default(),
             last_revision: Mutex::new(0),
             runtime,
-            _local: local,
+            local,
         })))
     }
 
@@ -149,33 +150,54 @@ impl Registry {
                 nats.connected()?;
                 nats.runtime
                     .block_on(nats.registry.put_blob(sha256, bytes))
-                    .map_err(|e| WriteError::Unavailable(e.to_string()))
+                    .map_err(|e| WriteError::Unavailable(e.to_string()))?;
+                // This replica's copy, as `read_blob` keeps one.
+                if let Err(e) = nats.local.write_blob(sha256, bytes) {
+                    tracing::warn!(blob = %sha256, error = %e, "keeping a local copy of a blob");
+                }
+                Ok(())
             }
         }
     }
 
     /// The component bytes stored under `sha256`.
+    ///
+    /// On NATS a replica keeps a copy of each blob it reads in its own data dir, and
+    /// reads that first: a version loaded again after an eviction, or first selected
+    /// while NATS is down, loads without NATS. A read NATS did not answer is
+    /// [`std::io::ErrorKind::TimedOut`] (see [`is_transient`]).
     pub fn read_blob(&self, sha256: &str) -> std::io::Result<Vec<u8>> {
         match self {
             Self::Files(store) => store.read_blob(sha256),
-            Self::Nats(nats) => nats.runtime.block_on(nats.registry.read_blob(sha256)).map_err(io),
+            Self::Nats(nats) => {
+                if let Ok(bytes) = nats.local.read_blob(sha256) {
+                    return Ok(bytes);
+                }
+                // The registry checks the bytes against their name before we keep them.
+                let bytes = nats.runtime.block_on(nats.registry.read_blob(sha256)).map_err(io)?;
+                if let Err(e) = nats.local.write_blob(sha256, &bytes) {
+                    tracing::warn!(blob = %sha256, error = %e, "keeping a local copy of a blob");
+                }
+                Ok(bytes)
+            }
         }
     }
 
-    /// Deletes a blob no committed version names. On NATS blobs stay until a sweep
-    /// ([`crate::fleet::sweep`]): another replica may be about to name this one.
+    /// Deletes a blob no committed version names. On NATS only this replica's local
+    /// copy goes: the registry's stays until a sweep ([`crate::fleet::sweep`]), as another
+    /// replica may be about to name it.
     pub fn remove_blob(&self, sha256: &str, engine: &PolicyEngine) -> std::io::Result<()> {
         match self {
             Self::Files(store) => store.remove_blob(sha256, engine),
-            Self::Nats(_) => Ok(()),
+            Self::Nats(nats) => nats.local.remove_blob(sha256, engine),
         }
     }
 
-    /// Every stored blob, for the start-up sweep (none on NATS, which is not swept).
+    /// Every stored blob, for the start-up sweep (on NATS: this replica's local copies).
     pub fn blob_names(&self) -> std::io::Result<Vec<String>> {
         match self {
             Self::Files(store) => store.blob_names(),
-            Self::Nats(_) => Ok(Vec::new()),
+            Self::Nats(nats) => nats.local.blob_names(),
         }
     }
 
@@ -189,7 +211,16 @@ impl Registry {
 }
 
 fn io(e: RegistryError) -> std::io::Error {
-    std::io::Error::other(e.to_string())
+    match e {
+        RegistryError::Unavailable(_) => std::io::Error::new(std::io::ErrorKind::TimedOut, e.to_string()),
+        e => std::io::Error::other(e.to_string()),
+    }
+}
+
+/// Whether a blob read failed only because the registry did not answer (NATS down or
+/// slow): worth trying again later, unlike a blob that is gone or corrupt.
+pub fn is_transient(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::TimedOut
 }
 
 impl Nats {

@@ -19,6 +19,7 @@ use switchyard_guest_sdk::{PolicyInfo, WorkerRank};
 use crate::config::ServiceLimits;
 use crate::idle::IdleSlot;
 pub use crate::idle::IdleSlots;
+use crate::loader::LoadFailure;
 pub use crate::loader::Loader;
 use crate::metrics::{Metrics, PolicyMetrics};
 use crate::store::VersionRecord;
@@ -67,7 +68,10 @@ pub struct LoadedVersion {
     /// What it loads from: the blob and the parameters.
     blob: String,
     params: String,
+    /// Held only to read or set the state, never across a load.
     template: Mutex<Template>,
+    /// Taken by a load for its whole length, so one version loads once at a time.
+    loading: Mutex<()>,
     loader: Arc<Loader>,
     /// When it was last checked out, in seconds of the service's clock ([`Clock`]).
     last_used: AtomicU64,
@@ -116,6 +120,14 @@ impl LoadedVersion {
         }
     }
 
+    /// An instance-less sibling of its configuration, if it is loaded.
+    fn sibling(&self) -> Option<GuestScorer> {
+        match &*self.template() {
+            Template::Ready(t) => Some(t.sibling()),
+            Template::Cold | Template::Failed(_) => None,
+        }
+    }
+
     /// Whether it is loaded (configured, ready for instances).
     pub fn is_loaded(&self) -> bool {
         matches!(*self.template(), Template::Ready(_))
@@ -130,26 +142,49 @@ impl LoadedVersion {
     /// the engine's pool while nobody selects). Blocking. The caller holds a compile
     /// permit: the configure takes one of the pool's slots for those.
     pub(crate) fn load(&self) {
+        let _ = self.configured();
+    }
+
+    /// The version's configuration: loaded now if it is cold, with a fresh instance
+    /// (`Ok(Some)`: the configure's own, for the caller to use or drop); `Ok(None)`: it
+    /// was loaded already. Loads of one version take turns (`loading`), and none holds
+    /// `template` while it reads a blob or compiles: a listing or a scrape reads the
+    /// state on an async worker, and must not wait on I/O that needs that worker.
+    fn configured(&self) -> Result<Option<GuestScorer>, Arc<str>> {
+        let _turn = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        match &*self.template() {
+            Template::Ready(_) => return Ok(None),
+            Template::Failed(reason) => return Err(Arc::clone(reason)),
+            Template::Cold => {}
+        }
+        let loaded = self.configure();
         let mut template = self.template();
-        if matches!(*template, Template::Cold) {
-            *template = match self.configure() {
-                Ok(scorer) => Template::Ready(Box::new(scorer.sibling())),
-                Err(reason) => Template::Failed(reason),
-            };
+        match loaded {
+            Ok(scorer) => {
+                *template = Template::Ready(Box::new(scorer.sibling()));
+                Ok(Some(scorer))
+            }
+            // Cold still: the next selection tries again.
+            Err(LoadFailure { reason, transient: true }) => Err(reason.into()),
+            Err(LoadFailure { reason, transient: false }) => {
+                let reason: Arc<str> = reason.into();
+                *template = Template::Failed(Arc::clone(&reason));
+                Err(reason)
+            }
         }
     }
 
     /// A fresh instance of the version, configured; `Err`: why it does not load.
-    fn configure(&self) -> Result<GuestScorer, Arc<str>> {
+    fn configure(&self) -> Result<GuestScorer, LoadFailure> {
         let started = std::time::Instant::now();
         let loaded = self.loader.component(&self.blob).and_then(|component| {
             GuestScorer::new(self.policy.clone(), component, &self.params)
-                .map_err(|e| format!("configuring: {e}"))
+                .map_err(|e| LoadFailure { reason: format!("configuring: {e}"), transient: false })
         });
         self.loader.metrics().version_loaded(started.elapsed());
-        loaded.map_err(|reason| {
-            tracing::warn!(policy = %self.policy, version = %self.version, %reason, "stored version unavailable");
-            reason.into()
+        loaded.inspect_err(|e| {
+            let (reason, transient) = (&e.reason, e.transient);
+            tracing::warn!(policy = %self.policy, version = %self.version, %reason, transient, "stored version unavailable");
         })
     }
 
@@ -167,22 +202,25 @@ impl LoadedVersion {
             Some(selector) => selector,
             None => {
                 self.loader.metrics().idle_miss();
-                let mut template = self.template();
-                let scorer = match &*template {
-                    Template::Ready(t) => t.sibling(),
+                let ready = match &*self.template() {
+                    Template::Ready(t) => Some(t.sibling()),
                     Template::Failed(reason) => return Err(Arc::clone(reason)),
-                    Template::Cold => match self.configure() {
-                        Ok(scorer) => {
-                            *template = Template::Ready(Box::new(scorer.sibling()));
-                            scorer
+                    Template::Cold => None,
+                };
+                let scorer = match ready {
+                    Some(scorer) => scorer,
+                    // Cold (or evicted): loaded now; its configure's instance is ours.
+                    // Another selection may have loaded it meanwhile: then a sibling of
+                    // what it loaded (loaded again should it be evicted in between).
+                    None => loop {
+                        if let Some(configured) = self.configured()? {
+                            break configured;
                         }
-                        Err(reason) => {
-                            *template = Template::Failed(Arc::clone(&reason));
-                            return Err(reason);
+                        if let Some(sibling) = self.sibling() {
+                            break sibling;
                         }
                     },
                 };
-                drop(template);
                 self.wrap(scorer)
             }
         };
@@ -306,6 +344,7 @@ pub(crate) fn new_version(
         blob: record.blob.clone(),
         params: record.params.clone(),
         template: Mutex::new(template),
+        loading: Mutex::new(()),
         loader: Arc::clone(ctx.loader),
         last_used: AtomicU64::new(ctx.clock.now()),
         clock: ctx.clock,

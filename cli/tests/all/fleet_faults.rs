@@ -322,3 +322,78 @@ fn blobs_no_tenant_names_are_swept_from_the_registry_after_the_grace() {
     }
     assert_eq!(&runtime.block_on(registry.read_blob(&blobs[0].0)).expect("stored again"), &blobs[0].1);
 }
+
+/// Versions load lazily (on a first selection, or again after an eviction), and a fleet
+/// replica keeps a copy of every blob it reads: a version evicted on B loads again while
+/// NATS is down, and answers. (Read from NATS alone, it failed over to the native default.)
+#[test]
+fn an_evicted_version_loads_again_while_nats_is_down() {
+    let mut fleet = Fleet::start_with("fleet-evict", Some("[service]\nevict_after_secs = 1\n"));
+    let [a, b, _] = fleet.clients();
+    let (token, v1) = acme_with_mine(&a, "latency");
+    wait_for_version(&b, &token, "latency", &v1, "B");
+    assert!(b.wait_for_metric("switchyard_versions_evicted_total", 1.0), "B evicts the unused version");
+    assert_eq!(b.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 0.0);
+
+    fleet.nats.kill();
+    let (status, v) = b.select(&token, "acme", Some("latency"));
+    assert_eq!(
+        (status, v["build"].as_str(), v["version"].as_str(), &v["fallback"]),
+        (200, Some("guest"), Some(v1.as_str()), &Value::Null),
+        "{v}"
+    );
+    assert_eq!(b.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 1.0);
+    fleet.nats.start_again();
+}
+
+/// A version loading while NATS does not answer (its blob never read on this replica)
+/// holds up nothing else: listings and scrapes of that replica answer at once, and the
+/// version, cold still, loads on its first selection once NATS is back. (The load held
+/// the lock a listing reads a version's state under, for as long as the blob read took.)
+#[test]
+fn a_load_waiting_on_nats_holds_up_no_listing_and_is_tried_again() {
+    let mut fleet = Fleet::start("fleet-slow-load");
+    let [a, ..] = fleet.clients();
+    let (token, v1) = acme_with_mine(&a, "latency");
+    // D joins now and loads nothing until it is selected: it has no copy of the blob.
+    let config = crate::server::write_config(&fleet.dir, "[service]\nload_on_start = false\n");
+    let d_server = replica_with(&fleet.dir, "d", &fleet.nats.url(), Some(&config));
+    let d = Client::new(&d_server);
+    let listed = || listed_versions(&d, &token, "D");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while listed() != std::slice::from_ref(&v1) {
+        assert!(Instant::now() < deadline, "D never listed {v1}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    fleet.nats.kill();
+    std::thread::scope(|s| {
+        let loading = s.spawn(|| {
+            let started = Instant::now();
+            (d.select(&token, "acme", Some("latency")), started.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        for _ in 0..3 {
+            assert_eq!(listed(), std::slice::from_ref(&v1));
+            d.metrics();
+        }
+        let listings = started.elapsed();
+        let ((status, v), took) = loading.join().expect("the selecting thread");
+        assert!(took > Duration::from_secs(1), "the load did wait on NATS ({took:?}), or this tests nothing");
+        assert!(listings < took / 2, "listings waited {listings:?} on a load of {took:?}");
+        // Fail-open: the native default answered, saying why.
+        assert_eq!((status, v["fallback"]["kind"].as_str()), (200, Some("unavailable")), "{v}");
+    });
+
+    fleet.nats.start_again();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, v) = d.select(&token, "acme", Some("latency"));
+        if status == 200 && v["version"] == v1.as_str() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the version never loaded once NATS was back: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
