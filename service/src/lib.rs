@@ -4,11 +4,13 @@
 //! A crate of its own so the runtime library stays free of tokio and HTTP for routers
 //! that embed it; this crate adds only the service around it.
 //!
-//! - [`store`]: the data directory (content-addressed blobs, an atomically written
-//!   manifest), from `switchyard-store`.
-//! - [`state`]: the writer's state and commits; the versions it loads (`version`: each
-//!   with its idle instances and breaker) and the snapshot swapped on every change
-//!   (`snapshot`), both re-exported there.
+//! - [`store`]: the data directory (content-addressed blobs, one atomically written
+//!   record per tenant), from `switchyard-store`.
+//! - [`state`]: the writer's state and commits, the background load and eviction; the
+//!   versions it holds (`version`: each loaded when first needed, with its idle
+//!   instances and breaker; `loader`: the components they share; `idle`: the idle slots,
+//!   kept for the most recently used) and the snapshot swapped on every change
+//!   (`snapshot`), re-exported there.
 //! - [`manage`]: tenants, uploads, assignments, rollback, listing; `rates`: their
 //!   per-tenant write rate limits.
 //! - [`select`]: one selection, its policy guarded by the runtime's containment
