@@ -10,7 +10,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::version::LoadedVersion;
+/// What keeps idle instances: a version, which drops the one whose slot another needs.
+pub(crate) trait IdleOwner: Send + Sync {
+    /// Drops the idle instance whose slot is `stamp`, if it is still kept.
+    fn drop_idle(&self, stamp: u64);
+}
 
 /// Every idle slot, held and by whom.
 #[derive(Debug)]
@@ -19,7 +23,7 @@ pub struct IdleSlots {
     max: usize,
     /// Each idle instance kept, by the order it was checked in (oldest first) → its
     /// version. Exactly the slots held: a slot removes its own entry when it is dropped.
-    kept: Mutex<BTreeMap<u64, Weak<LoadedVersion>>>,
+    kept: Mutex<BTreeMap<u64, Weak<dyn IdleOwner>>>,
     next: AtomicU64,
 }
 
@@ -32,7 +36,7 @@ impl IdleSlots {
         Arc::new(Self { held: AtomicUsize::new(0), max, kept: Mutex::default(), next: AtomicU64::new(0) })
     }
 
-    fn kept(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Weak<LoadedVersion>>> {
+    fn kept(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Weak<dyn IdleOwner>>> {
         self.kept.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -40,14 +44,14 @@ impl IdleSlots {
     /// of the instance idle longest (which `owner` drops). The slot is given back when
     /// the answer is dropped, with the idle instance it is kept beside. The caller holds
     /// none of the versions' idle locks (the one freeing a slot may be its own).
-    pub(crate) fn take(self: &Arc<Self>, owner: &Weak<LoadedVersion>) -> Option<IdleSlot> {
+    pub(crate) fn take(self: &Arc<Self>, owner: &Weak<dyn IdleOwner>) -> Option<IdleSlot> {
         for _ in 0..TRIES {
             let free = self
                 .held
                 .try_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1));
             if free.is_ok() {
                 let stamp = self.next.fetch_add(1, Ordering::Relaxed);
-                self.kept().insert(stamp, Weak::clone(owner));
+                self.kept().insert(stamp, owner.clone());
                 return Some(IdleSlot { slots: Arc::clone(self), stamp });
             }
             let oldest = self.kept().pop_first();

@@ -12,9 +12,9 @@ use switchyard_registry_nats::Key;
 
 use crate::auth::{Principal, Tokens};
 use crate::metrics::{Metrics, PolicyMetrics, TenantVersions};
-use crate::state::{VersionKey, Writer, tenant_range};
 use crate::store::{Manifest, TenantRecord};
 use crate::version::LoadedVersion;
+use crate::version::{VersionKey, Versions, tenant_range};
 
 /// What runs for a class.
 #[derive(Clone)]
@@ -146,16 +146,15 @@ impl Snapshot {
 
     /// Every tenant's routes from the writer's state (at start-up), each loaded version
     /// marked routed or retired.
-    pub(crate) fn build(writer: &Writer) -> Self {
+    pub(crate) fn build(manifest: &Manifest, loaded: &Versions) -> Self {
         let mut routes = imbl::HashMap::new();
-        for (tenant, record) in &writer.manifest.tenants {
-            routes.insert(tenant.clone(), Arc::new(tenant_routes(writer, tenant, record)));
+        for (tenant, record) in &manifest.tenants {
+            routes.insert(tenant.clone(), Arc::new(tenant_routes(loaded, tenant, record)));
         }
-        let tokens = Tokens::of(&writer.manifest);
-        let snapshot =
-            Self { manifest: writer.manifest.clone(), routes, versions: writer.loaded.clone(), tokens };
-        for (tenant, _) in &writer.manifest.tenants {
-            snapshot.mark_routed(writer, tenant);
+        let tokens = Tokens::of(manifest);
+        let snapshot = Self { manifest: manifest.clone(), routes, versions: loaded.clone(), tokens };
+        for (tenant, _) in &manifest.tenants {
+            snapshot.mark_routed(loaded, tenant);
         }
         snapshot
     }
@@ -163,22 +162,26 @@ impl Snapshot {
     /// The snapshot after the writer's manifest replaced `old` by changing `key` alone:
     /// that tenant's routes rebuilt (its versions marked routed or retired), everything
     /// else shared with this one.
-    pub(crate) fn update(&self, writer: &Writer, old: &Manifest, key: &Key) -> Self {
+    pub(crate) fn update(
+        &self,
+        (manifest, loaded): (&Manifest, &Versions),
+        old: &Manifest,
+        key: &Key,
+    ) -> Self {
         let mut routes = self.routes.clone();
         let mut tokens = self.tokens.clone();
         match key {
             Key::Tenant(name) => {
                 tokens.replace(
                     old.tenants.get(name).map(|r| r.token_sha256.as_str()),
-                    writer
-                        .manifest
+                    manifest
                         .tenants
                         .get(name)
                         .map(|r| (r.token_sha256.as_str(), Principal::Tenant(name.clone()))),
                 );
-                match writer.manifest.tenants.get(name) {
+                match manifest.tenants.get(name) {
                     Some(record) => {
-                        routes.insert(name.clone(), Arc::new(tenant_routes(writer, name, record)));
+                        routes.insert(name.clone(), Arc::new(tenant_routes(loaded, name, record)));
                     }
                     None => {
                         routes.remove(name);
@@ -187,20 +190,19 @@ impl Snapshot {
             }
             Key::Router(name) => tokens.replace(
                 old.routers.get(name).map(String::as_str),
-                writer.manifest.routers.get(name).map(|h| (h.as_str(), Principal::Router(name.clone()))),
+                manifest.routers.get(name).map(|h| (h.as_str(), Principal::Router(name.clone()))),
             ),
         }
-        let snapshot =
-            Self { manifest: writer.manifest.clone(), routes, versions: writer.loaded.clone(), tokens };
+        let snapshot = Self { manifest: manifest.clone(), routes, versions: loaded.clone(), tokens };
         if let Key::Tenant(name) = key {
-            snapshot.mark_routed(writer, name);
+            snapshot.mark_routed(loaded, name);
         }
         snapshot
     }
 
     /// Marks each of `tenant`'s loaded versions routed if this snapshot routes a class to
     /// it, else retired (which drops its idle instances).
-    fn mark_routed(&self, writer: &Writer, tenant: &str) {
+    fn mark_routed(&self, loaded: &Versions, tenant: &str) {
         let routed: HashSet<*const LoadedVersion> = self
             .routes
             .get(tenant)
@@ -211,7 +213,7 @@ impl Snapshot {
                 Target::Builtin(_) => None,
             })
             .collect();
-        for (_, v) in tenant_range(&writer.loaded, tenant) {
+        for (_, v) in tenant_range(loaded, tenant) {
             v.set_routed(routed.contains(&Arc::as_ptr(v)));
         }
     }
@@ -219,12 +221,12 @@ impl Snapshot {
 
 /// `tenant`'s routes from its record: a class names a builtin or one of the tenant's
 /// policies (pinned version, or the policy's active one).
-fn tenant_routes(writer: &Writer, tenant: &str, record: &TenantRecord) -> TenantRoutes {
+fn tenant_routes(loaded: &Versions, tenant: &str, record: &TenantRecord) -> TenantRoutes {
     let mut classes = HashMap::new();
     for (class, a) in &record.classes {
         let target = if let Some(policy) = record.policies.get(&a.policy) {
             let key = (tenant.to_string(), a.policy.clone(), a.version_in(policy).to_string());
-            match writer.loaded.get(&key) {
+            match loaded.get(&key) {
                 Some(v) => Target::Guest(v.clone()),
                 None => continue,
             }

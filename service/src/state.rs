@@ -30,19 +30,9 @@ use crate::rates::WriteRates;
 use crate::registry::{Registry, RegistryOptions};
 pub use crate::snapshot::{Route, Snapshot, Target};
 use crate::store::{Manifest, Store, TenantRecord, VersionRecord};
+use crate::version::tenant_range;
 use crate::version::{Clock, Template, VersionContext, new_version};
-pub use crate::version::{IdleSlots, LoadedVersion, Loader};
-
-/// (tenant, policy name, version).
-pub type VersionKey = (String, String, String);
-
-/// The entries of `map` (keyed by [`VersionKey`]) of one tenant, in order.
-pub(crate) fn tenant_range<'a, V: Clone>(
-    map: &'a imbl::OrdMap<VersionKey, V>,
-    tenant: &'a str,
-) -> impl Iterator<Item = (&'a VersionKey, &'a V)> + 'a {
-    map.range((tenant.to_string(), String::new(), String::new())..).take_while(move |(k, _)| k.0 == tenant)
-}
+pub use crate::version::{IdleSlots, LoadedVersion, Loader, VersionKey, Versions};
 
 /// What only the writer touches.
 pub struct Writer {
@@ -50,7 +40,7 @@ pub struct Writer {
     pub manifest: Manifest,
     /// Every version the manifest names, routed or not, loaded or not yet (persistent:
     /// each snapshot shares it).
-    pub loaded: imbl::OrdMap<VersionKey, Arc<LoadedVersion>>,
+    pub loaded: Versions,
     /// Blob → how many versions of the manifest, of any tenant, name it: a blob whose
     /// count drops to 0 is deleted, and its compiled component dropped.
     pub blob_users: HashMap<String, usize>,
@@ -156,7 +146,7 @@ impl Service {
         };
         add_versions(&mut writer, &ctx, None);
         sweep_orphan_blobs(&loader, &writer);
-        let snapshot = Snapshot::build(&writer);
+        let snapshot = Snapshot::build(&writer.manifest, &writer.loaded);
         let service = Arc::new(Self {
             compile_permits: Semaphore::new(limits.compile_concurrency),
             limits,
@@ -227,7 +217,7 @@ impl Service {
         if let Key::Tenant(tenant) = key {
             self.release_unnamed(writer, old, tenant);
         }
-        let snapshot = Arc::new(self.snapshot.load().update(writer, old, key));
+        let snapshot = Arc::new(self.snapshot.load().update((&writer.manifest, &writer.loaded), old, key));
         self.snapshot.store(snapshot);
     }
 

@@ -17,8 +17,8 @@ use switchyard::{FailMode, Fault, GuardedSelector, GuestScorer, SharedBreaker};
 use switchyard_guest_sdk::{PolicyInfo, WorkerRank};
 
 use crate::config::ServiceLimits;
-use crate::idle::IdleSlot;
 pub use crate::idle::IdleSlots;
+use crate::idle::{IdleOwner, IdleSlot};
 use crate::loader::LoadFailure;
 pub use crate::loader::Loader;
 use crate::metrics::{Metrics, PolicyMetrics};
@@ -236,22 +236,14 @@ impl LoadedVersion {
             return;
         }
         // Taken without our lock held: the slot freed may be one of ours.
-        let Some(slot) = self.idle_slots.take(&self.this) else { return };
+        let owner: Weak<dyn IdleOwner> = self.this.clone();
+        let Some(slot) = self.idle_slots.take(&owner) else { return };
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         // Checked again under the lock that `set_routed` clears the pool under: a version
         // retired meanwhile keeps nothing (the slot goes back as it is dropped).
         if room(&idle) {
             idle.push((selector, slot));
         }
-    }
-
-    /// Drops the idle instance whose slot is `stamp`, if it is still kept (its slot is
-    /// wanted for an instance used more recently).
-    pub(crate) fn drop_idle(&self, stamp: u64) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let dropped = idle.iter().position(|(_, slot)| slot.stamp() == stamp).map(|i| idle.remove(i));
-        drop(idle);
-        drop(dropped);
     }
 
     fn wrap(&self, scorer: GuestScorer) -> GuardedSelector {
@@ -357,4 +349,28 @@ pub(crate) fn new_version(
         idle_slots: Arc::clone(ctx.idle),
         this: Weak::clone(this),
     })
+}
+
+impl IdleOwner for LoadedVersion {
+    /// Its slot is wanted for an instance used more recently.
+    fn drop_idle(&self, stamp: u64) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let dropped = idle.iter().position(|(_, slot)| slot.stamp() == stamp).map(|i| idle.remove(i));
+        drop(idle);
+        drop(dropped);
+    }
+}
+
+/// (tenant, policy name, version).
+pub type VersionKey = (String, String, String);
+
+/// Every version, by key: a persistent map, so the writer's and each snapshot's share it.
+pub type Versions = imbl::OrdMap<VersionKey, Arc<LoadedVersion>>;
+
+/// The entries of `map` (keyed by [`VersionKey`]) of one tenant, in order.
+pub(crate) fn tenant_range<'a, V: Clone>(
+    map: &'a imbl::OrdMap<VersionKey, V>,
+    tenant: &'a str,
+) -> impl Iterator<Item = (&'a VersionKey, &'a V)> + 'a {
+    map.range((tenant.to_string(), String::new(), String::new())..).take_while(move |(k, _)| k.0 == tenant)
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use switchyard::PolicyEngine;
 use switchyard::cache::{is_temp_name, private_dir, read_private, write_private};
 
-use crate::{Manifest, TenantRecord, valid_name};
+use crate::records::{Manifest, TenantRecord, valid_name};
 
 /// The layout this build writes: one file per tenant (see the crate's documentation).
 const FORMAT: u32 = 2;

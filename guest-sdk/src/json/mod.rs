@@ -16,7 +16,6 @@ mod pow10;
 mod read;
 #[cfg(test)]
 mod tests;
-mod variant;
 
 use std::fmt::{self, Display};
 
