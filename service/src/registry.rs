@@ -151,10 +151,7 @@ impl Registry {
                 nats.runtime
                     .block_on(nats.registry.put_blob(sha256, bytes))
                     .map_err(|e| WriteError::Unavailable(e.to_string()))?;
-                // This replica's copy, as `read_blob` keeps one.
-                if let Err(e) = nats.local.write_blob(sha256, bytes) {
-                    tracing::warn!(blob = %sha256, error = %e, "keeping a local copy of a blob");
-                }
+                nats.keep_local(sha256, bytes);
                 Ok(())
             }
         }
@@ -175,9 +172,7 @@ impl Registry {
                 }
                 // The registry checks the bytes against their name before we keep them.
                 let bytes = nats.runtime.block_on(nats.registry.read_blob(sha256)).map_err(io)?;
-                if let Err(e) = nats.local.write_blob(sha256, &bytes) {
-                    tracing::warn!(blob = %sha256, error = %e, "keeping a local copy of a blob");
-                }
+                nats.keep_local(sha256, &bytes);
                 Ok(bytes)
             }
         }
@@ -236,6 +231,14 @@ impl Nats {
             Ok(())
         } else {
             Err(WriteError::Unavailable("not connected to NATS (reconnecting)".into()))
+        }
+    }
+
+    /// Keeps this replica's copy of blob `sha256` (one it read or wrote): a failure only
+    /// costs a read from NATS later, so it is logged, not returned.
+    fn keep_local(&self, sha256: &str, bytes: &[u8]) {
+        if let Err(e) = self.local.write_blob(sha256, bytes) {
+            tracing::warn!(blob = %sha256, error = %e, "keeping a local copy of a blob");
         }
     }
 

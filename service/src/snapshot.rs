@@ -103,21 +103,18 @@ impl Snapshot {
         self.versions.values()
     }
 
-    /// How many stored versions did not load (for a scrape: it looks at every version).
-    pub fn unavailable_count(&self) -> usize {
-        self.versions.values().filter(|v| v.failure().is_some()).count()
-    }
-
-    /// Each tenant's versions: known (in its record) and loaded (for a scrape: it looks at
-    /// every version).
-    pub fn tenant_versions(&self) -> BTreeMap<String, TenantVersions> {
-        let mut out: BTreeMap<String, TenantVersions> = BTreeMap::new();
+    /// Each tenant's versions, known (in its record) and loaded, and how many stored
+    /// versions did not load: for a scrape, in one walk over every version.
+    pub fn version_counts(&self) -> (BTreeMap<String, TenantVersions>, usize) {
+        let mut tenants: BTreeMap<String, TenantVersions> = BTreeMap::new();
+        let mut unavailable = 0;
         for ((tenant, _, _), v) in &self.versions {
-            let entry = out.entry(tenant.clone()).or_default();
+            let entry = tenants.entry(tenant.clone()).or_default();
             entry.known += 1;
             entry.loaded += u64::from(v.is_loaded());
+            unavailable += usize::from(v.failure().is_some());
         }
-        out
+        (tenants, unavailable)
     }
 
     /// (tenant, policy) pairs with a routed version whose breaker is open or half-open:

@@ -133,8 +133,9 @@ impl Service {
         let loader = Loader::new(registry, engine, Arc::clone(&metrics));
         let clock = Clock::new();
         let mut writer = Writer { manifest, loaded: imbl::OrdMap::new(), blob_users: HashMap::new() };
-        for record in writer.manifest.tenants.values().cloned().collect::<Vec<_>>() {
-            writer.count_blobs(Some(&record), true);
+        let manifest = writer.manifest.clone();
+        for record in manifest.tenants.values() {
+            writer.count_blobs(Some(record), true);
         }
         let ctx = VersionContext {
             limits: &limits,
@@ -178,10 +179,11 @@ impl Service {
     /// quarantine state as it is now.
     pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         let snapshot = self.snapshot();
+        let (versions, unavailable) = snapshot.version_counts();
         let state = State {
             quarantined: snapshot.quarantined(),
-            versions: snapshot.tenant_versions(),
-            unavailable: snapshot.unavailable_count(),
+            versions,
+            unavailable,
             components: self.loader.len(),
             instances: self.loader.instances(),
         };

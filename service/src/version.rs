@@ -120,14 +120,6 @@ impl LoadedVersion {
         }
     }
 
-    /// An instance-less sibling of its configuration, if it is loaded.
-    fn sibling(&self) -> Option<GuestScorer> {
-        match &*self.template() {
-            Template::Ready(t) => Some(t.sibling()),
-            Template::Cold | Template::Failed(_) => None,
-        }
-    }
-
     /// Whether it is loaded (configured, ready for instances).
     pub fn is_loaded(&self) -> bool {
         matches!(*self.template(), Template::Ready(_))
@@ -142,27 +134,36 @@ impl LoadedVersion {
     /// the engine's pool while nobody selects). Blocking. The caller holds a compile
     /// permit: the configure takes one of the pool's slots for those.
     pub(crate) fn load(&self) {
-        let _ = self.configured();
+        if !self.is_loaded() {
+            let _ = self.configured();
+        }
     }
 
-    /// The version's configuration: loaded now if it is cold, with a fresh instance
-    /// (`Ok(Some)`: the configure's own, for the caller to use or drop); `Ok(None)`: it
-    /// was loaded already. Loads of one version take turns (`loading`), and none holds
-    /// `template` while it reads a blob or compiles: a listing or a scrape reads the
-    /// state on an async worker, and must not wait on I/O that needs that worker.
-    fn configured(&self) -> Result<Option<GuestScorer>, Arc<str>> {
+    /// An instance of the version for a selection: a sibling of its configuration, or,
+    /// when it is cold, the instance its load configured. `Err`: why it does not load.
+    /// Loads of one version take turns (`loading`), and none holds `template` while it
+    /// reads a blob or compiles: a listing or a scrape reads the state on an async
+    /// worker, and must not wait on I/O that needs that worker.
+    fn configured(&self) -> Result<GuestScorer, Arc<str>> {
+        let settled = || match &*self.template() {
+            Template::Ready(t) => Some(Ok(t.sibling())),
+            Template::Failed(reason) => Some(Err(Arc::clone(reason))),
+            Template::Cold => None,
+        };
+        if let Some(settled) = settled() {
+            return settled;
+        }
         let _turn = self.loading.lock().unwrap_or_else(|p| p.into_inner());
-        match &*self.template() {
-            Template::Ready(_) => return Ok(None),
-            Template::Failed(reason) => return Err(Arc::clone(reason)),
-            Template::Cold => {}
+        // Another load may have settled it while this one waited its turn.
+        if let Some(settled) = settled() {
+            return settled;
         }
         let loaded = self.configure();
         let mut template = self.template();
         match loaded {
             Ok(scorer) => {
                 *template = Template::Ready(Box::new(scorer.sibling()));
-                Ok(Some(scorer))
+                Ok(scorer)
             }
             // Cold still: the next selection tries again.
             Err(LoadFailure { reason, transient: true }) => Err(reason.into()),
@@ -202,26 +203,7 @@ impl LoadedVersion {
             Some(selector) => selector,
             None => {
                 self.loader.metrics().idle_miss();
-                let ready = match &*self.template() {
-                    Template::Ready(t) => Some(t.sibling()),
-                    Template::Failed(reason) => return Err(Arc::clone(reason)),
-                    Template::Cold => None,
-                };
-                let scorer = match ready {
-                    Some(scorer) => scorer,
-                    // Cold (or evicted): loaded now; its configure's instance is ours.
-                    // Another selection may have loaded it meanwhile: then a sibling of
-                    // what it loaded (loaded again should it be evicted in between).
-                    None => loop {
-                        if let Some(configured) = self.configured()? {
-                            break configured;
-                        }
-                        if let Some(sibling) = self.sibling() {
-                            break sibling;
-                        }
-                    },
-                };
-                self.wrap(scorer)
+                self.wrap(self.configured()?)
             }
         };
         selector.set_fail_mode(mode);
