@@ -166,8 +166,43 @@ impl PolicyComponent {
                 component
             }
         };
-        let compile_time = started.elapsed();
+        Self::checked(engine, component, digest, bytes.len(), started.elapsed(), from_cache)
+    }
 
+    /// The component whose bytes have the sha256 `digest` and are `size` bytes long,
+    /// from the engine's artifact cache, without its bytes: what a version that was
+    /// loaded before (and evicted) loads again from. `None`: no cache, or no usable
+    /// artifact (the caller loads from the bytes). The caller vouches for `digest`: it
+    /// only picks which of our own compilations is loaded (each keyed by the sha256 of
+    /// the bytes it was compiled from), and the component is checked against the world
+    /// like any other.
+    pub fn load_cached(engine: &PolicyEngine, digest: &str, size: usize) -> Option<Result<Self, LoadError>> {
+        let limits = engine.limits();
+        if size > limits.max_component_bytes {
+            return Some(Err(LoadError::new(
+                LoadErrorKind::TooLarge,
+                format!("{size} bytes; the limit is {} bytes", limits.max_component_bytes),
+            )));
+        }
+        // A file name is made of it: nothing but a sha256's 64 hex digits.
+        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let started = Instant::now();
+        let component = engine.artifact_cache()?.load(engine.engine(), digest)?;
+        Some(Self::checked(engine, component, digest.to_string(), size, started.elapsed(), true))
+    }
+
+    /// `component`, checked against the world (imports, the policy export) and
+    /// pre-instantiated.
+    fn checked(
+        engine: &PolicyEngine,
+        component: Component,
+        digest: String,
+        size: usize,
+        compile_time: Duration,
+        from_cache: bool,
+    ) -> Result<Self, LoadError> {
         let ty = component.component_type();
         let wasmtime_engine = engine.engine();
         let imports: Vec<String> = ty.imports(wasmtime_engine).map(|(name, _)| name.to_string()).collect();
@@ -200,7 +235,7 @@ impl PolicyComponent {
                 engine: engine.clone(),
                 pre,
                 digest,
-                size: bytes.len(),
+                size,
                 imports,
                 exports,
                 compile_time,

@@ -26,11 +26,15 @@ pub struct Loader {
     pub(crate) engine: PolicyEngine,
     metrics: Arc<Metrics>,
     components: Mutex<HashMap<String, PolicyComponent>>,
+    /// The size of every blob loaded before (a blob's name is the sha256 of its bytes):
+    /// a version evicted and selected again loads from the compiled cache by that name,
+    /// without reading the blob and hashing it again.
+    sizes: Mutex<HashMap<String, usize>>,
 }
 
 impl Loader {
     pub(crate) fn new(registry: Registry, engine: PolicyEngine, metrics: Arc<Metrics>) -> Arc<Self> {
-        Arc::new(Self { registry, engine, metrics, components: Mutex::default() })
+        Arc::new(Self { registry, engine, metrics, components: Mutex::default(), sizes: Mutex::default() })
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, PolicyComponent>> {
@@ -44,6 +48,13 @@ impl Loader {
         if let Some(c) = self.kept(blob) {
             return Ok(c);
         }
+        let size = self.sizes().get(blob).copied();
+        if let Some(loaded) = size.and_then(|size| PolicyComponent::load_cached(&self.engine, blob, size)) {
+            let component =
+                loaded.map_err(|e| LoadFailure { reason: format!("loading: {e}"), transient: false })?;
+            self.metrics.loaded(&component);
+            return Ok(self.map().entry(blob.to_string()).or_insert(component).clone());
+        }
         let bytes = self.registry.read_blob(blob).map_err(|e| LoadFailure {
             reason: format!("reading blob {blob}: {e}"),
             transient: crate::registry::is_transient(&e),
@@ -51,7 +62,12 @@ impl Loader {
         let component = PolicyComponent::load(&self.engine, &bytes)
             .map_err(|e| LoadFailure { reason: format!("loading: {e}"), transient: false })?;
         self.metrics.loaded(&component);
+        self.sizes().insert(blob.to_string(), bytes.len());
         Ok(self.map().entry(blob.to_string()).or_insert(component).clone())
+    }
+
+    fn sizes(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.sizes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The component of `blob`, if it is kept.
@@ -61,12 +77,15 @@ impl Loader {
 
     /// Keeps `component` (an upload's, just compiled) as `blob`'s.
     pub(crate) fn keep(&self, blob: &str, component: PolicyComponent) {
+        self.sizes().insert(blob.to_string(), component.size());
         self.map().entry(blob.to_string()).or_insert(component);
     }
 
-    /// Drops `blob`'s component (versions already configured from it keep theirs).
+    /// Drops `blob`'s component (versions already configured from it keep theirs): no
+    /// version names it any more.
     pub(crate) fn forget(&self, blob: &str) {
         self.map().remove(blob);
+        self.sizes().remove(blob);
     }
 
     /// Components kept.
