@@ -163,6 +163,30 @@ impl LimitArgs {
         Ok(limits)
     }
 
+    /// The engine's limits for `serve`: [`LimitArgs::limits`], with the pool
+    /// (`max_instances`) sized to what `service` may hold at once
+    /// ([`ServiceLimits::instances_needed`]) unless the flag or the file sets it (an
+    /// explicit pool too small for the service is refused by `serve`, naming both). A
+    /// slot reserves address space, not memory: ~4 GiB of it each.
+    pub fn serve_limits(&self, service: &ServiceLimits) -> Result<Limits, CliError> {
+        let mut limits = self.limits()?;
+        if self.max_instances.is_none() && !self.file_sets_max_instances()? {
+            let needed = u32::try_from(service.instances_needed()).unwrap_or(u32::MAX);
+            limits.max_instances = limits.max_instances.max(needed);
+        }
+        Ok(limits)
+    }
+
+    /// Whether the config file names `[limits] max_instances` itself.
+    fn file_sets_max_instances(&self) -> Result<bool, CliError> {
+        let Some(path) = &self.config else { return Ok(false) };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::new(ErrorKind::Config, format!("{}: {e}", path.display())))?;
+        let table: toml::Table = toml::from_str(&text)
+            .map_err(|e| CliError::new(ErrorKind::Config, format!("{}: {}", path.display(), e.message())))?;
+        Ok(table.get("limits").and_then(|l| l.get("max_instances")).is_some())
+    }
+
     /// The fleet's registry: `url` (`--registry`) or `[registry] url`, and its blob
     /// grace (`[registry] blob_grace_secs`, at least 1).
     pub fn registry(&self, url: Option<String>) -> Result<Option<RegistryOptions>, CliError> {

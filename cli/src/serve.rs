@@ -28,13 +28,15 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), CliError> {
+    let limits = args.limits.service_limits()?;
+    let engine_limits = args.limits.serve_limits(&limits)?;
     let options = switchyard_service::ServeOptions {
         listen: args.listen,
         data_dir: args.data_dir,
         registry: args.limits.registry(args.registry)?,
-        limits: args.limits.service_limits()?,
+        limits,
         guard: args.limits.guard()?,
-        engine_limits: args.limits.limits()?,
+        engine_limits,
         cache_dir: args.limits.cache_dir()?,
     };
     switchyard_service::run(options).map_err(|e| CliError::new(ErrorKind::Serve, format!("{e:#}")))

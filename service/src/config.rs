@@ -81,10 +81,19 @@ pub struct ServiceConfig {
     /// small host; beyond that an instance is dropped after use. Instances also count
     /// against the engine's `max_instances`.
     pub idle_instances_per_version: usize,
-    /// Idle instances across all versions (→ beyond it an instance is dropped after use).
-    /// 64: a quarter of the engine's default 256 pool slots, so idle instances never
-    /// crowd out selections in flight; each also keeps its memory resident.
+    /// Idle instances across all versions (→ beyond it the instance idle longest is
+    /// dropped). 10,240: one for every recently used version of ten thousand tenants. An
+    /// idle default-policy instance keeps ~35 KiB resident, while making a fresh one
+    /// costs each selection ~100 µs of CPU (instantiate, configure, and the memory reset
+    /// when it is dropped); `idle_rss_limit_mb` bounds what idle instances keep whatever
+    /// their guests touch. `serve` sizes the engine's pool (`[limits] max_instances`) to
+    /// fit these, the selections in flight and the compiles, unless it is set.
     pub max_idle_instances: usize,
+    /// Resident memory of the whole process, MiB, above which idle instances are shed
+    /// (longest idle first) and no more are kept until it is back under. 1,536; 0: no
+    /// such bound. It is what keeps a guest that fills its memory from being kept idle
+    /// ten thousand times.
+    pub idle_rss_limit_mb: u64,
     /// Whether `serve` loads every stored version in the background once it answers
     /// (true), or each only when a selection first needs it (false). Either way start-up
     /// reads only the registry, so the first selections are answered at once however many
@@ -142,7 +151,8 @@ impl Default for ServiceConfig {
             max_classes_per_tenant: 64,
             compile_concurrency: 1,
             idle_instances_per_version: 8,
-            max_idle_instances: 64,
+            max_idle_instances: 10_240,
+            idle_rss_limit_mb: 1_536,
             load_on_start: true,
             evict_after_secs: 600,
             max_in_flight_per_tenant: 16,
@@ -175,6 +185,13 @@ impl Deref for ServiceLimits {
 }
 
 impl ServiceLimits {
+    /// Slots of the engine's pool these limits may hold at once: selections in flight,
+    /// idle instances and uploads' configure checks (`[limits] max_instances` must be at
+    /// least this, so the pool never runs out).
+    pub fn instances_needed(&self) -> usize {
+        self.max_inflight_selections + self.max_idle_instances + self.compile_concurrency
+    }
+
     /// What one selection request may ask for (→ 400 `invalid-input` naming the limit).
     pub fn requests(&self) -> &RequestLimits {
         &self.requests

@@ -5,10 +5,17 @@
 //! idle longest, whichever version it is of: the idle instances are the recently used
 //! ones, so a busy tenant keeps its instances warm however many versions selected once
 //! before it.
+//!
+//! Counted slots alone do not bound memory: an idle instance keeps whatever its guest
+//! touched (~35 KiB for the default policy, up to `max_memory_bytes` for a guest that
+//! fills its memory). So the idle instances are also shed, longest idle first, while the
+//! process's resident memory is over `idle_rss_limit_mb`: whatever guests do, they keep
+//! no more memory idle than that allows (checked at most every [`RSS_CHECK_EVERY`]).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 /// What keeps idle instances: a version, which drops the one whose slot another needs.
 pub(crate) trait IdleOwner: Send + Sync {
@@ -25,15 +32,42 @@ pub struct IdleSlots {
     /// version. Exactly the slots held: a slot removes its own entry when it is dropped.
     kept: Mutex<BTreeMap<u64, Weak<dyn IdleOwner>>>,
     next: AtomicU64,
+    /// Resident bytes above which idle instances are shed; 0: no such bound.
+    rss_limit: u64,
+    /// When resident memory was last checked, ms after `started` ([`NEVER`] before the
+    /// first check-in, which always checks).
+    rss_checked_ms: AtomicU64,
+    /// Whether it was over the limit when last checked.
+    over: AtomicBool,
+    started: Instant,
 }
+
+/// How often a check-in looks at the process's resident memory (a read of
+/// `/proc/self/status`, a few µs).
+pub(crate) const RSS_CHECK_EVERY: Duration = Duration::from_millis(200);
+/// [`IdleSlots::rss_checked_ms`] before any check.
+const NEVER: u64 = u64::MAX;
+/// Idle instances shed at a time before resident memory is read again.
+const SHED_BATCH: usize = 64;
 
 /// Tries of [`IdleSlots::take`] to free a slot before it gives up (each may find an
 /// entry whose instance was checked out meanwhile).
 const TRIES: usize = 4;
 
 impl IdleSlots {
-    pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(Self { held: AtomicUsize::new(0), max, kept: Mutex::default(), next: AtomicU64::new(0) })
+    /// At most `max` idle instances, shed while resident memory is over `rss_limit`
+    /// bytes (0: no memory bound).
+    pub(crate) fn new(max: usize, rss_limit: u64) -> Arc<Self> {
+        Arc::new(Self {
+            held: AtomicUsize::new(0),
+            max,
+            kept: Mutex::default(),
+            next: AtomicU64::new(0),
+            rss_limit,
+            rss_checked_ms: AtomicU64::new(NEVER),
+            over: AtomicBool::new(false),
+            started: Instant::now(),
+        })
     }
 
     fn kept(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Weak<dyn IdleOwner>>> {
@@ -45,6 +79,10 @@ impl IdleSlots {
     /// the answer is dropped, with the idle instance it is kept beside. The caller holds
     /// none of the versions' idle locks (the one freeing a slot may be its own).
     pub(crate) fn take(self: &Arc<Self>, owner: &Weak<dyn IdleOwner>) -> Option<IdleSlot> {
+        if self.over_memory() {
+            self.shed();
+            return None;
+        }
         for _ in 0..TRIES {
             let free = self
                 .held
@@ -63,10 +101,52 @@ impl IdleSlots {
         None
     }
 
+    /// Whether resident memory is over the limit, as last read: it is read again at
+    /// most every [`RSS_CHECK_EVERY`] (by whichever check-in comes first).
+    fn over_memory(&self) -> bool {
+        if self.rss_limit == 0 {
+            return false;
+        }
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = self.rss_checked_ms.load(Ordering::Relaxed);
+        let due = last == NEVER || now.saturating_sub(last) >= RSS_CHECK_EVERY.as_millis() as u64;
+        if due && self.rss_checked_ms.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            let over = resident_bytes().is_some_and(|rss| rss > self.rss_limit);
+            self.over.store(over, Ordering::Release);
+        }
+        self.over.load(Ordering::Acquire)
+    }
+
+    /// Drops idle instances, longest idle first, until resident memory is back under
+    /// the limit or none is left.
+    fn shed(&self) {
+        loop {
+            for _ in 0..SHED_BATCH {
+                let Some((stamp, version)) = self.kept().pop_first() else { return };
+                if let Some(version) = version.upgrade() {
+                    version.drop_idle(stamp);
+                }
+            }
+            if resident_bytes().is_none_or(|rss| rss <= self.rss_limit) {
+                self.over.store(false, Ordering::Release);
+                return;
+            }
+        }
+    }
+
     /// Idle instances kept now, across every version.
     pub fn held(&self) -> usize {
         self.held.load(Ordering::Acquire)
     }
+}
+
+/// The process's resident memory, bytes (`None` where `/proc` does not say).
+pub(crate) fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    let kib: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kib.saturating_mul(1024))
 }
 
 /// One of the `max_idle_instances` slots, owned by the idle instance it is kept with:

@@ -106,7 +106,7 @@ impl Service {
     ) -> anyhow::Result<Arc<Self>> {
         // Selections in flight, idle instances and uploads' configure checks each hold a
         // slot of the engine's pool: together they must fit, so the pool never runs out.
-        let needed = limits.max_inflight_selections + limits.max_idle_instances + limits.compile_concurrency;
+        let needed = limits.instances_needed();
         if needed > engine_limits.max_instances as usize {
             anyhow::bail!(
                 "[service] max_inflight_selections ({}) + max_idle_instances ({}) + compile_concurrency ({}) = {needed} exceed [limits] max_instances ({})",
@@ -129,7 +129,8 @@ impl Service {
             .map_err(|e| anyhow::anyhow!("the compiled-artifact cache {}: {e}", cache_dir.display()))?;
         let engine = PolicyEngine::new(engine_limits)?.with_artifact_cache(cache);
         let metrics = Arc::new(Metrics::default());
-        let idle_slots = IdleSlots::new(limits.max_idle_instances);
+        let idle_slots =
+            IdleSlots::new(limits.max_idle_instances, limits.idle_rss_limit_mb.saturating_mul(1 << 20));
         let loader = Loader::new(registry, engine, Arc::clone(&metrics));
         let clock = Clock::new();
         let mut writer = Writer { manifest, loaded: imbl::OrdMap::new(), blob_users: HashMap::new() };

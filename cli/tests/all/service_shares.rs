@@ -4,6 +4,7 @@
 //! stored version that no longer loads is served as unavailable while everything else
 //! serves.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::thread;
 
 use serde_json::{Value, json};
@@ -400,6 +401,65 @@ fn an_unused_version_is_evicted_and_its_next_selection_loads_it_again() {
     );
 }
 
+/// An evicted version loads again from its compiled artifact alone, found by its blob's
+/// name: no blob read, no hash of the component (before, a reload read the blob, so one
+/// lost after the upload made the version unavailable). An artifact tampered with is
+/// still never loaded: the version is compiled again from its blob.
+#[test]
+fn an_evicted_version_loads_again_from_its_artifact_alone_never_from_a_tampered_one() {
+    let dir = temp_dir("service-shares-reload");
+    let config = write_config(&dir, "[service]\nevict_after_secs = 1\n");
+    let data = dir.join("data");
+    let server = Server::start(&data, Some(&config), Some(ADMIN));
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    let version = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
+    let selected_by_its_version = |what: &str| {
+        let (status, v) = c.select(&token, "acme", Some("gold"));
+        assert_eq!(
+            (status, v["build"].as_str(), v["version"].as_str()),
+            (200, Some("guest"), Some(version.as_str())),
+            "{what}: {v}"
+        );
+    };
+    selected_by_its_version("first");
+    let only = |sub: &str, ext: &str| {
+        let files: Vec<_> = std::fs::read_dir(data.join(sub))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .collect();
+        assert_eq!(files.len(), 1, "{sub}: {files:?}");
+        files[0].clone()
+    };
+    let (blob, artifact) = (only("blobs", "wasm"), only("compiled", "cwasm"));
+    let blob_bytes = std::fs::read(&blob).unwrap();
+
+    let mut evictions = 1.0;
+    assert!(c.wait_for_metric("switchyard_versions_evicted_total", evictions), "evicted");
+    std::fs::remove_file(&blob).unwrap();
+    selected_by_its_version("blob gone, artifact kept");
+    assert_eq!(c.metric("switchyard_compile_seconds_count"), 1.0, "not compiled again");
+
+    evictions += 1.0;
+    assert!(c.wait_for_metric("switchyard_versions_evicted_total", evictions), "evicted again");
+    // Put back as the store writes it: owner-only.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&blob)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &blob_bytes))
+        .unwrap();
+    let mut bytes = std::fs::read(&artifact).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle..middle + 64].fill(0xCC);
+    std::fs::write(&artifact, &bytes).unwrap();
+    selected_by_its_version("artifact tampered with");
+    assert_eq!(c.metric("switchyard_compile_seconds_count"), 2.0, "compiled again from the blob");
+}
+
 /// With every idle slot taken, the instance idle longest gives its slot to the one just
 /// used, whichever version each is of: a tenant selecting now keeps its instance warm
 /// however many versions were selected before it (which, before, kept the slots for
@@ -430,4 +490,29 @@ fn the_idle_slots_go_to_the_instances_used_most_recently() {
     assert_eq!(misses(), 2.0, "b found its instance idle");
     select("a");
     assert_eq!(misses(), 3.0, "a's went to b");
+}
+
+/// Idle instances keep whatever memory their guests touched, so a count alone does not
+/// bound them (ten thousand guests that each fill 64 MiB would keep 640 GB): while the
+/// process's resident memory is over `idle_rss_limit_mb`, none is kept. Here the limit
+/// is below any server's resident memory, so every selection makes a fresh instance and
+/// nothing stays idle; without the limit, the same selections keep one and reuse it.
+#[test]
+fn no_instance_is_kept_idle_while_resident_memory_is_over_its_limit() {
+    for (limit, kept, misses) in [("1", 0.0, 3.0), ("0", 1.0, 1.0)] {
+        let dir = temp_dir(&format!("service-shares-idle-rss-{limit}"));
+        let config = write_config(&dir, &format!("[service]\nidle_rss_limit_mb = {limit}\n"));
+        let server = Server::start(&dir.join("data"), Some(&config), Some(ADMIN));
+        let c = Client::new(&server);
+        let token = c.add_tenant("acme");
+        c.uploaded(&token, "acme", "p", DEFAULT_POLICY, None);
+        c.assigned(&token, "acme", "gold", json!({ "policy": "p" }));
+        for _ in 0..3 {
+            let (status, v) = c.select(&token, "acme", Some("gold"));
+            assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
+        }
+        let what = format!("idle_rss_limit_mb = {limit}");
+        assert_eq!(c.metric("switchyard_idle_instances"), kept, "{what}");
+        assert_eq!(c.metric("switchyard_idle_misses_total"), misses, "{what}");
+    }
 }
