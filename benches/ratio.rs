@@ -249,6 +249,15 @@ fn overhead_table(engine: &PolicyEngine) {
     let mut g1_unbounded = ScoreOnly::new(1_024, &guest_unbounded);
     let mut g1_epoch = ScoreOnly::new(1_024, &guest_epoch);
     let mut g1_fuel = ScoreOnly::new(1_024, &guest_fuel);
+    // The same call with a memory reservation no larger than the memory: every load and
+    // store bounds-checked, for slots that reserve 96 MiB of address space, not 4 GiB.
+    let small =
+        Limits { memory_reservation_bytes: Limits::default().max_memory_bytes as u64, ..Limits::default() };
+    let small_engine = PolicyEngine::new(small).unwrap();
+    let mut guest_small = default.guest(&small_engine, "{}").unwrap();
+    let mut guest_small_4 = default.guest(&small_engine, "{}").unwrap();
+    let mut g1_small = ScoreOnly::new(1_024, &guest_small);
+    let mut g4_small = ScoreOnly::new(4_096, &guest_small);
     let t = interleaved(&mut [
         &mut || empty.run(&mut noop),
         &mut || one_noop.run(&mut noop_1),
@@ -260,6 +269,8 @@ fn overhead_table(engine: &PolicyEngine) {
         &mut || g1_unbounded.run(&mut guest_unbounded),
         &mut || g1_epoch.run(&mut guest_epoch),
         &mut || g1_fuel.run(&mut guest_fuel),
+        &mut || g1_small.run(&mut guest_small),
+        &mut || g4_small.run(&mut guest_small_4),
     ]);
     let native_slope = (t[4] - t[3]) / 3_072.0;
     let guest_slope = (t[6] - t[5]) / 3_072.0;
@@ -281,6 +292,13 @@ fn overhead_table(engine: &PolicyEngine) {
         fmt_ns(t[9]),
         fmt_ns(t[8]),
         fmt_ns(t[7])
+    );
+    let small_slope = (t[11] - t[10]) / 3_072.0;
+    println!(
+        "| memory reservation 64 MiB (bounds-checked) vs 4 GiB: guest score 1,024 / 4,096, slope | {} / {}, {small_slope:.2} ns ({:+.0} %) |",
+        fmt_ns(t[10]),
+        fmt_ns(t[11]),
+        (small_slope / guest_slope - 1.0) * 100.0
     );
 }
 
