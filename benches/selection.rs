@@ -111,6 +111,14 @@ fn lifecycle(c: &mut Criterion) {
             black_box(component)
         })
     });
+    // By the blob's name, without its bytes: how the service loads an evicted version.
+    let digest = PolicyComponent::load(&cached, default.component).unwrap().digest().to_string();
+    group.bench_function("load_cached_by_name", |b| {
+        b.iter(|| {
+            let size = default.component.len();
+            black_box(PolicyComponent::load_cached(&cached, &digest, size).unwrap().unwrap())
+        })
+    });
     group.finish();
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -360,7 +360,9 @@ impl Store {
                 Ok(bytes) => {
                     let artifact = cache.path_for(engine.engine(), &bytes);
                     remove_if_present(&artifact)?;
-                    remove_if_present(&switchyard::ArtifactCache::digest_path(&artifact))?;
+                    for digest in switchyard::ArtifactCache::digest_paths(&artifact) {
+                        remove_if_present(&digest)?;
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),

@@ -53,6 +53,38 @@ fn a_tampered_artifact_is_rejected_counted_and_recompiled_never_loaded() {
     assert_eq!(cache.rejected(), 2);
 }
 
+/// Artifacts written before digests were BLAKE3 have a sha256 recorded beside them:
+/// still checked (and loaded when it matches, refused when not), never recompiled only
+/// for their age.
+#[test]
+fn an_artifact_with_the_older_sha256_digest_is_still_checked_and_loaded() {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = temp("legacy");
+    let (engine, cache) = engine(&dir);
+    PolicyComponent::load(&engine, policy()).unwrap();
+    let path = cache.path_for(engine.engine(), policy());
+    let [blake3, sha256] = ArtifactCache::digest_paths(&path);
+    std::fs::remove_file(&blake3).unwrap();
+    let write_sha256 = |digest: String| {
+        let _ = std::fs::remove_file(&sha256);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&sha256)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{digest}\n").as_bytes()))
+            .unwrap();
+    };
+    write_sha256(hex::encode(Sha256::digest(std::fs::read(&path).unwrap())));
+    assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache(), "loaded by its sha256");
+    assert_eq!(cache.rejected(), 0);
+    write_sha256(hex::encode(Sha256::digest(b"another artifact")));
+    assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache(), "refused, recompiled");
+    assert_eq!(cache.rejected(), 1);
+    assert!(!sha256.exists() && blake3.exists(), "written again with a BLAKE3 digest");
+}
+
 #[test]
 fn symlinks_and_permissive_modes_are_rejected() {
     let dir = temp("links");
