@@ -9,8 +9,11 @@
 //! Counted slots alone do not bound memory: an idle instance keeps whatever its guest
 //! touched (~35 KiB for the default policy, up to `max_memory_bytes` for a guest that
 //! fills its memory). So the idle instances are also shed, longest idle first, while the
-//! process's resident memory is over `idle_rss_limit_mb`: whatever guests do, they keep
-//! no more memory idle than that allows (checked at most every [`RSS_CHECK_EVERY`]).
+//! process's resident memory is over `idle_rss_limit_mb`, and none is kept until it is
+//! back under (read at most every [`RSS_CHECK_EVERY`]): however much memory guests touch,
+//! idle instances do not hold the process above that limit for more than a few
+//! check-ins. (Those shed are the longest idle, not the largest: a guest that fills its
+//! memory makes other versions' idle instances go too, back to fresh instances.)
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -118,20 +121,18 @@ impl IdleSlots {
         self.over.load(Ordering::Acquire)
     }
 
-    /// Drops idle instances, longest idle first, until resident memory is back under
-    /// the limit or none is left.
+    /// Drops up to [`SHED_BATCH`] idle instances, longest idle first, and reads resident
+    /// memory again. One batch per check-in: the check-in's own selection pays for at
+    /// most that many memory resets, and the next check-ins shed more while it is over.
     fn shed(&self) {
-        loop {
-            for _ in 0..SHED_BATCH {
-                let Some((stamp, version)) = self.kept().pop_first() else { return };
-                if let Some(version) = version.upgrade() {
-                    version.drop_idle(stamp);
-                }
+        for _ in 0..SHED_BATCH {
+            let Some((stamp, version)) = self.kept().pop_first() else { break };
+            if let Some(version) = version.upgrade() {
+                version.drop_idle(stamp);
             }
-            if resident_bytes().is_none_or(|rss| rss <= self.rss_limit) {
-                self.over.store(false, Ordering::Release);
-                return;
-            }
+        }
+        if resident_bytes().is_none_or(|rss| rss <= self.rss_limit) {
+            self.over.store(false, Ordering::Release);
         }
     }
 
