@@ -1,21 +1,46 @@
 //! Components by blob, loaded when a version first needs one: from the engine's artifact
-//! cache when it holds this engine's compilation of the bytes, else compiled (and cached).
+//! cache when it holds this engine's compilation of the bytes, else compiled (and cached)
+//! by a caller holding a compile permit.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use tokio::sync::Semaphore;
 
 use switchyard::{PolicyComponent, PolicyEngine};
 
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 
+/// Whether a load may compile a component the artifact cache lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Compile {
+    /// Yes: the caller holds a compile permit (an upload, a fleet change, the
+    /// background loads).
+    Now,
+    /// No: a selection, which holds no permit. A component the cache lacks (wiped, or
+    /// written by another wasmtime) is then not loaded yet: the selection is answered
+    /// without it, and the version loads in the background under a permit.
+    Later,
+}
+
 /// Why a component did not load.
 #[derive(Debug)]
 pub(crate) struct LoadFailure {
     pub reason: String,
-    /// Only because the registry did not answer: the version stays cold, and its next
-    /// selection tries again (a component that does not compile never will).
+    /// Only because the registry did not answer, or because compiling was left for
+    /// later: the version stays cold, and its next selection tries again (a component
+    /// that does not compile never will).
     pub transient: bool,
+    /// Compiling was left for later ([`Compile::Later`]): the version is to be loaded in
+    /// the background.
+    pub deferred: bool,
+}
+
+impl LoadFailure {
+    pub(crate) fn new(reason: String, transient: bool) -> Self {
+        Self { reason, transient, deferred: false }
+    }
 }
 
 /// Where components come from: the registry's blobs, loaded from the engine's artifact
@@ -25,6 +50,8 @@ pub struct Loader {
     pub(crate) registry: Registry,
     pub(crate) engine: PolicyEngine,
     metrics: Arc<Metrics>,
+    /// The service's `compile_concurrency` permits (shared with uploads and the fleet).
+    pub(crate) compile_permits: Arc<Semaphore>,
     components: Mutex<HashMap<String, PolicyComponent>>,
     /// The size of every blob loaded before (a blob's name is the sha256 of its bytes):
     /// a version evicted and selected again loads from the compiled cache by that name,
@@ -33,37 +60,55 @@ pub struct Loader {
 }
 
 impl Loader {
-    pub(crate) fn new(registry: Registry, engine: PolicyEngine, metrics: Arc<Metrics>) -> Arc<Self> {
-        Arc::new(Self { registry, engine, metrics, components: Mutex::default(), sizes: Mutex::default() })
+    pub(crate) fn new(
+        registry: Registry,
+        engine: PolicyEngine,
+        metrics: Arc<Metrics>,
+        compile_permits: Arc<Semaphore>,
+    ) -> Arc<Self> {
+        let (components, sizes) = (Mutex::default(), Mutex::default());
+        Arc::new(Self { registry, engine, metrics, compile_permits, components, sizes })
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, PolicyComponent>> {
         self.components.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The component of `blob`, loaded now if it is not kept yet. Blocking (a blob read,
-    /// and a compile if the artifact cache lacks it). Two loads of one blob at once may
-    /// both load it; the first kept wins.
-    pub(crate) fn component(&self, blob: &str) -> Result<PolicyComponent, LoadFailure> {
+    /// The component of `blob`, loaded now if it is not kept yet: from the artifact
+    /// cache by the blob's name (its sha256) when this engine compiled it before, else
+    /// compiled from the blob's bytes, only if `compile` is [`Compile::Now`]. Blocking (a
+    /// blob read, maybe a compile). Two loads of one blob at once may both load it; the
+    /// first kept wins.
+    pub(crate) fn component(&self, blob: &str, compile: Compile) -> Result<PolicyComponent, LoadFailure> {
         if let Some(c) = self.kept(blob) {
             return Ok(c);
         }
+        let failed = |e: switchyard::LoadError| LoadFailure::new(format!("loading: {e}"), false);
         let size = self.sizes().get(blob).copied();
         if let Some(loaded) = size.and_then(|size| PolicyComponent::load_cached(&self.engine, blob, size)) {
-            let component =
-                loaded.map_err(|e| LoadFailure { reason: format!("loading: {e}"), transient: false })?;
-            self.metrics.loaded(&component);
-            return Ok(self.map().entry(blob.to_string()).or_insert(component).clone());
+            return Ok(self.keep_loaded(blob, loaded.map_err(failed)?));
         }
-        let bytes = self.registry.read_blob(blob).map_err(|e| LoadFailure {
-            reason: format!("reading blob {blob}: {e}"),
-            transient: crate::registry::is_transient(&e),
+        let bytes = self.registry.read_blob(blob).map_err(|e| {
+            LoadFailure::new(format!("reading blob {blob}: {e}"), crate::registry::is_transient(&e))
         })?;
-        let component = PolicyComponent::load(&self.engine, &bytes)
-            .map_err(|e| LoadFailure { reason: format!("loading: {e}"), transient: false })?;
-        self.metrics.loaded(&component);
         self.sizes().insert(blob.to_string(), bytes.len());
-        Ok(self.map().entry(blob.to_string()).or_insert(component).clone())
+        let component = match compile {
+            Compile::Now => PolicyComponent::load(&self.engine, &bytes).map_err(failed)?,
+            Compile::Later => match PolicyComponent::load_cached(&self.engine, blob, bytes.len()) {
+                Some(loaded) => loaded.map_err(failed)?,
+                None => {
+                    let reason = "not compiled on this replica yet (compiling in the background)";
+                    return Err(LoadFailure { reason: reason.into(), transient: true, deferred: true });
+                }
+            },
+        };
+        Ok(self.keep_loaded(blob, component))
+    }
+
+    /// Counts `component` loaded and keeps it as `blob`'s (or the one kept meanwhile).
+    fn keep_loaded(&self, blob: &str, component: PolicyComponent) -> PolicyComponent {
+        self.metrics.loaded(&component);
+        self.map().entry(blob.to_string()).or_insert(component).clone()
     }
 
     fn sizes(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {

@@ -25,6 +25,7 @@ use tokio::sync::{MutexGuard, Semaphore};
 
 use crate::config::ServiceLimits;
 use crate::error::ApiError;
+use crate::loader::Compile;
 use crate::metrics::{Metrics, State};
 use crate::rates::WriteRates;
 use crate::registry::{Registry, RegistryOptions};
@@ -79,7 +80,9 @@ pub struct Service {
     pub(crate) admin_sha256: String,
     pub(crate) writer: tokio::sync::Mutex<Writer>,
     snapshot: ArcSwap<Snapshot>,
-    pub(crate) compile_permits: Semaphore,
+    /// The `compile_concurrency` permits: uploads, a fleet's changes, the background
+    /// loads (the loader's, shared).
+    pub(crate) compile_permits: Arc<Semaphore>,
     pub(crate) metrics: Arc<Metrics>,
     /// Idle instances across all versions (`max_idle_instances`).
     pub(crate) idle_slots: Arc<IdleSlots>,
@@ -131,7 +134,8 @@ impl Service {
         let metrics = Arc::new(Metrics::default());
         let idle_slots =
             IdleSlots::new(limits.max_idle_instances, limits.idle_rss_limit_mb.saturating_mul(1 << 20));
-        let loader = Loader::new(registry, engine, Arc::clone(&metrics));
+        let compile_permits = Arc::new(Semaphore::new(limits.compile_concurrency));
+        let loader = Loader::new(registry, engine, Arc::clone(&metrics), Arc::clone(&compile_permits));
         let clock = Clock::new();
         let mut writer = Writer { manifest, loaded: imbl::OrdMap::new(), blob_users: HashMap::new() };
         let manifest = writer.manifest.clone();
@@ -150,7 +154,7 @@ impl Service {
         sweep_orphan_blobs(&loader, &writer);
         let snapshot = Snapshot::build(&writer.manifest, &writer.loaded);
         let service = Arc::new(Self {
-            compile_permits: Semaphore::new(limits.compile_concurrency),
+            compile_permits,
             limits,
             guard,
             loader,
@@ -259,7 +263,7 @@ impl Service {
     /// which marks it unavailable. The caller holds a compile permit.
     pub(crate) fn load_components(&self, blobs: &[String]) {
         for blob in blobs {
-            let _ = tokio::task::block_in_place(|| self.loader.component(blob));
+            let _ = tokio::task::block_in_place(|| self.loader.component(blob, Compile::Now));
         }
     }
 

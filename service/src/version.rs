@@ -19,8 +19,8 @@ use switchyard_guest_sdk::{PolicyInfo, WorkerRank};
 use crate::config::ServiceLimits;
 pub use crate::idle::IdleSlots;
 use crate::idle::{IdleOwner, IdleSlot};
-use crate::loader::LoadFailure;
 pub use crate::loader::Loader;
+use crate::loader::{Compile, LoadFailure};
 use crate::metrics::{Metrics, PolicyMetrics};
 use crate::store::VersionRecord;
 
@@ -72,6 +72,8 @@ pub struct LoadedVersion {
     template: Mutex<Template>,
     /// Taken by a load for its whole length, so one version loads once at a time.
     loading: Mutex<()>,
+    /// A background load of it is queued or running (see [`LoadedVersion::checkout`]).
+    loading_later: AtomicBool,
     loader: Arc<Loader>,
     /// When it was last checked out, in seconds of the service's clock ([`Clock`]).
     last_used: AtomicU64,
@@ -135,7 +137,7 @@ impl LoadedVersion {
     /// permit: the configure takes one of the pool's slots for those.
     pub(crate) fn load(&self) {
         if !self.is_loaded() {
-            let _ = self.configured();
+            let _ = self.configured(Compile::Now);
         }
     }
 
@@ -144,7 +146,7 @@ impl LoadedVersion {
     /// Loads of one version take turns (`loading`), and none holds `template` while it
     /// reads a blob or compiles: a listing or a scrape reads the state on an async
     /// worker, and must not wait on I/O that needs that worker.
-    fn configured(&self) -> Result<GuestScorer, Arc<str>> {
+    fn configured(&self, compile: Compile) -> Result<GuestScorer, Arc<str>> {
         let settled = || match &*self.template() {
             Template::Ready(t) => Some(Ok(t.sibling())),
             Template::Failed(reason) => Some(Err(Arc::clone(reason))),
@@ -158,16 +160,22 @@ impl LoadedVersion {
         if let Some(settled) = settled() {
             return settled;
         }
-        let loaded = self.configure();
+        let loaded = self.configure(compile);
         let mut template = self.template();
         match loaded {
             Ok(scorer) => {
                 *template = Template::Ready(Box::new(scorer.sibling()));
                 Ok(scorer)
             }
-            // Cold still: the next selection tries again.
-            Err(LoadFailure { reason, transient: true }) => Err(reason.into()),
-            Err(LoadFailure { reason, transient: false }) => {
+            // Cold still: the next selection tries again (and a background load compiles it).
+            Err(LoadFailure { reason, transient: true, deferred }) => {
+                drop(template);
+                if deferred {
+                    self.load_later();
+                }
+                Err(reason.into())
+            }
+            Err(LoadFailure { reason, transient: false, .. }) => {
                 let reason: Arc<str> = reason.into();
                 *template = Template::Failed(Arc::clone(&reason));
                 Err(reason)
@@ -176,11 +184,11 @@ impl LoadedVersion {
     }
 
     /// A fresh instance of the version, configured; `Err`: why it does not load.
-    fn configure(&self) -> Result<GuestScorer, LoadFailure> {
+    fn configure(&self, compile: Compile) -> Result<GuestScorer, LoadFailure> {
         let started = std::time::Instant::now();
-        let loaded = self.loader.component(&self.blob).and_then(|component| {
+        let loaded = self.loader.component(&self.blob, compile).and_then(|component| {
             GuestScorer::new(self.policy.clone(), component, &self.params)
-                .map_err(|e| LoadFailure { reason: format!("configuring: {e}"), transient: false })
+                .map_err(|e| LoadFailure::new(format!("configuring: {e}"), false))
         });
         self.loader.metrics().version_loaded(started.elapsed());
         loaded.inspect_err(|e| {
@@ -189,11 +197,33 @@ impl LoadedVersion {
         })
     }
 
+    /// Loads the version in the background, under a compile permit, unless that is
+    /// queued already: what a selection that found its component uncompiled leaves
+    /// behind (a selection holds no permit, so it never compiles). Outside a tokio
+    /// runtime nothing is queued, and the next selection asks again.
+    fn load_later(&self) {
+        let (Some(this), Ok(runtime)) = (self.this.upgrade(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        if self.loading_later.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let permits = Arc::clone(&self.loader.compile_permits);
+        runtime.spawn(async move {
+            if let Ok(_permit) = permits.acquire().await {
+                let version = Arc::clone(&this);
+                let _ = tokio::task::spawn_blocking(move || version.load()).await;
+            }
+            this.loading_later.store(false, Ordering::Release);
+        });
+    }
+
     /// An idle guarded selector, or a new one whose guest instantiates on its first call
     /// (a failure then is contained like any fault). Fails as `mode` says. A cold version
     /// is loaded first, and the instance its configure made is this selection's (within
-    /// the selection's own slot of the engine's pool). `Err`: the version does not load,
-    /// and why.
+    /// the selection's own slot of the engine's pool); a component the artifact cache
+    /// lacks is not compiled here but in the background ([`Compile::Later`]), and this
+    /// selection is answered without it. `Err`: the version does not load, and why.
     pub fn checkout(&self, mode: FailMode) -> Result<GuardedSelector, Arc<str>> {
         self.last_used.store(self.clock.now(), Ordering::Relaxed);
         // The idle slot goes back as the entry is taken apart.
@@ -203,7 +233,7 @@ impl LoadedVersion {
             Some(selector) => selector,
             None => {
                 self.loader.metrics().idle_miss();
-                self.wrap(self.configured()?)
+                self.wrap(self.configured(Compile::Later)?)
             }
         };
         selector.set_fail_mode(mode);
@@ -319,6 +349,7 @@ pub(crate) fn new_version(
         params: record.params.clone(),
         template: Mutex::new(template),
         loading: Mutex::new(()),
+        loading_later: AtomicBool::new(false),
         loader: Arc::clone(ctx.loader),
         last_used: AtomicU64::new(ctx.clock.now()),
         clock: ctx.clock,

@@ -404,7 +404,7 @@ fn an_unused_version_is_evicted_and_its_next_selection_loads_it_again() {
 /// An evicted version loads again from its compiled artifact alone, found by its blob's
 /// name: no blob read, no hash of the component (before, a reload read the blob, so one
 /// lost after the upload made the version unavailable). An artifact tampered with is
-/// still never loaded: the version is compiled again from its blob.
+/// still never loaded: the version is compiled again from its blob (in the background).
 #[test]
 fn an_evicted_version_loads_again_from_its_artifact_alone_never_from_a_tampered_one() {
     let dir = temp_dir("service-shares-reload");
@@ -456,8 +456,59 @@ fn an_evicted_version_loads_again_from_its_artifact_alone_never_from_a_tampered_
     let middle = bytes.len() / 2;
     bytes[middle..middle + 64].fill(0xCC);
     std::fs::write(&artifact, &bytes).unwrap();
-    selected_by_its_version("artifact tampered with");
-    assert_eq!(c.metric("switchyard_compile_seconds_count"), 2.0, "compiled again from the blob");
+    // Refused, so the component is compiled again from the blob, in the background.
+    let (status, v) = c.select(&token, "acme", Some("gold"));
+    assert_eq!((status, v["fallback"]["kind"].as_str()), (200, Some("unavailable")), "{v}");
+    wait_for_compiles(&c, 2.0);
+    selected_by_its_version("artifact tampered with, compiled again");
+}
+
+/// Waits (up to a minute: a debug build compiles slowly) until `count` compiles are done.
+fn wait_for_compiles(c: &Client, count: f64) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while c.metric("switchyard_compile_seconds_count") < count {
+        assert!(std::time::Instant::now() < until, "never compiled in the background");
+        thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A selection never compiles: it holds no compile permit, so a component the artifact
+/// cache lacks (wiped here, as a wasmtime upgrade would leave it) is compiled in the
+/// background under one, and the selections meanwhile are answered without it
+/// (fail-open: by the native default, saying why). Before, each such selection compiled
+/// inline, outside `compile_concurrency`: ten thousand evicted versions after an upgrade
+/// were ten thousand compiles on the selection threads.
+#[test]
+fn a_selection_never_compiles_a_version_whose_artifact_is_gone_the_background_does() {
+    let dir = temp_dir("service-shares-no-inline-compile");
+    let config = write_config(&dir, "[service]\nevict_after_secs = 1\n");
+    let data = dir.join("data");
+    let server = Server::start(&data, Some(&config), Some(ADMIN));
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    let version = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
+    let (status, v) = c.select(&token, "acme", Some("gold"));
+    assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
+    assert!(c.wait_for_metric("switchyard_versions_evicted_total", 1.0), "evicted");
+    for entry in std::fs::read_dir(data.join("compiled")).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+
+    let (status, v) = c.select(&token, "acme", Some("gold"));
+    assert_eq!((status, v["build"].as_str()), (200, Some("native")), "{v}");
+    assert_eq!(v["fallback"]["kind"].as_str(), Some("unavailable"), "{v}");
+    let why = v["fallback"]["message"].as_str().unwrap_or_default();
+    assert!(why.contains("compiling in the background"), "{v}");
+    // The background load compiles it once, and the version answers again.
+    wait_for_compiles(&c, 2.0);
+    let (status, v) = c.select(&token, "acme", Some("gold"));
+    assert_eq!(
+        (status, v["build"].as_str(), v["version"].as_str()),
+        (200, Some("guest"), Some(version.as_str())),
+        "{v}"
+    );
+    assert_eq!(c.metric("switchyard_compile_seconds_count"), 2.0, "compiled once");
 }
 
 /// With every idle slot taken, the instance idle longest gives its slot to the one just
