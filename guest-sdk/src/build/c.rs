@@ -99,7 +99,11 @@ pub fn write_sdk(dir: &Path) -> Result<Vec<PathBuf>> {
 /// The clang to build with: `$SWITCHYARD_CLANG`, else `clang` on the PATH; and the
 /// wasm-ld it links with. A clear error if either is missing.
 pub fn clang() -> Result<PathBuf> {
-    let clang = PathBuf::from(std::env::var_os("SWITCHYARD_CLANG").unwrap_or_else(|| "clang".into()));
+    clang_at(PathBuf::from(std::env::var_os("SWITCHYARD_CLANG").unwrap_or_else(|| "clang".into())))
+}
+
+/// [`clang`] for a given program.
+fn clang_at(clang: PathBuf) -> Result<PathBuf> {
     let install = "install clang and lld (Debian/Ubuntu: `apt-get install clang lld`), \
                    or set SWITCHYARD_CLANG to a clang that targets wasm32";
     let ok = |cmd: &mut Command| cmd.output().map(|o| o.status.success()).unwrap_or(false);
@@ -183,5 +187,12 @@ mod tests {
         for source in SDK_SOURCES {
             assert!(names.contains(source), "{source} is written");
         }
+    }
+
+    #[test]
+    fn a_missing_clang_is_an_error_that_says_what_to_install() {
+        let e = clang_at("/nonexistent/clang".into()).unwrap_err().to_string();
+        assert!(e.contains("`/nonexistent/clang` did not run"), "{e}");
+        assert!(e.contains("apt-get install clang lld"), "{e}");
     }
 }
