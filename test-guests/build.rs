@@ -53,6 +53,7 @@ const WAT_GUESTS: &[(&str, &str, &[&str])] = &[
 const C_GUESTS: &[(&str, &[&str])] = &[
     ("switchyard_policy_default_c", &["default-c/default.c"]),
     ("adversarial_c_overrun", &["adversarial/c-overrun/overrun.c"]),
+    ("switchyard_c_facts", &["testing/c-facts/facts.c"]),
 ];
 
 fn main() {

@@ -23,6 +23,8 @@ pub const DEFAULT_POLICY: &[u8] = out_dir_file!("switchyard_policy_default.compo
 /// The default policy written in C (policies/default-c), built by clang against the C
 /// SDK: the same costs as [`DEFAULT_POLICY`], bit for bit.
 pub const DEFAULT_POLICY_C: &[u8] = out_dir_file!("switchyard_policy_default_c.component.wasm");
+/// Reads every lazy fact through the C SDK and folds them into its costs (C).
+pub const C_FACTS: &[u8] = out_dir_file!("switchyard_c_facts.component.wasm");
 /// Echoes what the host passed it, so tests can check the contract (policies/testing/probe).
 pub const PROBE: &[u8] = out_dir_file!("switchyard_probe.component.wasm");
 /// Declares no inputs and returns zero costs: the sandbox's fixed cost per call.

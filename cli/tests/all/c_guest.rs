@@ -236,3 +236,24 @@ fn a_c_policy_from_an_empty_folder_gets_bindings_builds_wraps_checks_and_selects
     assert_eq!((picked["worker_id"].as_u64(), picked["fallback"].is_null()), (Some(3), true));
     assert_eq!(picked["policy"], "mine");
 }
+
+#[test]
+fn the_c_sdk_hands_over_the_lazy_facts_once_per_call() {
+    let dir = temp_dir("facts");
+    let wasm = write(&dir, "facts.wasm", switchyard_test_guests::C_FACTS);
+    let picked = json(&switchyard(&["select", "--policy", &wasm]));
+    assert!(picked["fallback"].is_null(), "{picked}");
+    // The sample: hashes 11..=18 (8 of them, Σ 116), class "latency", KV blocks per worker.
+    let base = 8e6 + 116.0 + 7e3;
+    let blocks = [131_072.0, 131_072.0, 131_072.0, 65_536.0, 65_536.0, 0.0, 131_072.0, 131_072.0, 131_072.0];
+    let want: Vec<f64> = blocks.iter().map(|b| base + b / 1024.0).collect();
+    let got: Vec<f64> =
+        picked["costs"].as_array().unwrap().iter().map(|c| c["cost"].as_f64().unwrap()).collect();
+    assert_eq!(got, want);
+    let check = json(&switchyard(&["policy", "check", &wasm]));
+    assert_eq!(
+        check["imports"],
+        serde_json::json!(["switchyard:policy/types@0.2.0", "switchyard:policy/request@0.2.0"]),
+        "the facts it reads are imports of the policy world"
+    );
+}
