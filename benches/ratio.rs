@@ -18,7 +18,7 @@ use dynamo_kv_router::{
 use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 use switchyard_builtins as builtin;
 use switchyard_dynamo::{LoadedPolicy, SwitchyardConfig};
-use switchyard_test_guests::DEFAULT_POLICY;
+use switchyard_test_guests::{DEFAULT_POLICY, DEFAULT_POLICY_C};
 
 const ROUNDS: usize = 31;
 /// Each timed batch runs about this long, so timer overhead is negligible.
@@ -193,6 +193,45 @@ impl WorkerPicker for FirstRow {
     }
 }
 
+/// The default policy written in C (policies/default-c) beside the Rust guest: the same
+/// costs (asserted), each component's size and compile time, and selections interleaved.
+fn c_guest_table(engine: &PolicyEngine) {
+    let default = builtin::find("default").unwrap();
+    let rust = PolicyComponent::load(engine, DEFAULT_POLICY).unwrap();
+    let c = PolicyComponent::load(engine, DEFAULT_POLICY_C).unwrap();
+    println!("\n### The default policy in C (issue 18) vs the Rust guest, temperature 0\n");
+    println!("| component | size | compile |");
+    println!("| --- | ---: | ---: |");
+    for (name, component) in [("Rust guest", &rust), ("C guest", &c)] {
+        let ms = component.compile_time().as_secs_f64() * 1e3;
+        println!("| {name} | {} bytes | {ms:.2} ms |", component.size());
+    }
+    println!("\n| workers | native | Rust guest | C guest | C/Rust |");
+    println!("| ---: | ---: | ---: | ---: | ---: |");
+    for &n in &SIZES {
+        let (table, request) = switchyard_fixture(n, 0.0);
+        let mut native = Selector::new(default.native("{}").unwrap());
+        let mut rust_guest =
+            Selector::new(Box::new(GuestScorer::new("default", rust.clone(), "{}").unwrap()));
+        let mut c_guest = Selector::new(Box::new(GuestScorer::new("default-c", c.clone(), "{}").unwrap()));
+        rust_guest.select(&table, &request).unwrap();
+        c_guest.select(&table, &request).unwrap();
+        let bits = |s: &Selector| s.last_costs().iter().map(|c| c.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&c_guest), bits(&rust_guest), "C and Rust guests: the same costs");
+        let mut run_native = || {
+            black_box(native.select(&table, &request).unwrap());
+        };
+        let mut run_rust = || {
+            black_box(rust_guest.select(&table, &request).unwrap());
+        };
+        let mut run_c = || {
+            black_box(c_guest.select(&table, &request).unwrap());
+        };
+        let t = interleaved(&mut [&mut run_native, &mut run_rust, &mut run_c]);
+        println!("| {n} | {} | {} | {} | {:.3} |", fmt_ns(t[0]), fmt_ns(t[1]), fmt_ns(t[2]), t[2] / t[1]);
+    }
+}
+
 /// Guest vs native for the ported policies (Dynamo has no equivalent to compare with).
 fn ported_table(engine: &PolicyEngine) {
     println!("\n### Full selection, ported policies, temperature 0\n");
@@ -343,14 +382,19 @@ fn main() {
         "Fixture: Dynamo's bench fixture (prompt 2,048 tokens, block 16, one dp rank). Guest budget: both (the default: fuel, with the epoch deadline as backstop)."
     );
     println!("Medians of {ROUNDS} interleaved rounds of ~{} ms batches.", BATCH.as_millis());
-    // `-- inside-dynamo`: that section alone.
+    // `-- inside-dynamo` or `-- c`: that section alone.
     if std::env::args().any(|a| a == "inside-dynamo") {
         inside_dynamo_table(&engine);
+        return;
+    }
+    if std::env::args().any(|a| a == "c") {
+        c_guest_table(&engine);
         return;
     }
     selection_table(&engine, 0.0);
     selection_table(&engine, 0.7);
     inside_dynamo_table(&engine);
+    c_guest_table(&engine);
     ported_table(&engine);
     overhead_table(&engine);
     concurrency(&engine);

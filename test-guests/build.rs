@@ -6,10 +6,13 @@
 //! - WAT guests (`WAT_GUESTS`): hostile shapes Rust cannot produce (a start function, table
 //!   growth, a WASI import, another world), assembled with `wat` and wrapped with
 //!   wit-component against a real WIT world.
+//! - C guests (`C_GUESTS`): compiled by clang against the C SDK (guest-sdk/c) and wrapped
+//!   by the same step (`switchyard_guest_sdk::build::c`); clang and lld must be installed.
 //! - `adversarial_core_module.wasm`: the iloop guest's core module, not wrapped.
 
 use std::path::{Path, PathBuf};
 
+use switchyard_guest_sdk::build::c::build_c_guest;
 use switchyard_guest_sdk::build::{GuestCrate, build_guests, guest_target_dir};
 use wit_component::StringEncoding;
 use wit_parser::Resolve;
@@ -46,6 +49,13 @@ const WAT_GUESTS: &[(&str, &str, &[&str])] = &[
     ("other-world", "tenant:other-world/other", &["world.wit"]),
 ];
 
+/// C guests: (output name, sources under policies/).
+const C_GUESTS: &[(&str, &[&str])] = &[
+    ("switchyard_policy_default_c", &["default-c/default.c"]),
+    ("adversarial_c_overrun", &["adversarial/c-overrun/overrun.c"]),
+    ("switchyard_c_facts", &["testing/c-facts/facts.c"]),
+];
+
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let workspace = manifest_dir.parent().expect("test-guests/ is inside the workspace").to_path_buf();
@@ -64,6 +74,13 @@ fn main() {
     let core = target_dir.join("wasm32-unknown-unknown/guest/adversarial_iloop.wasm");
     let core = std::fs::read(&core).unwrap_or_else(|e| panic!("reading {}: {e}", core.display()));
     write(&out_dir.join("adversarial_core_module.wasm"), &core);
+
+    for (name, sources) in C_GUESTS {
+        let sources: Vec<PathBuf> = sources.iter().map(|s| workspace.join("policies").join(s)).collect();
+        let component = build_c_guest(&target_dir.join("c"), name, &sources)
+            .unwrap_or_else(|e| panic!("building the C guest {name}: {e:#}"));
+        write(&out_dir.join(format!("{name}.component.wasm")), &component);
+    }
 
     for (name, world, wit_files) in WAT_GUESTS {
         let dir = workspace.join("policies/adversarial").join(name);

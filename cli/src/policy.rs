@@ -1,4 +1,5 @@
-//! `switchyard policy …`: list builtins, check a component, wrap a core module; and, against
+//! `switchyard policy …`: list builtins, check a component, wrap a core module, write the C
+//! SDK; and, against
 //! a running server, upload, assign, roll back and list a tenant's policies.
 
 use std::path::PathBuf;
@@ -82,6 +83,16 @@ pub enum PolicyCommand {
         /// The core module (target/wasm32-unknown-unknown/release/<crate>.wasm).
         core: PathBuf,
         /// Where to write the component.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Write the SDK of another language into a directory: for C, the bindings wit-bindgen
+    /// generates from the policy world, with the SDK's header, glue and allocator.
+    Bindings {
+        /// The language (Rust policies use the `switchyard-guest-sdk` crate instead).
+        #[arg(long, value_parser = ["c"])]
+        lang: String,
+        /// The directory to write into (created if missing).
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -169,6 +180,20 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
             let component = switchyard_guest_sdk::build::componentize(&bytes)
                 .map_err(|e| CliError::new(ErrorKind::Componentize, format!("{e:#}")))?;
             write(&output, &component)
+        }
+        PolicyCommand::Bindings { lang: _, output } => {
+            // clap allows only `c`.
+            use switchyard_guest_sdk::build::c;
+            let written = c::write_sdk(&output)
+                .map_err(|e| CliError::new(ErrorKind::Io, format!("writing the C SDK: {e:#}")))?;
+            // What to build with (the flags the test guests are built with).
+            let compile_flags = [c::COMPILE_FLAGS, &[c::POLICY_OPT]].concat();
+            print_json(&json!({
+                "written": written,
+                "compile_flags": compile_flags,
+                "link_flags": c::LINK_FLAGS,
+            }));
+            Ok(())
         }
         PolicyCommand::Export { name, output } => {
             let builtin = builtin::find(&name).ok_or_else(|| {

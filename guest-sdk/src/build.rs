@@ -1,11 +1,13 @@
 //! The build path of a guest: compile a policy crate for `wasm32-unknown-unknown` and
 //! wrap the core module as a component. No WASI adapter: the component imports only
-//! the policy world.
+//! the policy world. [`c`] does the same for a policy written in C.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+
+pub mod c;
 
 /// Wraps a core module built with [`crate::export_policy!`] (it carries its WIT in a
 /// custom section) as a component.

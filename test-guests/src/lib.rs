@@ -20,6 +20,11 @@ macro_rules! out_dir_file {
 /// The default policy's guest build (also a builtin; built here too so tests load the
 /// same bytes through the path a tenant's upload takes).
 pub const DEFAULT_POLICY: &[u8] = out_dir_file!("switchyard_policy_default.component.wasm");
+/// The default policy written in C (policies/default-c), built by clang against the C
+/// SDK: the same costs as [`DEFAULT_POLICY`], bit for bit.
+pub const DEFAULT_POLICY_C: &[u8] = out_dir_file!("switchyard_policy_default_c.component.wasm");
+/// Reads every lazy fact through the C SDK and folds them into its costs (C).
+pub const C_FACTS: &[u8] = out_dir_file!("switchyard_c_facts.component.wasm");
 /// Echoes what the host passed it, so tests can check the contract (policies/testing/probe).
 pub const PROBE: &[u8] = out_dir_file!("switchyard_probe.component.wasm");
 /// Declares no inputs and returns zero costs: the sandbox's fixed cost per call.
@@ -69,6 +74,8 @@ pub mod hostile {
     pub const NAN_ONCE: &[u8] = out_dir_file!("adversarial_nan_once.component.wasm");
     /// Fills memory with `memory.fill` (WAT): bulk memory is fuel-charged per byte.
     pub const MEMORY_FILL: &[u8] = out_dir_file!("adversarial_memory_fill.component.wasm");
+    /// Writes costs past the end of its array until it leaves its memory (C).
+    pub const C_OVERRUN: &[u8] = out_dir_file!("adversarial_c_overrun.component.wasm");
     /// The iloop guest's core module, not wrapped as a component.
     pub const CORE_MODULE: &[u8] = out_dir_file!("adversarial_core_module.wasm");
 }

@@ -129,6 +129,13 @@ fn a_panic_is_a_trap() {
 }
 
 #[test]
+fn a_c_buffer_overrun_is_a_trap() {
+    // A hostile guest in C: writes past its cost array until it leaves its memory.
+    let message = assert_contained(engine(), hostile::C_OVERRUN, "{}", FaultKind::Trap);
+    assert!(message.contains("out of bounds"), "{message}");
+}
+
+#[test]
 fn the_wrong_number_of_costs_is_invalid_output() {
     let message = assert_contained(engine(), hostile::WRONG_LENGTH, "{}", FaultKind::InvalidOutput);
     assert!(message.contains("8 costs for 9 candidates"), "{message}");

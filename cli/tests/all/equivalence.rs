@@ -9,7 +9,7 @@ use switchyard_guest_sdk::{Pool, WorkerRank};
 use crate::support::{DEFAULT_POLICY, Rng, component, random_case};
 
 /// Random but valid parameters, so every branch of the cost is exercised.
-fn random_parameters(rng: &mut Rng) -> String {
+pub(crate) fn random_parameters(rng: &mut Rng) -> String {
     if rng.chance(30) {
         return "{}".into();
     }

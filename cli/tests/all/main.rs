@@ -3,6 +3,7 @@
 
 mod adversarial;
 mod bounds;
+mod c_guest;
 mod cache;
 mod cli;
 mod contract;

@@ -1,0 +1,231 @@
+/* `sy_parse_numbers`: a policy's parameters as a flat JSON object of numbers, read with
+ * no libc. A number becomes the double the Rust SDK's reader gives (which is
+ * serde_json's, default features): its digits as an integer while they fit 64 bits (the
+ * rest of the integer part only scales, the rest of the fraction is dropped), converted to
+ * double, then one multiplication or division by the correctly rounded 10^|e| (division by
+ * 1e308 first while |e| > 308). Not always the correctly rounded value of the text, but
+ * the same bits as the Rust policy reads, which is what makes the two builds agree. */
+
+#include <string.h>
+
+#include "switchyard_internal.h"
+
+/* ---- 10^n, correctly rounded -------------------------------------------------------- */
+
+/* 10^308 needs 1,024 bits: 33 limbs is room. */
+#define LIMBS 33
+
+/* 10^n as the nearest double, 0 <= n <= 308: exact up to 10^22 (5^22 < 2^53); above, from
+ * the exact integer's top 64 bits and whether any bit below them is set, rounded to 53
+ * bits, ties to even. */
+static double pow10_of(unsigned n) {
+    double exact = 1.0;
+    if (n <= 22) {
+        while (n--) exact *= 10.0;
+        return exact;
+    }
+    uint32_t limb[LIMBS] = {1};
+    unsigned used = 1;
+    while (n--) {
+        uint64_t carry = 0;
+        for (unsigned i = 0; i < used; i++) {
+            uint64_t p = (uint64_t)limb[i] * 10 + carry;
+            limb[i] = (uint32_t)p;
+            carry = p >> 32;
+        }
+        if (carry) limb[used++] = (uint32_t)carry;
+    }
+    unsigned bits = 32 * used - (unsigned)__builtin_clz(limb[used - 1]), low = bits - 64;
+    uint64_t top = 0;
+    bool sticky = false;
+    for (unsigned i = bits; i-- > 0;) {
+        bool bit = (limb[i / 32] >> (i % 32)) & 1;
+        if (i >= low) top = (top << 1) | bit;
+        else sticky |= bit;
+    }
+    /* Keep 53 of the 64 bits; round on the other 11 and the sticky bit. */
+    uint64_t rest = top & 0x7ff, q = top >> 11;
+    if (rest > 0x400 || (rest == 0x400 && (sticky || (q & 1)))) q++;
+    int exp = (int)low + 11;
+    if (q >> 53) q >>= 1, exp++;
+    uint64_t raw = ((uint64_t)(exp + 52 + 1023) << 52) | (q & (((uint64_t)1 << 52) - 1));
+    memcpy(&exact, &raw, sizeof raw);
+    return exact;
+}
+
+/* ---- the JSON object ---------------------------------------------------------------- */
+
+typedef struct reader {
+    const char *s;
+    size_t len, at;
+} reader;
+
+static void skip_ws(reader *r) {
+    while (r->at < r->len &&
+           (r->s[r->at] == ' ' || r->s[r->at] == '\t' || r->s[r->at] == '\n' || r->s[r->at] == '\r'))
+        r->at++;
+}
+
+static bool peek(reader *r, char c) { return r->at < r->len && r->s[r->at] == c; }
+
+static bool is_digit(reader *r) { return r->at < r->len && r->s[r->at] >= '0' && r->s[r->at] <= '9'; }
+
+/* n * 10 + d into *n if it fits 64 bits. */
+static bool append_digit(uint64_t *n, unsigned d) {
+    if (*n > UINT64_MAX / 10 || (*n == UINT64_MAX / 10 && d > UINT64_MAX % 10)) return false;
+    *n = *n * 10 + d;
+    return true;
+}
+
+/* Reads a JSON number at r->at into *v, as the Rust SDK does. Returns NULL, or why it
+ * was refused. */
+static const char *number(reader *r, double *v) {
+    bool negative = peek(r, '-');
+    if (negative) r->at++;
+    if (!is_digit(r)) return "expected a number";
+    uint64_t m = 0;
+    int64_t e10 = 0;
+    if (peek(r, '0')) {
+        r->at++;
+        if (is_digit(r)) return "invalid number (a leading zero)";
+    } else {
+        /* Once the integer part no longer fits, its other digits only scale. */
+        bool full = false;
+        for (; is_digit(r); r->at++)
+            if (full || !append_digit(&m, (unsigned)(r->s[r->at] - '0'))) full = true, e10++;
+    }
+    if (peek(r, '.')) {
+        r->at++;
+        if (!is_digit(r)) return "expected a digit after the decimal point";
+        /* Fraction digits while they fit; the rest are dropped. */
+        bool full = false;
+        for (; is_digit(r); r->at++)
+            if (!full && append_digit(&m, (unsigned)(r->s[r->at] - '0'))) e10--;
+            else full = true;
+    }
+    if (peek(r, 'e') || peek(r, 'E')) {
+        r->at++;
+        bool minus = peek(r, '-');
+        if (minus || peek(r, '+')) r->at++;
+        if (!is_digit(r)) return "expected an exponent";
+        int64_t written = 0;
+        bool overflow = false;
+        for (; is_digit(r); r->at++) {
+            written = written * 10 + (r->s[r->at] - '0');
+            overflow |= written > INT32_MAX;
+            if (overflow) written = INT32_MAX;
+        }
+        if (overflow) {
+            /* An exponent past i32: out of range upwards, zero downwards. */
+            if (m != 0 && !minus) return "is out of range";
+            *v = negative ? -0.0 : 0.0;
+            return NULL;
+        }
+        e10 += minus ? -written : written;
+        if (e10 > INT32_MAX) e10 = INT32_MAX;
+        if (e10 < INT32_MIN) e10 = INT32_MIN;
+    }
+    double f = (double)m;
+    while (f != 0.0 && e10 < -308) {
+        f /= 1e308;
+        e10 += 308;
+    }
+    if (e10 > 308 && m != 0) return "is out of range";
+    if (e10 >= 0 && f != 0.0) {
+        f *= pow10_of((unsigned)e10);
+        if (f > 1.7976931348623157e308) return "is out of range";
+    } else if (f != 0.0) {
+        f /= pow10_of((unsigned)-e10);
+    }
+    *v = negative ? -f : f;
+    return NULL;
+}
+
+/* A range end: an integer, or ∞. */
+static void bound(sy_text *t, double v) {
+    if (v > 1.7e308 || v < -1.7e308) {
+        sy_text_str(t, v < 0 ? "-∞" : "∞");
+    } else {
+        if (v < 0) sy_text_str(t, "-"), v = -v;
+        sy_text_u64(t, (uint64_t)v);
+    }
+}
+
+/* "field `<name>`: <detail>", the Rust SDK's shape. */
+static bool field_error(const char *name, size_t name_len, const char *detail, sy_error *err) {
+    sy_text t = {0};
+    sy_text_str(&t, "field `");
+    sy_text_bytes(&t, name, name_len);
+    sy_text_str(&t, "`: ");
+    sy_text_str(&t, detail);
+    return sy_text_fail(&t, err, SY_INVALID_PARAMETERS);
+}
+
+bool sy_parse_numbers(const char *json, size_t len, const sy_number_param *params, size_t count,
+                      sy_error *err) {
+    reader r = {json, len, 0};
+    uint64_t seen = 0;
+    if (count > 64) return sy_fail(err, SY_INTERNAL, "sy_parse_numbers takes at most 64 fields");
+    for (size_t i = 0; i < count; i++)
+        if (params[i].present) *params[i].present = false;
+    skip_ws(&r);
+    if (!peek(&r, '{')) return sy_fail(err, SY_INVALID_PARAMETERS, "parameters must be a JSON object");
+    r.at++;
+    skip_ws(&r);
+    bool first = true;
+    while (!peek(&r, '}')) {
+        if (!first) {
+            if (!peek(&r, ',')) return sy_fail(err, SY_INVALID_PARAMETERS, "expected `,` or `}`");
+            r.at++;
+            skip_ws(&r);
+        }
+        first = false;
+        if (!peek(&r, '"')) return sy_fail(err, SY_INVALID_PARAMETERS, "expected a field name");
+        size_t start = ++r.at;
+        while (r.at < r.len && r.s[r.at] != '"') r.at += r.s[r.at] == '\\' ? 2 : 1;
+        if (r.at >= r.len) return sy_fail(err, SY_INVALID_PARAMETERS, "unterminated field name");
+        const char *name = r.s + start;
+        size_t name_len = r.at - start;
+        r.at++;
+        size_t which = count;
+        for (size_t i = 0; i < count; i++)
+            if (strlen(params[i].name) == name_len && memcmp(params[i].name, name, name_len) == 0)
+                which = i;
+        if (which == count) return field_error(name, name_len, "unknown field", err);
+        if (seen & ((uint64_t)1 << which)) return field_error(name, name_len, "duplicate field", err);
+        seen |= (uint64_t)1 << which;
+        const sy_number_param *p = &params[which];
+        skip_ws(&r);
+        if (!peek(&r, ':')) return sy_fail(err, SY_INVALID_PARAMETERS, "expected `:`");
+        r.at++;
+        skip_ws(&r);
+        if (r.len - r.at >= 4 && memcmp(r.s + r.at, "null", 4) == 0 && p->present) {
+            r.at += 4; /* an optional field given as null: absent */
+        } else {
+            size_t value_start = r.at;
+            double v;
+            const char *why = number(&r, &v);
+            if (why) return field_error(name, name_len, why, err);
+            if (!(v >= p->min && v <= p->max)) {
+                sy_text t = {0};
+                sy_text_str(&t, "field `");
+                sy_text_bytes(&t, name, name_len);
+                sy_text_str(&t, "`: ");
+                sy_text_bytes(&t, r.s + value_start, r.at - value_start);
+                sy_text_str(&t, " is out of range [");
+                bound(&t, p->min);
+                sy_text_str(&t, ", ");
+                bound(&t, p->max);
+                sy_text_str(&t, p->max > 1.7e308 ? ")" : "]");
+                return sy_text_fail(&t, err, SY_INVALID_PARAMETERS);
+            }
+            *p->value = v;
+            if (p->present) *p->present = true;
+        }
+        skip_ws(&r);
+    }
+    r.at++;
+    skip_ws(&r);
+    if (r.at != r.len) return sy_fail(err, SY_INVALID_PARAMETERS, "trailing characters after the object");
+    return true;
+}

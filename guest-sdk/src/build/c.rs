@@ -1,0 +1,198 @@
+//! The C SDK (`guest-sdk/c/`) and the build of a policy written in C: bindings generated
+//! from `wit/policy.wit` by wit-bindgen's C generator, the SDK's hand-written files,
+//! clang for wasm32 (SIMD, no libc, no WASI) linked by wasm-ld, and the same wrap step as
+//! a Rust guest ([`super::componentize`]).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use wit_bindgen_core::Files;
+use wit_bindgen_core::wit_parser::Resolve;
+
+/// The contract the bindings are generated from (the same file the Rust SDK binds).
+const WIT: &str = include_str!("../../../wit/policy.wit");
+
+/// The SDK's hand-written files, by the name they are written under.
+const HAND_WRITTEN: &[(&str, &str)] = &[
+    ("switchyard.h", include_str!("../../c/switchyard.h")),
+    ("switchyard.c", include_str!("../../c/switchyard.c")),
+    ("switchyard_alloc.c", include_str!("../../c/switchyard_alloc.c")),
+    ("switchyard_params.c", include_str!("../../c/switchyard_params.c")),
+    ("switchyard_internal.h", include_str!("../../c/switchyard_internal.h")),
+    ("include/stdlib.h", include_str!("../../c/include/stdlib.h")),
+    ("include/string.h", include_str!("../../c/include/string.h")),
+];
+
+/// The SDK's C sources (the generated bindings' among them), compiled for size: none of
+/// them runs per candidate.
+const SDK_SOURCES: &[&str] =
+    &["switchyard.c", "switchyard_alloc.c", "switchyard_params.c", "selection_policy.c"];
+
+/// The object the generator writes with the world's type in a custom section: linked
+/// in, it is what the wrap step reads the world from.
+pub const COMPONENT_TYPE_OBJECT: &str = "selection_policy_component_type.o";
+
+/// Flags of every compile: wasm32 with SIMD and bulk memory (`memcpy` is one
+/// instruction), no libc headers but the SDK's (`include/`), and no contraction of
+/// `a * b + c` into a fused multiply-add, so the floats are Rust's to the bit.
+pub const COMPILE_FLAGS: &[&str] = &[
+    "--target=wasm32-unknown-unknown",
+    "-msimd128",
+    "-mbulk-memory",
+    "-ffreestanding",
+    "-nostdlibinc",
+    "-ffp-contract=off",
+    "-Wall",
+    "-Wextra",
+];
+
+/// The policy's own sources: fast (they run per candidate).
+pub const POLICY_OPT: &str = "-O3";
+/// The SDK's: small.
+pub const SDK_OPT: &str = "-Oz";
+
+/// Flags of the link: no libc, no start function (the host calls the exports), no debug
+/// or name sections (the world's custom section stays), and call and address operands
+/// written in their shortest form (wasm-ld pads them to 5 bytes otherwise: ~8 % of the
+/// default policy's module).
+pub const LINK_FLAGS: &[&str] = &[
+    "--target=wasm32-unknown-unknown",
+    "-nostdlib",
+    "-Wl,--no-entry",
+    "-Wl,--strip-all",
+    "-Wl,--compress-relocations",
+];
+
+/// Every file of the C SDK: the bindings wit-bindgen's C generator makes from
+/// `wit/policy.wit` (`selection_policy.h`, `.c` and the component-type object), and the
+/// hand-written header, glue, allocator and parameter reader. Paths are relative
+/// (`include/` holds the two libc headers the bindings include).
+pub fn sdk_files() -> Result<Vec<(String, Vec<u8>)>> {
+    let mut resolve = Resolve::default();
+    let package = resolve.push_str("policy.wit", WIT).context("parsing wit/policy.wit")?;
+    let world = resolve.select_world(&[package], Some("selection-policy"))?;
+    let mut files = Files::default();
+    wit_bindgen_c::Opts::default()
+        .build()
+        .generate(&resolve, world, &mut files)
+        .context("generating the C bindings")?;
+    let mut all: Vec<(String, Vec<u8>)> =
+        files.iter().map(|(name, bytes)| (name.to_string(), bytes.to_vec())).collect();
+    all.extend(HAND_WRITTEN.iter().map(|(name, text)| (name.to_string(), text.as_bytes().to_vec())));
+    Ok(all)
+}
+
+/// Writes [`sdk_files`] into `dir` (created if missing); returns the paths written.
+pub fn write_sdk(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for (name, bytes) in sdk_files()? {
+        let path = dir.join(&name);
+        let parent = path.parent().expect("a file in dir");
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// The clang to build with: `$SWITCHYARD_CLANG`, else `clang` on the PATH; and the
+/// wasm-ld it links with. A clear error if either is missing.
+pub fn clang() -> Result<PathBuf> {
+    clang_at(PathBuf::from(std::env::var_os("SWITCHYARD_CLANG").unwrap_or_else(|| "clang".into())))
+}
+
+/// [`clang`] for a given program.
+fn clang_at(clang: PathBuf) -> Result<PathBuf> {
+    let install = "install clang and lld (Debian/Ubuntu: `apt-get install clang lld`), \
+                   or set SWITCHYARD_CLANG to a clang that targets wasm32";
+    let ok = |cmd: &mut Command| cmd.output().map(|o| o.status.success()).unwrap_or(false);
+    if !ok(Command::new(&clang).arg("--version")) {
+        bail!("C guests need clang, and `{}` did not run: {install}", clang.display());
+    }
+    // clang finds wasm-ld beside itself or on the PATH; ask it which.
+    let ld = Command::new(&clang)
+        .args(["--target=wasm32-unknown-unknown", "-print-prog-name=wasm-ld"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    if ld.is_empty() || !ok(Command::new(&ld).arg("--version")) {
+        bail!("C guests are linked by wasm-ld (from lld), and `{ld}` did not run: {install}");
+    }
+    Ok(clang)
+}
+
+/// Builds a policy written in C: its `sources` (`-O3`) and the SDK (`-Oz`, bindings
+/// generated into `work_dir`), linked into `work_dir/<name>.core.wasm`, then wrapped as a
+/// component by the same step as a Rust guest. Returns the component.
+pub fn build_c_guest(work_dir: &Path, name: &str, sources: &[PathBuf]) -> Result<Vec<u8>> {
+    let clang = clang()?;
+    let sdk = work_dir.join("sdk");
+    write_sdk(&sdk)?;
+    let objects = work_dir.join(format!("{name}.o"));
+    std::fs::create_dir_all(&objects).with_context(|| format!("creating {}", objects.display()))?;
+    let mut linked = Vec::new();
+    let units = SDK_SOURCES
+        .iter()
+        .map(|s| (sdk.join(s), SDK_OPT))
+        .chain(sources.iter().map(|s| (s.clone(), POLICY_OPT)));
+    for (i, (source, opt)) in units.enumerate() {
+        let stem = source.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let object = objects.join(format!("{i}-{stem}.o"));
+        run(Command::new(&clang)
+            .args(COMPILE_FLAGS)
+            .arg(opt)
+            .arg("-isystem")
+            .arg(sdk.join("include"))
+            .arg("-I")
+            .arg(&sdk)
+            .arg("-c")
+            .arg(&source)
+            .arg("-o")
+            .arg(&object))
+        .with_context(|| format!("compiling {}", source.display()))?;
+        linked.push(object);
+    }
+    linked.push(sdk.join(COMPONENT_TYPE_OBJECT));
+    let core = work_dir.join(format!("{name}.core.wasm"));
+    run(Command::new(&clang).args(LINK_FLAGS).args(&linked).arg("-o").arg(&core))
+        .with_context(|| format!("linking {}", core.display()))?;
+    let module = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
+    super::componentize(&module).with_context(|| format!("componentizing {name}"))
+}
+
+/// Runs `cmd`; its stderr (clang's diagnostics) is the error when it fails.
+fn run(cmd: &mut Command) -> Result<()> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sdk_has_the_generated_bindings_and_the_hand_written_files() {
+        let files = sdk_files().unwrap();
+        let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+        for name in ["selection_policy.h", "selection_policy.c", COMPONENT_TYPE_OBJECT, "switchyard.h"] {
+            assert!(names.contains(&name), "{name} in {names:?}");
+        }
+        let header = &files.iter().find(|(n, _)| n == "selection_policy.h").unwrap().1;
+        let header = String::from_utf8_lossy(header);
+        assert!(header.contains("exports_switchyard_policy_policy_score"), "generated from the WIT");
+        for source in SDK_SOURCES {
+            assert!(names.contains(source), "{source} is written");
+        }
+    }
+
+    #[test]
+    fn a_missing_clang_is_an_error_that_says_what_to_install() {
+        let e = clang_at("/nonexistent/clang".into()).unwrap_err().to_string();
+        assert!(e.contains("`/nonexistent/clang` did not run"), "{e}");
+        assert!(e.contains("apt-get install clang lld"), "{e}");
+    }
+}
