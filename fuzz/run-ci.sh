@@ -2,7 +2,9 @@
 # CI's fuzz step (README, "Fuzzing"): installs nightly and cargo-fuzz, then runs each
 # target for a fixed time on its committed seeds, so a regression that makes one of them
 # crash (a panic, a 500, a guest/native difference) fails CI. FUZZ_SECONDS (default 45)
-# is the time per target; the whole step takes ~4 × that plus one build (~10 min on 2 cores).
+# is the time per target; the whole step takes ~4 × that plus one build of the fuzz
+# workspace (wasmtime, Cranelift and the builtins' guests again, instrumented: 23 min on
+# the 2-core development machine while it ran other builds), within CI's 90 minutes.
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${FUZZ_SECONDS:-45}
