@@ -144,6 +144,15 @@ fn app(service: Arc<Service>, gate: Arc<Gate>) -> Router {
         .with_state(Arc::new(Http { service, gate }))
 }
 
+/// Every route of the service with server-wide caps of its own, for in-process use
+/// (tower's `oneshot`, no socket): what [`serve`] runs behind its accept loop, so its
+/// connection cap and header timeout do not apply. Like `serve`, it needs a
+/// multi-threaded tokio runtime (writes block in place). The `api` fuzz target drives it.
+pub fn router(service: Arc<Service>) -> Router {
+    let gate = Arc::new(Gate::new(&service.limits));
+    app(service, gate)
+}
+
 /// Serves HTTP/1.1 on `listener` until `shutdown` completes, then lets open connections
 /// finish (at most 10 s). At most `max_connections` are served at once; one more is
 /// answered 503 `overloaded` and closed. An accept error (e.g. out of file descriptors)
