@@ -228,7 +228,12 @@ impl Client {
 
     /// Polls `series` in /metrics until it reads `value` (at most 5 s); whether it did.
     pub fn wait_for_metric(&self, series: &str, value: f64) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        self.wait_for_metric_within(series, value, Duration::from_secs(5))
+    }
+
+    /// [`Client::wait_for_metric`], at most `within`.
+    pub fn wait_for_metric_within(&self, series: &str, value: f64, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             if self.try_metric(series) == Some(value) {
                 return true;

@@ -366,13 +366,9 @@ fn versions_load_on_their_first_selection_when_start_up_loads_none() {
 /// dropped) and loads again on its next selection, which its own version answers.
 #[test]
 fn an_unused_version_is_evicted_and_its_next_selection_loads_it_again() {
-    let dir = temp_dir("service-shares-evict");
-    let config = write_config(&dir, "[service]\nevict_after_secs = 1\n");
-    let server = Server::start(&dir.join("data"), Some(&config), Some(ADMIN));
+    let (server, _) = evicting_server("service-shares-evict");
     let c = Client::new(&server);
-    let token = c.add_tenant("acme");
-    let version = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
-    c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
+    let (token, version) = mine_on_gold(&c);
     let (status, v) = c.select(&token, "acme", Some("gold"));
     assert_eq!((status, v["version"].as_str()), (200, Some(version.as_str())), "{v}");
     assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 1.0);
@@ -407,14 +403,9 @@ fn an_unused_version_is_evicted_and_its_next_selection_loads_it_again() {
 /// still never loaded: the version is compiled again from its blob (in the background).
 #[test]
 fn an_evicted_version_loads_again_from_its_artifact_alone_never_from_a_tampered_one() {
-    let dir = temp_dir("service-shares-reload");
-    let config = write_config(&dir, "[service]\nevict_after_secs = 1\n");
-    let data = dir.join("data");
-    let server = Server::start(&data, Some(&config), Some(ADMIN));
+    let (server, data) = evicting_server("service-shares-reload");
     let c = Client::new(&server);
-    let token = c.add_tenant("acme");
-    let version = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
-    c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
+    let (token, version) = mine_on_gold(&c);
     let selected_by_its_version = |what: &str| {
         let (status, v) = c.select(&token, "acme", Some("gold"));
         assert_eq!(
@@ -465,11 +456,26 @@ fn an_evicted_version_loads_again_from_its_artifact_alone_never_from_a_tampered_
 
 /// Waits (up to a minute: a debug build compiles slowly) until `count` compiles are done.
 fn wait_for_compiles(c: &Client, count: f64) {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while c.metric("switchyard_compile_seconds_count") < count {
-        assert!(std::time::Instant::now() < until, "never compiled in the background");
-        thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let within = std::time::Duration::from_secs(60);
+    let done = c.wait_for_metric_within("switchyard_compile_seconds_count", count, within);
+    assert!(done, "never compiled in the background");
+}
+
+/// A server that evicts versions unused for a second, and its data dir.
+fn evicting_server(name: &str) -> (Server, std::path::PathBuf) {
+    let dir = temp_dir(name);
+    let config = write_config(&dir, "[service]\nevict_after_secs = 1\n");
+    let data = dir.join("data");
+    (Server::start(&data, Some(&config), Some(ADMIN)), data)
+}
+
+/// Tenant `acme` with the default policy uploaded as `mine` and class `gold` assigned to
+/// it: its token and the version.
+fn mine_on_gold(c: &Client) -> (String, String) {
+    let token = c.add_tenant("acme");
+    let version = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
+    (token, version)
 }
 
 /// A selection never compiles: it holds no compile permit, so a component the artifact
@@ -480,14 +486,9 @@ fn wait_for_compiles(c: &Client, count: f64) {
 /// were ten thousand compiles on the selection threads.
 #[test]
 fn a_selection_never_compiles_a_version_whose_artifact_is_gone_the_background_does() {
-    let dir = temp_dir("service-shares-no-inline-compile");
-    let config = write_config(&dir, "[service]\nevict_after_secs = 1\n");
-    let data = dir.join("data");
-    let server = Server::start(&data, Some(&config), Some(ADMIN));
+    let (server, data) = evicting_server("service-shares-no-inline-compile");
     let c = Client::new(&server);
-    let token = c.add_tenant("acme");
-    let version = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
-    c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
+    let (token, version) = mine_on_gold(&c);
     let (status, v) = c.select(&token, "acme", Some("gold"));
     assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
     assert!(c.wait_for_metric("switchyard_versions_evicted_total", 1.0), "evicted");
