@@ -127,13 +127,7 @@ impl PolicyComponent {
         bytes: &[u8],
         held: H,
     ) -> Result<Self, LoadError> {
-        let limits = engine.limits();
-        if bytes.len() > limits.max_component_bytes {
-            return Err(LoadError::new(
-                LoadErrorKind::TooLarge,
-                format!("{} bytes; the limit is {} bytes", bytes.len(), limits.max_component_bytes),
-            ));
-        }
+        within_size(engine, bytes.len())?;
         if !bytes.starts_with(b"\0asm") || bytes.len() < 8 {
             return Err(LoadError::new(
                 LoadErrorKind::NotWasm,
@@ -177,12 +171,8 @@ impl PolicyComponent {
     /// the bytes it was compiled from), and the component is checked against the world
     /// like any other.
     pub fn load_cached(engine: &PolicyEngine, digest: &str, size: usize) -> Option<Result<Self, LoadError>> {
-        let limits = engine.limits();
-        if size > limits.max_component_bytes {
-            return Some(Err(LoadError::new(
-                LoadErrorKind::TooLarge,
-                format!("{size} bytes; the limit is {} bytes", limits.max_component_bytes),
-            )));
+        if let Err(e) = within_size(engine, size) {
+            return Some(Err(e));
         }
         // A file name is made of it: nothing but a sha256's 64 hex digits.
         if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -275,6 +265,18 @@ impl PolicyComponent {
     pub fn from_cache(&self) -> bool {
         self.inner.from_cache
     }
+}
+
+/// Refuses a component of `size` bytes over `max_component_bytes` (`too-large`).
+fn within_size(engine: &PolicyEngine, size: usize) -> Result<(), LoadError> {
+    let most = engine.limits().max_component_bytes;
+    if size > most {
+        return Err(LoadError::new(
+            LoadErrorKind::TooLarge,
+            format!("{size} bytes; the limit is {most} bytes"),
+        ));
+    }
+    Ok(())
 }
 
 /// Compiles on a separate thread so a pathological input cannot hold the caller past
