@@ -15,7 +15,7 @@ use dynamo_kv_router::{
     KvRouterConfig, RoutingPartitionRef, WorkerInputView, WorkerInputs, WorkerPicker, WorkerSelectionContext,
     WorkerSelectionPolicy, WorkerSelectionPolicyError, WorkerType,
 };
-use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
+use switchyard::{Budget, Compiler, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 use switchyard_builtins as builtin;
 use switchyard_dynamo::{LoadedPolicy, SwitchyardConfig};
 use switchyard_test_guests::{DEFAULT_POLICY, DEFAULT_POLICY_C};
@@ -297,6 +297,13 @@ fn overhead_table(engine: &PolicyEngine) {
     let mut guest_small_4 = default.guest(&small_engine, "{}").unwrap();
     let mut g1_small = ScoreOnly::new(1_024, &guest_small);
     let mut g4_small = ScoreOnly::new(4_096, &guest_small);
+    // The same call compiled by Winch (`[limits] compiler = "winch"`): uploads compile
+    // ~4× faster; what do selections pay?
+    let winch_engine = PolicyEngine::new(Limits { compiler: Compiler::Winch, ..Limits::default() }).unwrap();
+    let mut guest_winch = default.guest(&winch_engine, "{}").unwrap();
+    let mut guest_winch_4 = default.guest(&winch_engine, "{}").unwrap();
+    let mut g1_winch = ScoreOnly::new(1_024, &guest_winch);
+    let mut g4_winch = ScoreOnly::new(4_096, &guest_winch);
     let t = interleaved(&mut [
         &mut || empty.run(&mut noop),
         &mut || one_noop.run(&mut noop_1),
@@ -310,6 +317,8 @@ fn overhead_table(engine: &PolicyEngine) {
         &mut || g1_fuel.run(&mut guest_fuel),
         &mut || g1_small.run(&mut guest_small),
         &mut || g4_small.run(&mut guest_small_4),
+        &mut || g1_winch.run(&mut guest_winch),
+        &mut || g4_winch.run(&mut guest_winch_4),
     ]);
     let native_slope = (t[4] - t[3]) / 3_072.0;
     let guest_slope = (t[6] - t[5]) / 3_072.0;
@@ -338,6 +347,12 @@ fn overhead_table(engine: &PolicyEngine) {
         fmt_ns(t[10]),
         fmt_ns(t[11]),
         (small_slope / guest_slope - 1.0) * 100.0
+    );
+    println!(
+        "| compiled by Winch vs Cranelift: guest score 1,024 / 4,096, ratio at 1,024 | {} / {}, {:.2} |",
+        fmt_ns(t[12]),
+        fmt_ns(t[13]),
+        t[12] / t[5]
     );
 }
 

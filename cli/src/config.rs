@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::Deserialize;
 use switchyard::selection::wire::ErrorKind;
-use switchyard::{ArtifactCache, Budget, GuardConfig, Limits, PolicyEngine};
+use switchyard::{ArtifactCache, Budget, Compiler, GuardConfig, Limits, PolicyEngine};
 use switchyard_service::{RegistryOptions, ServiceLimits};
 
 use crate::output::CliError;
@@ -44,6 +44,9 @@ pub struct LimitArgs {
     /// Compile time allowed, ms.
     #[arg(long)]
     pub compile_timeout_ms: Option<u64>,
+    /// The compiler: cranelift (fastest selections) or winch (fastest uploads).
+    #[arg(long, value_parser = parse_compiler)]
+    pub compiler: Option<Compiler>,
     /// Elements per table.
     #[arg(long)]
     pub max_table_elements: Option<usize>,
@@ -74,6 +77,14 @@ fn parse_budget(s: &str) -> Result<Budget, String> {
         "both" => Ok(Budget::Both),
         "none" => Ok(Budget::None),
         _ => Err(format!("`{s}` is not a budget; use fuel, epoch, both or none")),
+    }
+}
+
+fn parse_compiler(s: &str) -> Result<Compiler, String> {
+    match s {
+        "cranelift" => Ok(Compiler::Cranelift),
+        "winch" => Ok(Compiler::Winch),
+        _ => Err(format!("`{s}` is not a compiler; use cranelift or winch")),
     }
 }
 
@@ -156,6 +167,7 @@ impl LimitArgs {
             max_component_bytes,
             max_wasm_stack_bytes,
             compile_timeout_ms,
+            compiler,
             max_table_elements,
             epoch_tick_ms,
             max_instances

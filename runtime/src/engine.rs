@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use crate::cache::ArtifactCache;
 use serde::{Deserialize, Serialize};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig, Strategy};
 
 /// How a guest call's CPU time is bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -38,6 +38,26 @@ impl Budget {
     pub fn uses_epoch(self) -> bool {
         matches!(self, Budget::Epoch | Budget::Both)
     }
+}
+
+/// Which of wasmtime's compilers turns uploads into machine code. Either compiles in
+/// parallel on all cores (`parallel-compilation`: the default policy's compile 140 → 82 ms
+/// with Cranelift on this project's 2-core machine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Compiler {
+    /// Cranelift, optimising, the default: the fastest selections, the slowest uploads
+    /// (the default policy's 86 KB component compiles in ~80 ms here).
+    #[default]
+    Cranelift,
+    /// Winch, wasmtime's baseline compiler: one pass, no optimisation. The default
+    /// policy compiles in ~18 ms instead of ~80, and selects ~1.4× slower; its costs are
+    /// bit-identical. Fuel and the deadline bound its code as they bound Cranelift's, but
+    /// Winch counts fuel at other points (0.76–1.0 of Cranelift's count on the default
+    /// policy's calls) and runs each unit slower: a spinning guest spends
+    /// `max_fuel_per_call` in ~55 ms, not ~11 (BENCHMARKS.md, "Two compilers"). Lower
+    /// `max_fuel_per_call` to keep the time bound.
+    Winch,
 }
 
 /// The sandbox's limits. Defaults suit policies like those in `policies/`.
@@ -112,6 +132,10 @@ pub struct Limits {
     /// less and every load and store is checked: +5 % on the default guest's
     /// per-candidate slope at 64 MiB (`cargo bench -p switchyard-benches --bench ratio`).
     pub memory_reservation_bytes: u64,
+    /// The compiler uploads are compiled with (see [`Compiler`]). An artifact cached by
+    /// one is never loaded by the other (the cache's key includes the engine's settings):
+    /// switching recompiles each version once, in the background.
+    pub compiler: Compiler,
 }
 
 impl Default for Limits {
@@ -134,6 +158,7 @@ impl Default for Limits {
             compile_timeout_ms: 10_000,
             max_instances: 256,
             memory_reservation_bytes: 4 << 30,
+            compiler: Compiler::Cranelift,
         }
     }
 }
@@ -227,8 +252,15 @@ impl PolicyEngine {
     pub fn new(limits: Limits) -> Result<Self> {
         limits.validate().map_err(anyhow::Error::msg)?;
         let mut config = Config::new();
-        // Cranelift at speed: policies are small, scoring is the hot path.
+        // Cranelift at speed: policies are small, scoring is the hot path. Or Winch, when
+        // uploads must serve within milliseconds.
+        config.strategy(match limits.compiler {
+            Compiler::Cranelift => Strategy::Cranelift,
+            Compiler::Winch => Strategy::Winch,
+        });
         config.cranelift_opt_level(OptLevel::Speed);
+        // Functions compile on all cores: 1.7× faster on 2 (BENCHMARKS.md, "Two compilers").
+        config.parallel_compilation(true);
         // `+simd128` guests vectorise the per-candidate loops.
         config.wasm_simd(true);
         // No component-model async: saves ~360 ns per call, and no guest needs it.

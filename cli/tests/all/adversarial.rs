@@ -15,7 +15,7 @@ use crate::support::{DEFAULT_POLICY, engine, engine_with, hostile, native_defaul
 
 /// Runs `bytes` (configured with `params`) on the sample request, fail-open then
 /// fail-closed, and checks the fault's kind, the fallback's answer and the recovery.
-fn assert_contained(engine: &PolicyEngine, bytes: &[u8], params: &str, kind: FaultKind) -> String {
+pub(crate) fn assert_contained(engine: &PolicyEngine, bytes: &[u8], params: &str, kind: FaultKind) -> String {
     let (table, request) = sample();
     let component = PolicyComponent::load(engine, bytes).expect("loads");
     let guest = GuestScorer::new("hostile", component.clone(), params).expect("instantiates");

@@ -6,6 +6,7 @@ mod bounds;
 mod c_guest;
 mod cache;
 mod cli;
+mod compilers;
 mod contract;
 mod dynamo_store;
 mod equivalence;

@@ -1,0 +1,113 @@
+//! The Winch compiler (`[limits] compiler = "winch"`): its code decides as Cranelift's
+//! does, to the bit, under fuel that meters it (counted a little differently), contains
+//! every hostile guest with the same fault, and the command line and config file choose it.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use switchyard::selection::Scorer;
+use switchyard::{Budget, Compiler, FaultKind, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
+
+use crate::adversarial::assert_contained;
+use crate::equivalence::random_parameters;
+use crate::support::{DEFAULT_POLICY, Rng, engine_with, hostile, random_case};
+
+fn limits(compiler: Compiler, budget: Budget) -> Limits {
+    Limits { compiler, budget, ..Limits::default() }
+}
+
+#[test]
+fn winch_code_costs_bit_identically_and_is_metered_by_fuel_as_cranelift_code_is() {
+    let cranelift = engine_with(limits(Compiler::Cranelift, Budget::Fuel));
+    let winch = engine_with(limits(Compiler::Winch, Budget::Fuel));
+    let mut rng = Rng::seeded(0x3c4_1f7);
+    for (name, bytes) in [("rust", DEFAULT_POLICY), ("c", switchyard_test_guests::DEFAULT_POLICY_C)] {
+        let compiled = |engine: &PolicyEngine| PolicyComponent::load(engine, bytes).expect("compiles");
+        let (slow, fast) = (compiled(&cranelift), compiled(&winch));
+        let mut fuel_spent = 0;
+        let (mut lo, mut hi) = (f64::MAX, 0f64);
+        for _ in 0..20 {
+            let params = random_parameters(&mut rng);
+            let guest =
+                |component: &PolicyComponent| GuestScorer::new(name, component.clone(), &params).unwrap();
+            let (a, b) = (guest(&slow), guest(&fast));
+            let (a_stats, b_stats) = (a.stats(), b.stats());
+            let (mut a, mut b) = (Selector::new(Box::new(a) as Box<dyn Scorer>), Selector::new(Box::new(b)));
+            for _ in 0..50 {
+                let (table, request) = random_case(&mut rng);
+                let x = a.select(&table, &request).expect("cranelift's code selects");
+                let y = b.select(&table, &request).expect("winch's code selects");
+                let bits = |s: &Selector| s.last_costs().iter().map(|c| c.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "{name}: costs differ with params {params}");
+                assert_eq!(x.chosen, y.chosen, "{name}: picks differ with params {params}");
+                let (fa, fb) = (a_stats.last_fuel(), b_stats.last_fuel());
+                lo = lo.min(fb as f64 / fa as f64);
+                hi = hi.max(fb as f64 / fa as f64);
+                fuel_spent += fa;
+            }
+        }
+        assert!(fuel_spent > 0, "{name}: fuel was metered");
+        // Winch counts fuel at other points than Cranelift: measured 0.76–1.0 of its count
+        // on these calls. Deterministic per compiler, but not equal across them.
+        assert!(lo >= 0.7 && hi <= 1.0, "{name}: Winch's fuel is {lo:.3}..{hi:.3} of Cranelift's");
+    }
+}
+
+#[test]
+fn winch_code_is_contained_as_cranelift_code_is() {
+    let winch = engine_with(limits(Compiler::Winch, Budget::Both));
+    for (bytes, params, kind) in [
+        (hostile::ILOOP, "{}", FaultKind::Fuel),
+        (hostile::RECURSION, "{}", FaultKind::Stack),
+        (hostile::MEMORY_BOMB, "{}", FaultKind::Memory),
+        (hostile::TABLE_GROWTH, "{}", FaultKind::Memory),
+        (hostile::PANIC, "{}", FaultKind::Trap),
+        (hostile::C_OVERRUN, "{}", FaultKind::Trap),
+        (hostile::WRONG_LENGTH, "{}", FaultKind::InvalidOutput),
+        (hostile::BAD_COSTS, r#"{"value": "nan"}"#, FaultKind::InvalidOutput),
+    ] {
+        assert_contained(&winch, bytes, params, kind);
+    }
+    // The wall-clock deadline interrupts Winch's loops too.
+    let epoch = engine_with(Limits { call_deadline_ms: 5, ..limits(Compiler::Winch, Budget::Epoch) });
+    assert_contained(&epoch, hostile::ILOOP, "{}", FaultKind::Deadline);
+}
+
+fn switchyard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_switchyard")).args(args).output().expect("runs switchyard")
+}
+
+fn json(out: &Output) -> Value {
+    assert!(out.status.success(), "failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+}
+
+#[test]
+fn the_compiler_comes_from_the_config_file_or_the_flag_and_selects_alike() {
+    let dir = std::env::temp_dir().join(format!("switchyard-compilers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        std::fs::write(dir.join(name), bytes).unwrap();
+        dir.join(name).display().to_string()
+    };
+    let policy = write("default.wasm", DEFAULT_POLICY);
+    let winch = write("winch.toml", b"[limits]\ncompiler = \"winch\"\n");
+    let by_cranelift = json(&switchyard(&["select", "--policy", &policy]));
+    for args in [&["--config", winch.as_str()][..], &["--compiler", "winch"]] {
+        let by_winch = json(&switchyard(&[&["select", "--policy", &policy][..], args].concat()));
+        assert_eq!(by_winch["build"], "guest", "{by_winch}");
+        assert_eq!(by_winch["worker_id"], by_cranelift["worker_id"]);
+        assert_eq!(by_winch["costs"], by_cranelift["costs"]);
+        let checked = json(&switchyard(&[&["policy", "check", &policy][..], args].concat()));
+        assert!(checked["compile_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{checked}");
+    }
+    let bad = write("bad.toml", b"[limits]\ncompiler = \"gcc\"\n");
+    let out = switchyard(&["select", "--config", &bad]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: config: ") && stderr.contains("gcc"), "{stderr}");
+    assert!(stderr.contains("cranelift") && stderr.contains("winch"), "names the choices: {stderr}");
+    let out = switchyard(&["select", "--compiler", "gcc"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use cranelift or winch"));
+}
