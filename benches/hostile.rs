@@ -6,6 +6,8 @@
 //!
 //! Also prints the calibration behind the import charges: nanoseconds per unit of fuel of
 //! a plain loop (iloop) and of a loop on each import, at the same ceiling.
+//!
+//! `HOSTILE_COMPILER=winch` runs it all on Winch's code (`[limits] compiler = "winch"`).
 
 use std::time::Instant;
 
@@ -64,7 +66,12 @@ fn run(
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to filter.
-    let limits = Limits::default();
+    let compiler = match std::env::var("HOSTILE_COMPILER").as_deref() {
+        Ok("winch") => switchyard::Compiler::Winch,
+        Ok("cranelift") | Err(_) => switchyard::Compiler::Cranelift,
+        Ok(other) => panic!("HOSTILE_COMPILER={other}: use cranelift or winch"),
+    };
+    let limits = Limits { compiler, ..Limits::default() };
     let engine = PolicyEngine::new(limits.clone()).expect("engine");
     let load = |bytes: &[u8]| PolicyComponent::load(&engine, bytes).expect("compiles");
     let default = load(builtin::find("default").expect("default builtin").component);
@@ -87,7 +94,7 @@ fn main() {
     requests.extend(switchyard_test_guests::requests::hostile());
 
     println!(
-        "\n### One selection (select + commit), default limits (fuel + {} ms deadline), median of {REPEATS}\n",
+        "\n### One selection (select + commit), default limits (fuel + {} ms deadline, {compiler:?}), median of {REPEATS}\n",
         limits.call_deadline_ms
     );
     print!("| guest |");

@@ -51,12 +51,12 @@ pub enum Compiler {
     #[default]
     Cranelift,
     /// Winch, wasmtime's baseline compiler: one pass, no optimisation. The default
-    /// policy compiles in ~18 ms instead of ~80, and selects ~1.4× slower; its costs are
-    /// bit-identical. Fuel and the deadline bound its code as they bound Cranelift's, but
-    /// Winch counts fuel at other points (0.76–1.0 of Cranelift's count on the default
-    /// policy's calls) and runs each unit slower: a spinning guest spends
-    /// `max_fuel_per_call` in ~55 ms, not ~11 (BENCHMARKS.md, "Two compilers"). Lower
-    /// `max_fuel_per_call` to keep the time bound.
+    /// policy compiles in ~18 ms instead of ~80, and selects ~1.5× slower; its costs are
+    /// bit-identical. Fuel still stops its loops, but counts less of its work: 0.76–1.0
+    /// of Cranelift's count on the default policy's calls, ~1/500 on a byte-copy loop
+    /// (`huge-error`'s 1 MB message), and a spinning guest spends `max_fuel_per_call` in
+    /// ~51–55 ms, not ~8–16 (BENCHMARKS.md, "Two compilers"). So with Winch keep the
+    /// deadline (`budget = "both"`, the default): it is what bounds a call's time.
     Winch,
 }
 

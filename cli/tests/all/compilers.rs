@@ -68,6 +68,11 @@ fn winch_code_is_contained_as_cranelift_code_is() {
     ] {
         assert_contained(&winch, bytes, params, kind);
     }
+    // Winch charges a byte-copy loop ~1/500 of Cranelift's fuel: the 40 MB message that
+    // runs out of fuel on Cranelift's code is built on Winch's, then refused by its size.
+    let cranelift = engine_with(limits(Compiler::Cranelift, Budget::Both));
+    assert_contained(&cranelift, hostile::HUGE_ERROR, "{}", FaultKind::Fuel);
+    assert_contained(&winch, hostile::HUGE_ERROR, "{}", FaultKind::InvalidOutput);
     // The wall-clock deadline interrupts Winch's loops too.
     let epoch = engine_with(Limits { call_deadline_ms: 5, ..limits(Compiler::Winch, Budget::Epoch) });
     assert_contained(&epoch, hostile::ILOOP, "{}", FaultKind::Deadline);
