@@ -105,7 +105,9 @@ fn the_compiler_comes_from_the_config_file_or_the_flag_and_selects_alike() {
         assert_eq!(by_winch["costs"], by_cranelift["costs"]);
         let checked = json(&switchyard(&[&["policy", "check", &policy][..], args].concat()));
         assert!(checked["compile_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{checked}");
+        assert_eq!(checked["compiler"], "winch", "{checked}");
     }
+    assert_eq!(json(&switchyard(&["policy", "check", &policy]))["compiler"], "cranelift");
     let bad = write("bad.toml", b"[limits]\ncompiler = \"gcc\"\n");
     let out = switchyard(&["select", "--config", &bad]);
     let stderr = String::from_utf8_lossy(&out.stderr);
