@@ -10,12 +10,19 @@
 //! Whatever is loaded from here runs as machine code, so nothing is trusted for being
 //! there: each artifact's BLAKE3 digest is recorded beside it when it is written
 //! (`<artifact>.blake3`; artifacts written before it have `<artifact>.sha256`, still
-//! accepted) and checked, on exactly the bytes then deserialized, before every load
-//! (BLAKE3: ~5× faster than sha256 here, and the check is on every cold load's path); the file must be a regular file (symlinks are never followed), owned by
+//! accepted) and checked before every load, on the very file then mapped as the
+//! component's code (BLAKE3: ~5× faster than sha256 here, and the check is on every cold
+//! load's path); the file must be a regular file (symlinks are never followed), owned by
 //! this process's user and accessible to no one else. An artifact that fails a check is
-//! not run: it is removed, counted ([`ArtifactCache::rejected`]), logged on stderr, and
-//! the component is compiled again. The helpers for owner-only files and directories
-//! are public: the service's data directory uses them too.
+//! not run: it is removed, counted ([`ArtifactCache::rejected`]), logged, and the
+//! component is compiled again. The helpers for owner-only files and directories are
+//! public: the service's data directory uses them too.
+//!
+//! A loaded artifact is mapped, not copied, so it must never be written in place: this
+//! cache only ever renames a new file over an old one or unlinks it, and an operator
+//! must do the same (deleting the directory's files is always safe). Each component
+//! loaded from here holds its file open while it lives: one descriptor per loaded
+//! component (`switchyard serve` raises its soft descriptor limit to the hard one).
 
 use std::fs::{File, OpenOptions};
 use std::hash::{Hash, Hasher};
@@ -125,20 +132,29 @@ impl ArtifactCache {
         }
     }
 
-    /// The cached compilation of the bytes whose sha256 is `sha256`, if there is a usable one. A missing entry is a
-    /// miss; an entry that fails a check is rejected (removed, counted, logged) and is a
-    /// miss too; never an error.
+    /// The cached compilation of the bytes whose sha256 is `sha256`, if there is a usable
+    /// one. A missing entry is a miss; an entry that fails a check is rejected (removed,
+    /// counted, logged) and is a miss too; never an error.
+    ///
+    /// Nothing is copied: the file is mapped, its digest computed on the mapping, and
+    /// wasmtime maps the same open file again (copy-on-write) as the component's code.
+    /// The component keeps that file open while it lives.
     pub fn load(&self, engine: &Engine, sha256: &str) -> Option<Component> {
         let path = self.path_for_digest(engine, sha256);
-        let artifact = match read_private(&path, MAX_ARTIFACT_BYTES) {
-            Ok(artifact) => artifact,
+        let mapped = match open_private(&path).and_then(|file| MappedFile::new(file, MAX_ARTIFACT_BYTES)) {
+            Ok(mapped) => mapped,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            // Out of descriptors or of address space: no fault of the artifact's.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)) => {
+                tracing::warn!(artifact = %path.display(), error = %e, "could not map a compiled artifact; compiling again");
+                return None;
+            }
             Err(e) => {
                 self.reject(&path, &e.to_string());
                 return None;
             }
         };
-        let (recorded, actual) = match Self::digests(&path, &artifact) {
+        let (recorded, actual) = match Self::digests(&path, mapped.bytes()) {
             Ok(digests) => digests,
             Err(why) => {
                 self.reject(&path, &why);
@@ -152,15 +168,24 @@ impl ArtifactCache {
             );
             return None;
         }
-        // SAFETY: `deserialize` trusts its input to be wasmtime's own output. These bytes
-        // are exactly those whose digest `store` recorded when it wrote
-        // `Component::serialize` of a component this process compiled; they were read
-        // from a regular file (not through a symlink) owned by this user and accessible to
-        // no one else, in a directory with the same properties whose path comes from the
-        // operator, not a tenant. Tenants' bytes only select the file name (through their
-        // sha256). wasmtime additionally checks the header (version, engine settings) and
-        // refuses a mismatch, which we treat as a miss.
-        match unsafe { Component::deserialize(engine, &artifact) } {
+        // SAFETY: `deserialize_file` and `deserialize` trust their input to be wasmtime's
+        // own output. These are the bytes whose digest `store` recorded when it wrote
+        // `Component::serialize` of a component this process compiled, just checked on
+        // the mapping of this very open file: a regular file (not reached through a
+        // symlink) owned by this user and accessible to no one else, in a directory with
+        // the same properties whose path comes from the operator, not a tenant. Tenants'
+        // bytes only select the file name (through their sha256). `deserialize_file`
+        // opens the same file again through `/proc/self/fd` (the same inode, whatever
+        // the name now points to) and maps it: its bytes stay the ones checked because
+        // this cache never writes an artifact in place (`store` writes a new file and
+        // renames it over; removal unlinks), and only this user could. wasmtime
+        // additionally checks the header (version, engine settings) and refuses a
+        // mismatch, which we treat as a miss.
+        let component = unsafe {
+            Component::deserialize_file(engine, mapped.proc_path())
+                .or_else(|_| Component::deserialize(engine, mapped.bytes()))
+        };
+        match component {
             Ok(component) => Some(component),
             Err(_) => {
                 remove_entry(&path);
@@ -190,6 +215,66 @@ impl ArtifactCache {
     }
 }
 
+/// A file opened by [`open_private`], mapped read-only (shared: the page cache's pages,
+/// not a copy) for as long as this lives.
+struct MappedFile {
+    file: File,
+    ptr: std::ptr::NonNull<libc::c_void>,
+    len: usize,
+}
+
+impl MappedFile {
+    /// Maps `file` whole, if it is not empty and at most `max` bytes (else an error, and
+    /// nothing is mapped).
+    fn new(file: File, max: u64) -> std::io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let len = file.metadata()?.len();
+        if len == 0 || len > max {
+            return Err(std::io::Error::other(format!("it is {len} bytes, not 1 to {max}")));
+        }
+        let len = usize::try_from(len).map_err(std::io::Error::other)?;
+        // SAFETY: a fresh read-only mapping of an open file descriptor at a place the
+        // kernel chooses: it aliases no Rust object. `MAP_POPULATE` maps every page now
+        // (the digest reads them all).
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let ptr = std::ptr::NonNull::new(ptr).ok_or_else(|| std::io::Error::other("mmap returned null"))?;
+        Ok(Self { file, ptr, len })
+    }
+
+    /// The file's bytes.
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` is a readable mapping of `len` bytes that lives as long as `self`.
+        // The file is never written in place while mapped (see `ArtifactCache::load`).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    /// A path that opens this very file (the same inode) whatever its name points to now.
+    fn proc_path(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are the mapping `new` made, unmapped only here; `bytes`'
+        // borrows of it ended with `self`'s.
+        unsafe { libc::munmap(self.ptr.as_ptr(), self.len) };
+    }
+}
+
 /// Removes an artifact and its recorded digests (whatever they are: never followed).
 fn remove_entry(path: &Path) {
     let _ = std::fs::remove_file(path);
@@ -203,6 +288,28 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)
+}
+
+/// Raises this process's soft limit on open file descriptors to its hard limit, as Go's
+/// runtime does at start-up, and returns the limit now in force (`None`: it could not be
+/// read). Every component loaded from the cache holds its mapped file open, and 1,024 (a
+/// common soft default) would leave a server with that many components loaded unable to
+/// accept a connection. A refusal leaves the limit as it was.
+pub fn raise_descriptor_limit() -> Option<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `limit` is a valid `rlimit` for getrlimit to write; setrlimit only reads it.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return None;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit { rlim_cur: limit.rlim_max, ..limit };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    Some(limit.rlim_cur)
 }
 
 /// This process's effective user id.

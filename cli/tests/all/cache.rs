@@ -148,3 +148,32 @@ fn what_load_holding_holds_is_dropped_when_cranelift_returns_even_after_a_timeou
     assert_eq!(e.kind, LoadErrorKind::NotWasm);
     assert_eq!(released.try_recv(), Err(mpsc::TryRecvError::Disconnected));
 }
+
+/// An artifact is mapped as the component's code, not copied: the process maps the
+/// cache's file while a component loaded from it lives. One replaced meanwhile (renamed
+/// over, as `store` does) leaves the loaded component running the bytes it was checked on.
+#[test]
+fn a_cached_artifact_is_mapped_not_copied_while_its_component_lives() {
+    let dir = temp("mapped");
+    let (engine, cache) = engine(&dir);
+    let path = cache.path_for(engine.engine(), policy());
+    let mapped = || {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines().any(|line| line.ends_with(path.to_str().unwrap()))
+    };
+    let compiled = PolicyComponent::load(&engine, policy()).unwrap();
+    assert!(!compiled.from_cache() && !mapped(), "compiled here: nothing mapped");
+    let loaded = PolicyComponent::load(&engine, policy()).unwrap();
+    assert!(loaded.from_cache());
+    assert!(mapped(), "{} is not mapped", path.display());
+    // Written again: a new file renamed over the one mapped.
+    let digest = loaded.digest().to_string();
+    let again = Component::new(engine.engine(), policy()).unwrap();
+    cache.store(engine.engine(), &digest, &again).unwrap();
+    let (table, request) = crate::support::sample();
+    let pick = |c: PolicyComponent| {
+        let guest = switchyard::GuestScorer::new("default", c, "{}").unwrap();
+        switchyard::Selector::new(Box::new(guest)).select(&table, &request).unwrap()
+    };
+    assert_eq!(pick(loaded), pick(compiled));
+}

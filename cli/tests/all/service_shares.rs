@@ -454,6 +454,29 @@ fn an_evicted_version_loads_again_from_its_artifact_alone_never_from_a_tampered_
     selected_by_its_version("artifact tampered with, compiled again");
 }
 
+/// Each component loaded from the compiled cache holds its mapped file open, so `serve`
+/// raises its soft limit on descriptors to the hard one: under a soft limit of 64 a
+/// server with 64 components loaded could no longer accept a connection.
+#[test]
+fn serve_raises_its_descriptor_limit_for_the_mapped_artifacts() {
+    let dir = temp_dir("service-shares-nofile");
+    let inner = serve_command(&dir.join("data"), None, Some(ADMIN));
+    let mut command = std::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg("ulimit -Sn 64 && exec \"$0\" \"$@\"")
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    command.env("SWITCHYARD_ADMIN_TOKEN", ADMIN);
+    let server = Server::spawn(command, std::process::Stdio::null());
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.pid())).unwrap();
+    let open_files: Vec<&str> =
+        limits.lines().find(|l| l.starts_with("Max open files")).unwrap().split_whitespace().collect();
+    let (soft, hard) = (open_files[3], open_files[4]);
+    assert_eq!(soft, hard, "{limits}");
+    assert_ne!(soft, "64", "{limits}");
+}
+
 /// Waits (up to a minute: a debug build compiles slowly) until `count` compiles are done.
 fn wait_for_compiles(c: &Client, count: f64) {
     let within = std::time::Duration::from_secs(60);
