@@ -44,7 +44,8 @@ pub struct LimitArgs {
     /// Compile time allowed, ms.
     #[arg(long)]
     pub compile_timeout_ms: Option<u64>,
-    /// The compiler: cranelift (fastest selections) or winch (fastest uploads).
+    /// The compiler: cranelift (fastest selections), winch (fastest uploads) or tiered
+    /// (uploads served on Winch's code until Cranelift's replaces it, `serve` only).
     #[arg(long, value_parser = parse_compiler)]
     pub compiler: Option<Compiler>,
     /// Elements per table.
@@ -84,7 +85,8 @@ fn parse_compiler(s: &str) -> Result<Compiler, String> {
     match s {
         "cranelift" => Ok(Compiler::Cranelift),
         "winch" => Ok(Compiler::Winch),
-        _ => Err(format!("`{s}` is not a compiler; use cranelift or winch")),
+        "tiered" => Ok(Compiler::Tiered),
+        _ => Err(format!("`{s}` is not a compiler; use cranelift, winch or tiered")),
     }
 }
 

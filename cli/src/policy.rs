@@ -165,7 +165,7 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
                 "imports": component.imports(),
                 "exports": component.exports(),
                 "compile_ms": component.compile_time().as_secs_f64() * 1e3,
-                "compiler": engine.limits().compiler,
+                "compiler": component.compiled_by(),
                 "inputs": {
                     "cache": info.inputs.contains(switchyard_guest_sdk::InputGroups::CACHE),
                     "load": info.inputs.contains(switchyard_guest_sdk::InputGroups::LOAD),

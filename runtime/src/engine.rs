@@ -58,6 +58,25 @@ pub enum Compiler {
     /// ~51–55 ms, not ~8–16 (BENCHMARKS.md, "Two compilers"). So with Winch keep the
     /// deadline (`budget = "both"`, the default): it is what bounds a call's time.
     Winch,
+    /// Both, in tiers: an upload is compiled by Winch and serves at once; Cranelift
+    /// compiles it again in the background, and its code replaces Winch's for every
+    /// selection after that (the service does the swap; anything else loading through
+    /// this engine gets Cranelift's code). What is cached and loaded after an eviction or
+    /// a restart is Cranelift's. While a version runs on Winch's code, Winch's fuel caveat
+    /// above applies, so this needs the deadline: `budget = "both"` or `"epoch"`.
+    Tiered,
+}
+
+impl Compiler {
+    /// The compiler of the code this engine setting loads and caches: Winch for `winch`,
+    /// Cranelift for `cranelift` and `tiered` (whose first tier is a separate engine, see
+    /// [`PolicyEngine::first_tier`]).
+    pub fn of_code(self) -> Compiler {
+        match self {
+            Compiler::Winch => Compiler::Winch,
+            Compiler::Cranelift | Compiler::Tiered => Compiler::Cranelift,
+        }
+    }
 }
 
 /// The sandbox's limits. Defaults suit policies like those in `policies/`.
@@ -133,8 +152,9 @@ pub struct Limits {
     /// per-candidate slope at 64 MiB (`cargo bench -p switchyard-benches --bench ratio`).
     pub memory_reservation_bytes: u64,
     /// The compiler uploads are compiled with (see [`Compiler`]). An artifact cached by
-    /// one is never loaded by the other (the cache's key includes the engine's settings):
-    /// switching recompiles each version once, in the background.
+    /// one is never loaded by the other (the cache's key includes the engine's settings;
+    /// `tiered` caches Cranelift's code, under `cranelift`'s key): switching recompiles
+    /// each version once, in the background.
     pub compiler: Compiler,
 }
 
@@ -210,6 +230,13 @@ impl Limits {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("limits.{name}: must be at least 1"));
         }
+        if self.compiler == Compiler::Tiered && !self.budget.uses_epoch() {
+            return Err(format!(
+                "limits.compiler: `tiered` first runs uploads on Winch's code, whose fuel counts less \
+                 of its work; it needs the deadline (budget = \"both\" or \"epoch\", not {:?})",
+                self.budget
+            ));
+        }
         if self.memory_reservation_bytes < self.max_memory_bytes as u64 {
             return Err(format!(
                 "limits.memory_reservation_bytes: {} is under max_memory_bytes ({}); a memory cannot grow past its reservation",
@@ -243,6 +270,10 @@ pub struct PolicyEngine {
     engine: Engine,
     limits: Arc<Limits>,
     cache: Option<ArtifactCache>,
+    /// With `compiler = "tiered"`: the Winch engine uploads are first compiled by. Its own
+    /// pool of `max_instances` slots (an engine's instances live in its own pool), no
+    /// artifact cache (its code is never kept past the swap).
+    first_tier: Option<Arc<PolicyEngine>>,
 }
 
 impl PolicyEngine {
@@ -254,13 +285,16 @@ impl PolicyEngine {
         let mut config = Config::new();
         // Cranelift at speed: policies are small, scoring is the hot path. Or Winch, when
         // uploads must serve within milliseconds.
-        config.strategy(match limits.compiler {
-            Compiler::Cranelift => Strategy::Cranelift,
+        config.strategy(match limits.compiler.of_code() {
             Compiler::Winch => Strategy::Winch,
+            Compiler::Cranelift | Compiler::Tiered => Strategy::Cranelift,
         });
         config.cranelift_opt_level(OptLevel::Speed);
         // Functions compile on all cores: 1.7× faster on 2 (BENCHMARKS.md, "Two compilers").
-        config.parallel_compilation(true);
+        // But not the tier-ups of `tiered`: they run in the background in the idle CPU
+        // class ([`lower_thread_priority`]) on their own thread, and rayon's shared
+        // threads would run them at normal priority, ahead of the uploads' Winch compiles.
+        config.parallel_compilation(limits.compiler != Compiler::Tiered);
         // `+simd128` guests vectorise the per-candidate loops.
         config.wasm_simd(true);
         // No component-model async: saves ~360 ns per call, and no guest needs it.
@@ -296,7 +330,19 @@ impl PolicyEngine {
         if limits.budget.uses_epoch() {
             spawn_epoch_ticker(&engine, Duration::from_millis(limits.epoch_tick_ms));
         }
-        Ok(Self { engine, limits: Arc::new(limits), cache: None })
+        let first_tier = match limits.compiler {
+            Compiler::Tiered => {
+                Some(Arc::new(PolicyEngine::new(Limits { compiler: Compiler::Winch, ..limits.clone() })?))
+            }
+            Compiler::Cranelift | Compiler::Winch => None,
+        };
+        Ok(Self { engine, limits: Arc::new(limits), cache: None, first_tier })
+    }
+
+    /// With `compiler = "tiered"`, the engine that compiles an upload first (Winch),
+    /// for its first selections until this engine's compilation replaces it.
+    pub fn first_tier(&self) -> Option<&PolicyEngine> {
+        self.first_tier.as_deref()
     }
 
     /// The limits, shared (a Store's state keeps them for the import charges).
@@ -323,6 +369,23 @@ impl PolicyEngine {
     /// The limits every component and call of this engine runs under.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+}
+
+/// Gives the calling thread (and the threads it starts after this, which inherit it)
+/// Linux's idle scheduling class, `SCHED_IDLE`, or failing that the lowest priority, nice
+/// 19: for background compiles, which should take only the CPU that uploads and
+/// selections leave (an idle-class thread runs only when no other thread wants the CPU,
+/// and yields to one that wakes at once). Both are per-thread on Linux. Whether either
+/// took.
+pub fn lower_thread_priority() -> bool {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid `sched_param` that sched_setscheduler only reads; pid 0
+    // is the calling thread. gettid and setpriority have no memory preconditions. Moving
+    // the calling thread to a lower class or priority needs no privilege.
+    unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0
+            || libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) == 0
     }
 }
 

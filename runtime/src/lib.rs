@@ -22,7 +22,7 @@ pub use switchyard_selection as selection;
 
 pub use cache::ArtifactCache;
 pub use component::{LoadError, LoadErrorKind, PolicyComponent};
-pub use engine::{Budget, Compiler, Limits, PolicyEngine, WorkUnits};
+pub use engine::{Budget, Compiler, Limits, PolicyEngine, WorkUnits, lower_thread_priority};
 pub use guard::{
     Admission, Breaker, BreakerState, Decider, Decision, FailMode, GuardConfig, GuardCounters,
     GuardedSelector, SharedBreaker, Ticket,

@@ -126,6 +126,38 @@ impl Loader {
         self.map().entry(blob.to_string()).or_insert(component);
     }
 
+    /// With `compiler = "tiered"`, compiles `blob` with Cranelift (caching the artifact)
+    /// if the component kept for it is Winch's, and keeps Cranelift's instead. Blocking:
+    /// `held` is the caller's tier-up permit. `Ok(true)`: swapped, and the versions of
+    /// `blob` are to drop their Winch instances; `Ok(false)`: nothing to do (the kept
+    /// component is Cranelift's already, or none is kept: the next load compiles or loads
+    /// Cranelift's). `Err`: why Cranelift's did not compile (the version keeps Winch's).
+    /// A Winch component stays kept until then (see [`Loader::keep_only`]), so "none
+    /// kept" means no version names the blob any more.
+    pub(crate) fn tier_up<H: Send + 'static>(&self, blob: &str, held: H) -> Result<bool, String> {
+        if !self.kept(blob).is_some_and(|c| self.on_first_tier(&c)) {
+            return Ok(false);
+        }
+        let bytes = self.registry.read_blob(blob).map_err(|e| format!("reading blob {blob}: {e}"))?;
+        // Bounded by the compiler's CPU time, not the wall clock: at the lowest priority,
+        // a busy host would time out every tier-up. `held` (the tier-up permit) stays
+        // with Cranelift until it returns, timed out or not: one runs at a time.
+        let component =
+            PolicyComponent::load_in_background(&self.engine, &bytes, held).map_err(|e| e.to_string())?;
+        self.metrics.loaded(&component);
+        let mut map = self.map();
+        // Only if it is still kept (no version names a forgotten blob).
+        match map.get_mut(blob) {
+            Some(kept) if self.on_first_tier(kept) => {
+                *kept = component;
+                drop(map);
+                self.metrics.tiered_up();
+                Ok(true)
+            }
+            Some(_) | None => Ok(false),
+        }
+    }
+
     /// Drops `blob`'s component (versions already configured from it keep theirs): no
     /// version names it any more.
     pub(crate) fn forget(&self, blob: &str) {
@@ -140,8 +172,16 @@ impl Loader {
 
     /// Drops every kept component whose blob is not in `in_use` (no loaded version uses
     /// it). A version loading meanwhile keeps its own component; only the shared copy goes.
+    /// A first-tier (Winch) component stays until its tier-up replaces it: no Cranelift
+    /// artifact exists yet to load it again from, and without it a version evicted before
+    /// its tier-up would be answered without its policy while it compiles.
     pub(crate) fn keep_only(&self, in_use: &std::collections::HashSet<&str>) {
-        self.map().retain(|blob, _| in_use.contains(blob.as_str()));
+        self.map().retain(|blob, c| in_use.contains(blob.as_str()) || self.on_first_tier(c));
+    }
+
+    /// Whether `component` is Winch's code kept until its tier-up (`compiler = "tiered"`).
+    fn on_first_tier(&self, component: &PolicyComponent) -> bool {
+        component.compiled_by() != self.engine.limits().compiler.of_code()
     }
 
     /// The service's metrics.
@@ -151,6 +191,8 @@ impl Loader {
 
     /// Guest instances alive now (the engine's pool slots in use).
     pub(crate) fn instances(&self) -> u64 {
-        self.engine.engine().pooling_allocator_metrics().map_or(0, |m| m.component_instances())
+        let live =
+            |e: &PolicyEngine| e.engine().pooling_allocator_metrics().map_or(0, |m| m.component_instances());
+        live(&self.engine) + self.engine.first_tier().map_or(0, live)
     }
 }

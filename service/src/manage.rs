@@ -314,7 +314,18 @@ impl Service {
             return Ok((c, permit));
         }
         let held = Arc::clone(&permit);
-        let engine = self.loader.engine.clone();
+        // Tiered: Winch compiles it now, unless Cranelift's code is cached already.
+        let engine = match self.loader.engine.first_tier() {
+            Some(first) => {
+                let cached = PolicyComponent::load_cached(&self.loader.engine, blob, bytes.len());
+                if let Some(component) = cached.and_then(Result::ok) {
+                    self.metrics.loaded(&component);
+                    return Ok((component, permit));
+                }
+                first.clone()
+            }
+            None => self.loader.engine.clone(),
+        };
         let loaded =
             tokio::task::spawn_blocking(move || PolicyComponent::load_holding(&engine, &bytes, held))
                 .await
@@ -328,6 +339,49 @@ impl Service {
         let component = loaded?;
         self.metrics.loaded(&component);
         Ok((component, permit))
+    }
+
+    /// With `compiler = "tiered"`: compiles `blob` with Cranelift in the background, one
+    /// such compile at a time (apart from the `compile_concurrency` permits, so uploads
+    /// never wait behind it), then moves every version of it onto Cranelift's code: each
+    /// drops its Winch instances and configuration, and its next selection configures an
+    /// instance of Cranelift's. If Cranelift fails where Winch succeeded (its compile
+    /// timeout, say), the versions stay on Winch's code.
+    fn tier_up(self: &Arc<Self>, blob: String) {
+        let service = Arc::clone(self);
+        tokio::spawn(async move {
+            let Ok(permit) = Arc::clone(&service.tier_up_permits).acquire_owned().await else { return };
+            let moved = Arc::clone(&service);
+            // A thread of its own in the idle CPU class (inherited by Cranelift's thread):
+            // a tier-up takes only the CPU uploads and selections leave, and the class
+            // never leaks into a pooled thread.
+            let tier_up = move || {
+                switchyard::lower_thread_priority();
+                let swapped = moved.loader.tier_up(&blob, permit)?;
+                if swapped {
+                    for v in moved.snapshot().versions().filter(|v| v.blob() == blob) {
+                        v.reload();
+                    }
+                }
+                Ok::<_, String>(())
+            };
+            let done = tokio::task::spawn_blocking(move || {
+                std::thread::Builder::new()
+                    .name("switchyard-tier-up".into())
+                    .spawn(tier_up)
+                    .map_err(|e| format!("starting its thread: {e}"))?
+                    .join()
+                    .map_err(|_| "its thread panicked".to_string())?
+            })
+            .await;
+            match done {
+                Ok(Ok(())) => {}
+                Ok(Err(reason)) => {
+                    tracing::warn!(%reason, "tier-up to Cranelift failed; staying on Winch's code")
+                }
+                Err(e) => tracing::warn!(error = %e, "the tier-up thread"),
+            }
+        });
     }
 
     /// The checks of an upload that need neither its body nor its parameters' meaning:
@@ -452,6 +506,9 @@ impl Service {
             tracing::warn!(tenant, policy = name, %blob, error = ?e, "checking the committed version's blob");
         }
         tracing::info!(tenant, policy = name, version = %version, size = bytes.len(), "uploaded");
+        if component.compiled_by() != self.loader.engine.limits().compiler.of_code() {
+            self.tier_up(blob.clone());
+        }
         Ok(Uploaded {
             tenant: tenant.into(),
             policy: name.into(),
@@ -459,6 +516,10 @@ impl Service {
             sha256: blob,
             size_bytes: bytes.len(),
             compile_ms: component.compile_time().as_secs_f64() * 1e3,
+            compiler: serde_json::to_value(component.compiled_by())
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
         })
     }
 

@@ -271,6 +271,8 @@ pub struct Metrics {
     evicted: Counter,
     /// Selections that found no idle instance of their version.
     idle_misses: Counter,
+    /// Components whose Winch code was replaced by Cranelift's (`compiler = "tiered"`).
+    tier_ups: Counter,
     /// Components loaded from our artifact cache instead of compiled.
     from_cache: Counter,
     /// tenant → versions garbage-collected so far.
@@ -291,6 +293,7 @@ impl Default for Metrics {
             load: AtomicHistogram::new(&LOAD_BOUNDS),
             evicted: Counter::default(),
             idle_misses: Counter::default(),
+            tier_ups: Counter::default(),
             from_cache: Counter::default(),
             collected: Family::default(),
             compiles_abandoned: CountGauge::default(),
@@ -326,6 +329,11 @@ impl Metrics {
     /// A selection found no idle instance of its version, and makes a fresh one.
     pub fn idle_miss(&self) {
         self.idle_misses.inc();
+    }
+
+    /// A component's Winch code was replaced by Cranelift's.
+    pub fn tiered_up(&self) {
+        self.tier_ups.inc();
     }
 
     /// `n` versions were evicted.
@@ -439,6 +447,11 @@ impl Metrics {
             "switchyard_idle_misses",
             "Selections that found no idle instance of their version (instantiated and configured a fresh one)",
             self.idle_misses.clone(),
+        );
+        registry.register(
+            "switchyard_tier_ups",
+            "With compiler = \"tiered\": uploads whose Winch code was replaced by Cranelift's (compiled in the background)",
+            self.tier_ups.clone(),
         );
         registry.register(
             "switchyard_instances_live",

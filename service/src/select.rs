@@ -16,7 +16,7 @@ use switchyard::{
 
 use crate::auth::{Principal, require_selector};
 use crate::error::ApiError;
-use crate::state::{LoadedVersion, Service, Target};
+use crate::state::{Generation, LoadedVersion, Service, Target};
 
 /// A selection error: no eligible worker (422), or a fault of a fail-closed policy: 503
 /// while quarantined, overloaded or unavailable (the policy was not called; asking again
@@ -80,7 +80,7 @@ impl Service {
         let outcome = match &route.target {
             Target::Builtin(b) => native(b, &table, &request),
             Target::Guest(v) => match v.checkout(route.on_fault) {
-                Ok(guarded) => run_guest(&tenant, v, guarded, &table, &request),
+                Ok((guarded, generation)) => run_guest(&tenant, v, (guarded, generation), &table, &request),
                 Err(reason) => {
                     let fault = Fault::new(
                         FaultKind::Unavailable,
@@ -103,7 +103,7 @@ impl Service {
 fn run_guest(
     tenant: &str,
     v: &LoadedVersion,
-    mut guarded: GuardedSelector,
+    (mut guarded, generation): (GuardedSelector, Generation),
     table: &WorkerTable,
     request: &SelectionRequest,
 ) -> Result<SelectionAnswer, ApiError> {
@@ -142,7 +142,7 @@ fn run_guest(
         };
         SelectionAnswer::new(decision.selection, by, candidates, decision.fallback, commit_fault)
     });
-    v.checkin(guarded);
+    v.checkin(guarded, generation);
     answer.map_err(select_error)
 }
 

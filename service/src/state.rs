@@ -33,7 +33,7 @@ pub use crate::snapshot::{Route, Snapshot, Target};
 use crate::store::{Manifest, Store, TenantRecord, VersionRecord};
 use crate::version::tenant_range;
 use crate::version::{Clock, Template, VersionContext, new_version};
-pub use crate::version::{IdleSlots, LoadedVersion, Loader, VersionKey, Versions};
+pub use crate::version::{Generation, IdleSlots, LoadedVersion, Loader, VersionKey, Versions};
 
 /// What only the writer touches.
 pub struct Writer {
@@ -83,6 +83,8 @@ pub struct Service {
     /// The `compile_concurrency` permits: uploads, a fleet's changes, the background
     /// loads (the loader's, shared).
     pub(crate) compile_permits: Arc<Semaphore>,
+    /// One Cranelift compile at a time behind tiered uploads (`compiler = "tiered"`).
+    pub(crate) tier_up_permits: Arc<Semaphore>,
     pub(crate) metrics: Arc<Metrics>,
     /// Idle instances across all versions (`max_idle_instances`).
     pub(crate) idle_slots: Arc<IdleSlots>,
@@ -155,6 +157,7 @@ impl Service {
         let snapshot = Snapshot::build(&writer.manifest, &writer.loaded);
         let service = Arc::new(Self {
             compile_permits,
+            tier_up_permits: Arc::new(Semaphore::new(1)),
             limits,
             guard,
             loader,

@@ -61,6 +61,11 @@ pub(crate) enum Template {
     Failed(Arc<str>),
 }
 
+/// Which configuration of a version an instance checked out was made from: given back
+/// with it to [`LoadedVersion::checkin`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generation(u64);
+
 /// One version of a tenant's policy, with its idle instances.
 pub struct LoadedVersion {
     policy: String,
@@ -74,6 +79,8 @@ pub struct LoadedVersion {
     loading: Mutex<()>,
     /// A background load of it is queued or running (see [`LoadedVersion::checkout`]).
     loading_later: AtomicBool,
+    /// Bumped by [`LoadedVersion::reload`]: an instance checked out before is not kept.
+    generation: AtomicU64,
     loader: Arc<Loader>,
     /// When it was last checked out, in seconds of the service's clock ([`Clock`]).
     last_used: AtomicU64,
@@ -224,8 +231,9 @@ impl LoadedVersion {
     /// the selection's own slot of the engine's pool); a component the artifact cache
     /// lacks is not compiled here but in the background ([`Compile::Later`]), and this
     /// selection is answered without it. `Err`: the version does not load, and why.
-    pub fn checkout(&self, mode: FailMode) -> Result<GuardedSelector, Arc<str>> {
+    pub fn checkout(&self, mode: FailMode) -> Result<(GuardedSelector, Generation), Arc<str>> {
         self.last_used.store(self.clock.now(), Ordering::Relaxed);
+        let generation = Generation(self.generation.load(Ordering::Acquire));
         // The idle slot goes back as the entry is taken apart.
         let pooled =
             self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop().map(|(selector, _slot)| selector);
@@ -237,13 +245,18 @@ impl LoadedVersion {
             }
         };
         selector.set_fail_mode(mode);
-        Ok(selector)
+        Ok((selector, generation))
     }
 
     /// Returns a selector for reuse, or drops it (and its instance, freeing its slot and
-    /// its tenant's share) when the version is retired or the idle pools are full.
-    pub fn checkin(&self, selector: GuardedSelector) {
-        let room = |idle: &Vec<_>| self.routed.load(Ordering::Acquire) && idle.len() < self.max_idle;
+    /// its tenant's share) when the version is retired, the idle pools are full, or it
+    /// was reloaded since `generation` (the instance runs code it no longer uses).
+    pub fn checkin(&self, selector: GuardedSelector, generation: Generation) {
+        let room = |idle: &Vec<_>| {
+            self.routed.load(Ordering::Acquire)
+                && idle.len() < self.max_idle
+                && self.generation.load(Ordering::Acquire) == generation.0
+        };
         if !room(&self.idle.lock().unwrap_or_else(|p| p.into_inner())) {
             return;
         }
@@ -281,6 +294,23 @@ impl LoadedVersion {
         let dropped = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|p| p.into_inner()));
         drop(dropped);
         true
+    }
+
+    /// Makes a loaded version cold again, whatever its use: its configuration and idle
+    /// instances go, and instances checked out now are not kept; its next selection loads
+    /// it again, from the component the loader keeps now (Cranelift's, after a tier-up).
+    /// Blocking: waits for a load of it in progress (which may have used the old
+    /// component) to end first.
+    pub(crate) fn reload(&self) {
+        let _turn = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let mut template = self.template();
+        if matches!(*template, Template::Ready(_)) {
+            *template = Template::Cold;
+        }
+        drop(template);
+        let dropped = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(dropped);
     }
 
     /// The blob it loads from.
@@ -350,6 +380,7 @@ pub(crate) fn new_version(
         template: Mutex::new(template),
         loading: Mutex::new(()),
         loading_later: AtomicBool::new(false),
+        generation: AtomicU64::new(0),
         loader: Arc::clone(ctx.loader),
         last_used: AtomicU64::new(ctx.clock.now()),
         clock: ctx.clock,

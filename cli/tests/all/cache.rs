@@ -177,3 +177,26 @@ fn a_cached_artifact_is_mapped_not_copied_while_its_component_lives() {
     };
     assert_eq!(pick(loaded), pick(compiled));
 }
+
+/// A background compile (a tier-up) is bounded by the CPU time of the thread compiling
+/// (not by the wall clock, which a busy host stretches at the lowest priority): it still
+/// times out, holding what it holds until Cranelift returns; one with room compiles.
+#[test]
+fn a_background_compile_is_bounded_by_its_cpu_time() {
+    let tiered = |ms| {
+        PolicyEngine::new(Limits {
+            compiler: switchyard::Compiler::Tiered,
+            compile_timeout_ms: ms,
+            ..Limits::default()
+        })
+        .unwrap()
+    };
+    let (held, released) = mpsc::channel::<()>();
+    let e = PolicyComponent::load_in_background(&tiered(1), DEFAULT_POLICY, held)
+        .err()
+        .expect("1 ms is too little");
+    assert_eq!(e.kind, LoadErrorKind::CompileTimeout);
+    assert_eq!(released.recv_timeout(Duration::from_secs(120)), Err(mpsc::RecvTimeoutError::Disconnected));
+    let component = PolicyComponent::load_in_background(&tiered(60_000), DEFAULT_POLICY, ()).unwrap();
+    assert_eq!(component.compiled_by(), switchyard::Compiler::Cranelift);
+}

@@ -4,12 +4,15 @@
 
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use switchyard::selection::Scorer;
 use switchyard::{Budget, Compiler, FaultKind, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 
 use crate::adversarial::assert_contained;
 use crate::equivalence::random_parameters;
+use crate::server::{
+    ADMIN, Body, Client, Server, select_body, serve_command, serve_refused, temp_dir, write_config,
+};
 use crate::support::{DEFAULT_POLICY, Rng, engine_with, hostile, random_case};
 
 fn limits(compiler: Compiler, budget: Budget) -> Limits {
@@ -116,5 +119,88 @@ fn the_compiler_comes_from_the_config_file_or_the_flag_and_selects_alike() {
     assert!(stderr.contains("cranelift") && stderr.contains("winch"), "names the choices: {stderr}");
     let out = switchyard(&["select", "--compiler", "gcc"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("use cranelift or winch"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use cranelift, winch or tiered"));
+}
+
+/// The fuel `tenant`'s policies have used so far, as the server counts it.
+fn fuel_used(c: &Client, tenant: &str) -> f64 {
+    let label = format!("tenant=\"{tenant}\"");
+    c.metrics()
+        .lines()
+        .filter(|l| l.starts_with("switchyard_fuel_used_total{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `compiler = "tiered"`: an upload is compiled by Winch and answers at once; Cranelift
+/// compiles it in the background, and its code replaces Winch's: the same answers, fuel
+/// counted exactly as on a server compiling with Cranelift alone, and the artifact cached
+/// is Cranelift's (that server loads it without compiling).
+#[test]
+fn a_tiered_upload_serves_on_winch_code_at_once_then_on_cranelift_code() {
+    let dir = temp_dir("compilers-tiered");
+    let server = Server::with_config(&dir, "[limits]\ncompiler = \"tiered\"\n");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    let (status, uploaded) = c.upload(&token, "acme", "mine", DEFAULT_POLICY, None);
+    assert_eq!((status, uploaded["compiler"].as_str()), (201, Some("winch")), "{uploaded}");
+    c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
+    let mut body = select_body("acme", Some("gold"));
+    let n = 256u64;
+    let column = |f: fn(u64) -> u64| json!((0..n).map(f).collect::<Vec<_>>());
+    body["workers"] =
+        json!((0..n).map(|id| json!({ "id": id, "total_kv_blocks": 65536 })).collect::<Vec<_>>());
+    body["inputs"] = json!({
+        "worker_id": column(|i| i),
+        "dp_rank": column(|_| 0),
+        "device_overlap_blocks": column(|i| i * 7 % 64),
+        "host_overlap_blocks": column(|i| i * 5 % 16),
+        "disk_overlap_blocks": column(|_| 0),
+        "cached_tokens": column(|i| i * 7 % 64 * 16),
+        "active_prefill_tokens": column(|i| i * 131 % 8192),
+        "decode_blocks": column(|i| 100 + i * 37 % 900),
+        "active_requests": column(|i| i % 9),
+    });
+    // Two selections, and the second's fuel: an idle instance's call alone (a fresh
+    // instance's first call also counts its configure).
+    let select_twice = |c: &Client| {
+        let select = || {
+            let before = fuel_used(c, "acme");
+            let (status, v) = c.call("POST", "/v1/select", Some(&token), Body::Json(body.clone()));
+            assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
+            (v, fuel_used(c, "acme") - before)
+        };
+        select();
+        select()
+    };
+    let (first, first_fuel) = select_twice(&c);
+    let first_on_winch = c.metric("switchyard_tier_ups_total") == 0.0;
+    let within = std::time::Duration::from_secs(120);
+    assert!(c.wait_for_metric_within("switchyard_tier_ups_total", 1.0, within), "never tiered up");
+    let (tiered, tiered_fuel) = select_twice(&c);
+    assert_eq!((&tiered["worker_id"], &tiered["costs"]), (&first["worker_id"], &first["costs"]));
+    drop(server);
+
+    let server = Server::with_config(&dir, "[limits]\ncompiler = \"cranelift\"\n");
+    let c = Client::new(&server);
+    let (cranelift, cranelift_fuel) = select_twice(&c);
+    assert_eq!(c.metric("switchyard_components_from_cache_total"), 1.0, "Cranelift's artifact was cached");
+    assert_eq!(c.metric("switchyard_compile_seconds_count"), 0.0);
+    assert_eq!((&cranelift["worker_id"], &cranelift["costs"]), (&first["worker_id"], &first["costs"]));
+    assert!(cranelift_fuel > 0.0);
+    assert_eq!(tiered_fuel, cranelift_fuel, "after the tier-up, Cranelift's code runs");
+    if first_on_winch {
+        assert_ne!(first_fuel, cranelift_fuel, "before it, Winch's (which counts fuel otherwise)");
+    }
+}
+
+/// Winch's fuel counts less of its work, so `tiered` needs the deadline: with a fuel-only
+/// budget, `serve` refuses to start and says why.
+#[test]
+fn tiered_without_a_deadline_is_refused() {
+    let dir = temp_dir("compilers-tiered-fuel");
+    let config = write_config(&dir, "[limits]\ncompiler = \"tiered\"\nbudget = \"fuel\"\n");
+    let (code, stderr) = serve_refused(serve_command(&dir.join("data"), Some(&config), Some(ADMIN)));
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("limits.compiler") && stderr.contains("deadline"), "{stderr}");
 }

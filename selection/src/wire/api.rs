@@ -55,8 +55,12 @@ pub struct Uploaded {
     pub sha256: String,
     /// The component's size.
     pub size_bytes: usize,
-    /// How long Cranelift took (0 when our artifact cache had it).
+    /// How long compiling took (0 when our artifact cache had it).
     pub compile_ms: f64,
+    /// Whose code the version serves from now: `cranelift` or `winch`. With `compiler =
+    /// "tiered"`, `winch` until Cranelift's, compiled in the background, replaces it.
+    #[serde(default)]
+    pub compiler: String,
 }
 
 /// `PUT /v1/tenants/{tenant}/classes/{class}`: the assignment as stored.
