@@ -126,35 +126,43 @@ impl Loader {
         self.map().entry(blob.to_string()).or_insert(component);
     }
 
-    /// With `compiler = "tiered"`, compiles `blob` with Cranelift (caching the artifact)
-    /// if the component kept for it is Winch's, and keeps Cranelift's instead. Blocking:
-    /// `held` is the caller's tier-up permit. `Ok(true)`: swapped, and the versions of
-    /// `blob` are to drop their Winch instances; `Ok(false)`: nothing to do (the kept
-    /// component is Cranelift's already, or none is kept: the next load compiles or loads
-    /// Cranelift's). `Err`: why Cranelift's did not compile (the version keeps Winch's).
-    /// A Winch component stays kept until then (see [`Loader::keep_only`]), so "none
-    /// kept" means no version names the blob any more.
-    pub(crate) fn tier_up<H: Send + 'static>(&self, blob: &str, held: H) -> Result<bool, String> {
-        if !self.kept(blob).is_some_and(|c| self.on_first_tier(&c)) {
-            return Ok(false);
-        }
+    /// Whether the component kept for `blob` is Winch's code awaiting its tier-up
+    /// (`compiler = "tiered"`). A Winch component stays kept until then (see
+    /// [`Loader::keep_only`]), so none kept means no version names the blob any more.
+    pub(crate) fn awaiting_tier_up(&self, blob: &str) -> bool {
+        self.kept(blob).is_some_and(|c| self.on_first_tier(&c))
+    }
+
+    /// Compiles `blob` with Cranelift (caching the artifact), for its tier-up. Blocking,
+    /// and meant for a thread at the lowest priority: it takes none of our locks, so such
+    /// a thread never holds one another waits for. Bounded by the compiler's CPU time, not
+    /// the wall clock (a busy host would time every one out); `held` (the tier-up permit)
+    /// stays with Cranelift until it returns, timed out or not: one runs at a time.
+    pub(crate) fn compile_tier_up<H: Send + 'static>(
+        &self,
+        blob: &str,
+        held: H,
+    ) -> Result<PolicyComponent, String> {
         let bytes = self.registry.read_blob(blob).map_err(|e| format!("reading blob {blob}: {e}"))?;
-        // Bounded by the compiler's CPU time, not the wall clock: at the lowest priority,
-        // a busy host would time out every tier-up. `held` (the tier-up permit) stays
-        // with Cranelift until it returns, timed out or not: one runs at a time.
         let component =
             PolicyComponent::load_in_background(&self.engine, &bytes, held).map_err(|e| e.to_string())?;
         self.metrics.loaded(&component);
+        Ok(component)
+    }
+
+    /// Keeps `component` (Cranelift's, from [`Loader::compile_tier_up`]) for `blob` if
+    /// Winch's is still kept; whether it did (then the versions of `blob` are to drop
+    /// their Winch instances).
+    pub(crate) fn swap_tier_up(&self, blob: &str, component: PolicyComponent) -> bool {
         let mut map = self.map();
-        // Only if it is still kept (no version names a forgotten blob).
         match map.get_mut(blob) {
             Some(kept) if self.on_first_tier(kept) => {
                 *kept = component;
                 drop(map);
                 self.metrics.tiered_up();
-                Ok(true)
+                true
             }
-            Some(_) | None => Ok(false),
+            Some(_) | None => false,
         }
     }
 

@@ -352,26 +352,32 @@ impl Service {
         tokio::spawn(async move {
             let Ok(permit) = Arc::clone(&service.tier_up_permits).acquire_owned().await else { return };
             let moved = Arc::clone(&service);
-            // A thread of its own in the idle CPU class (inherited by Cranelift's thread):
-            // a tier-up takes only the CPU uploads and selections leave, and the class
-            // never leaks into a pooled thread.
-            let tier_up = move || {
-                switchyard::lower_thread_priority();
-                let swapped = moved.loader.tier_up(&blob, permit)?;
-                if swapped {
+            let done = tokio::task::spawn_blocking(move || {
+                let loader = &moved.loader;
+                if !loader.awaiting_tier_up(&blob) {
+                    return Ok(());
+                }
+                // Cranelift on a thread of its own in the idle CPU class (inherited by its
+                // compile thread): a tier-up takes only the CPU uploads and selections
+                // leave, and the class never leaks into a pooled thread. The swap and the
+                // reloads, which take locks selections take too, run here, at normal
+                // priority: an idle-class thread never holds one of those.
+                let (compiling, named) = (Arc::clone(loader), blob.clone());
+                let component = std::thread::Builder::new()
+                    .name("switchyard-tier-up".into())
+                    .spawn(move || {
+                        switchyard::lower_thread_priority();
+                        compiling.compile_tier_up(&named, permit)
+                    })
+                    .map_err(|e| format!("starting its thread: {e}"))?
+                    .join()
+                    .map_err(|_| "its thread panicked".to_string())??;
+                if loader.swap_tier_up(&blob, component) {
                     for v in moved.snapshot().versions().filter(|v| v.blob() == blob) {
                         v.reload();
                     }
                 }
                 Ok::<_, String>(())
-            };
-            let done = tokio::task::spawn_blocking(move || {
-                std::thread::Builder::new()
-                    .name("switchyard-tier-up".into())
-                    .spawn(tier_up)
-                    .map_err(|e| format!("starting its thread: {e}"))?
-                    .join()
-                    .map_err(|_| "its thread panicked".to_string())?
             })
             .await;
             match done {
