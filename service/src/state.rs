@@ -408,7 +408,8 @@ fn sweep_orphan_blobs(loader: &Loader, writer: &Writer) {
 
 /// Evicts versions unused for `evict_after_secs` until the process ends (never, at 0):
 /// every quarter of that (1 s to 60 s), each loaded version not checked out since is made
-/// cold again, and the components no loaded version uses are dropped. A version evicted
+/// cold again, and the components no loaded version uses are dropped (whatever made it
+/// cold). A version evicted
 /// loads again on its next selection (from the compiled cache). The pass looks at every
 /// version: O(versions) every quarter of the idle time, not per selection.
 pub async fn evict(service: Arc<Service>) {
@@ -424,10 +425,12 @@ pub async fn evict(service: Arc<Service>) {
         let evicted = snapshot.versions().filter(|v| v.evict_if_idle(idle)).count();
         if evicted > 0 {
             service.metrics.evicted(evicted as u64);
-            let in_use: HashSet<&str> =
-                snapshot.versions().filter(|v| v.is_loaded()).map(|v| v.blob()).collect();
-            service.loader.keep_only(&in_use);
             tracing::debug!(evicted, "versions unused for {idle} s evicted");
         }
+        // On every pass, not only after an eviction: versions also go cold otherwise (a
+        // tier-up reloads them), and a component kept for them alone would stay until
+        // some later pass evicted something (never, on a quiet server).
+        let in_use: HashSet<&str> = snapshot.versions().filter(|v| v.is_loaded()).map(|v| v.blob()).collect();
+        service.loader.keep_only(&in_use);
     }
 }

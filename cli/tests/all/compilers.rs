@@ -204,3 +204,28 @@ fn tiered_without_a_deadline_is_refused() {
     assert_ne!(code, Some(0), "{stderr}");
     assert!(stderr.contains("limits.compiler") && stderr.contains("deadline"), "{stderr}");
 }
+
+/// A tier-up makes its versions cold (they reload onto Cranelift's code when next
+/// selected), and the component kept for a version nobody selects since is dropped by the
+/// next eviction pass. Before, only a pass that evicted something dropped components: a
+/// quiet server kept every tiered-up component (230 MiB more at 1,000 of them).
+#[test]
+fn a_tiered_up_component_nobody_selects_is_dropped_by_the_next_eviction_pass() {
+    let dir = temp_dir("compilers-tiered-drop");
+    let server =
+        Server::with_config(&dir, "[service]\nevict_after_secs = 4\n[limits]\ncompiler = \"tiered\"\n");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    let within = std::time::Duration::from_secs(120);
+    assert!(c.wait_for_metric_within("switchyard_tier_ups_total", 1.0, within), "never tiered up");
+    assert_eq!(c.metric("switchyard_versions_evicted_total"), 0.0, "not evicted: reloaded");
+    let dropped =
+        c.wait_for_metric_within("switchyard_components_loaded", 0.0, std::time::Duration::from_secs(10));
+    assert!(dropped, "the tiered-up component is still kept: {}", c.metric("switchyard_components_loaded"));
+    // Selected again: loaded from Cranelift's cached artifact.
+    c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
+    let (status, v) = c.select(&token, "acme", Some("gold"));
+    assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
+    assert_eq!(c.metric("switchyard_components_from_cache_total"), 1.0);
+}
