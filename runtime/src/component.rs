@@ -353,13 +353,18 @@ fn compile_with_timeout<H: Send + 'static>(
 ) -> Result<Component, LoadError> {
     let timeout = Duration::from_millis(engine.limits().compile_timeout_ms);
     let (tx, rx) = mpsc::channel();
+    // The compiler thread's CPU clock, only for a CPU-time bound (an upload waits on
+    // nothing but the compile).
     let (cpu_tx, cpu_rx) = mpsc::channel();
+    let cpu_tx = (clock == Clock::CompilerCpu).then_some(cpu_tx);
     let wasmtime_engine = engine.engine().clone();
     let owned = bytes.to_vec();
     std::thread::Builder::new()
         .name("switchyard-compile".into())
         .spawn(move || {
-            let _ = cpu_tx.send(ThreadCpuClock::current());
+            if let Some(cpu_tx) = cpu_tx {
+                let _ = cpu_tx.send(ThreadCpuClock::current());
+            }
             let compiled = Component::new(&wasmtime_engine, &owned);
             // Cranelift is done: release what the caller asked to hold until now.
             drop(held);
@@ -368,15 +373,16 @@ fn compile_with_timeout<H: Send + 'static>(
         .map_err(|e| {
             LoadError::new(LoadErrorKind::CompileFailed, format!("spawning the compiler thread: {e}"))
         })?;
-    let received = match (clock, cpu_rx.recv().ok().flatten()) {
-        (Clock::CompilerCpu, Some(cpu)) => loop {
+    // No clock (not asked for, or the platform has none): the wall clock bounds it.
+    let received = match cpu_rx.recv().ok().flatten() {
+        Some(cpu) => loop {
             // Polled: the compiler's CPU time is only known by asking.
             match rx.recv_timeout(Duration::from_millis(20)) {
                 Err(mpsc::RecvTimeoutError::Timeout) if cpu.elapsed() < timeout => continue,
                 other => break other,
             }
         },
-        _ => rx.recv_timeout(timeout),
+        None => rx.recv_timeout(timeout),
     };
     match received {
         Ok(Ok(component)) => Ok(component),
@@ -398,5 +404,35 @@ fn compile_with_timeout<H: Send + 'static>(
             LoadErrorKind::CompileTimeout,
             format!("compilation took longer than {} ms", timeout.as_millis()),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The background bound counts a thread's CPU time, not the time it waited: a thread
+    /// that sleeps 200 ms has used next to no CPU (a wall clock would read ≥ 200 ms).
+    #[test]
+    fn a_threads_cpu_clock_counts_its_work_not_its_waiting() {
+        let (sleeper, busy) = std::thread::scope(|s| {
+            let time = |work: fn()| {
+                s.spawn(move || {
+                    let clock = ThreadCpuClock::current().expect("Linux gives threads a CPU clock");
+                    work();
+                    clock.elapsed()
+                })
+            };
+            let sleeper = time(|| std::thread::sleep(Duration::from_millis(200)));
+            let busy = time(|| {
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_millis(50) {
+                    std::hint::spin_loop();
+                }
+            });
+            (sleeper.join().unwrap(), busy.join().unwrap())
+        });
+        assert!(sleeper < Duration::from_millis(50), "a sleeping thread's CPU time: {sleeper:?}");
+        assert!(busy >= Duration::from_millis(10), "a spinning thread's CPU time: {busy:?}");
     }
 }

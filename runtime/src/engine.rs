@@ -77,6 +77,15 @@ impl Compiler {
             Compiler::Cranelift | Compiler::Tiered => Compiler::Cranelift,
         }
     }
+
+    /// Its name in configuration and answers (as serialised): `cranelift`, `winch`, `tiered`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compiler::Cranelift => "cranelift",
+            Compiler::Winch => "winch",
+            Compiler::Tiered => "tiered",
+        }
+    }
 }
 
 /// The sandbox's limits. Defaults suit policies like those in `policies/`.

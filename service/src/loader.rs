@@ -188,7 +188,7 @@ impl Loader {
     }
 
     /// Whether `component` is Winch's code kept until its tier-up (`compiler = "tiered"`).
-    fn on_first_tier(&self, component: &PolicyComponent) -> bool {
+    pub(crate) fn on_first_tier(&self, component: &PolicyComponent) -> bool {
         component.compiled_by() != self.engine.limits().compiler.of_code()
     }
 

@@ -314,22 +314,18 @@ impl Service {
             return Ok((c, permit));
         }
         let held = Arc::clone(&permit);
-        // Tiered: Winch compiles it now, unless Cranelift's code is cached already.
-        let engine = match self.loader.engine.first_tier() {
-            Some(first) => {
-                let cached = PolicyComponent::load_cached(&self.loader.engine, blob, bytes.len());
-                if let Some(component) = cached.and_then(Result::ok) {
-                    self.metrics.loaded(&component);
-                    return Ok((component, permit));
-                }
-                first.clone()
-            }
-            None => self.loader.engine.clone(),
-        };
-        let loaded =
-            tokio::task::spawn_blocking(move || PolicyComponent::load_holding(&engine, &bytes, held))
-                .await
-                .map_err(|e| ApiError::internal(format!("the compile thread: {e}")))?;
+        let (engine, blob) = (self.loader.engine.clone(), blob.to_string());
+        let loaded = tokio::task::spawn_blocking(move || match engine.first_tier() {
+            // Tiered: Winch compiles it now, unless Cranelift's code is cached already
+            // (looked up here, off the async workers: a file mapped and hashed).
+            Some(first) => match PolicyComponent::load_cached(&engine, &blob, bytes.len()) {
+                Some(Ok(cached)) => Ok(cached),
+                Some(Err(_)) | None => PolicyComponent::load_holding(first, &bytes, held),
+            },
+            None => PolicyComponent::load_holding(&engine, &bytes, held),
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("the compile thread: {e}")))?;
         if loaded.as_ref().is_err_and(|e| e.kind == LoadErrorKind::CompileTimeout) {
             // Counted before our reference goes: whichever of us and Cranelift's thread
             // lets go last frees the permit and uncounts it.
@@ -512,7 +508,7 @@ impl Service {
             tracing::warn!(tenant, policy = name, %blob, error = ?e, "checking the committed version's blob");
         }
         tracing::info!(tenant, policy = name, version = %version, size = bytes.len(), "uploaded");
-        if component.compiled_by() != self.loader.engine.limits().compiler.of_code() {
+        if self.loader.on_first_tier(&component) {
             self.tier_up(blob.clone());
         }
         Ok(Uploaded {
@@ -522,10 +518,7 @@ impl Service {
             sha256: blob,
             size_bytes: bytes.len(),
             compile_ms: component.compile_time().as_secs_f64() * 1e3,
-            compiler: serde_json::to_value(component.compiled_by())
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default(),
+            compiler: component.compiled_by().name().into(),
         })
     }
 

@@ -284,16 +284,24 @@ impl LoadedVersion {
     /// finishes on its own instance), and its next selection loads it again. Whether it
     /// was evicted.
     pub(crate) fn evict_if_idle(&self, idle: u64) -> bool {
-        let mut template = self.template();
+        let template = self.template();
         let unused = self.clock.now().saturating_sub(self.last_used.load(Ordering::Relaxed)) >= idle;
         if !(unused && matches!(*template, Template::Ready(_))) {
             return false;
         }
-        *template = Template::Cold;
+        self.make_cold(template);
+        true
+    }
+
+    /// Sets a loaded version's state to cold (under `template`, its state's lock) and
+    /// drops its idle instances, their slots coming back with them.
+    fn make_cold(&self, mut template: std::sync::MutexGuard<'_, Template>) {
+        if matches!(*template, Template::Ready(_)) {
+            *template = Template::Cold;
+        }
         drop(template);
         let dropped = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|p| p.into_inner()));
         drop(dropped);
-        true
     }
 
     /// Makes a loaded version cold again, whatever its use: its configuration and idle
@@ -304,13 +312,7 @@ impl LoadedVersion {
     pub(crate) fn reload(&self) {
         let _turn = self.loading.lock().unwrap_or_else(|p| p.into_inner());
         self.generation.fetch_add(1, Ordering::AcqRel);
-        let mut template = self.template();
-        if matches!(*template, Template::Ready(_)) {
-            *template = Template::Cold;
-        }
-        drop(template);
-        let dropped = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|p| p.into_inner()));
-        drop(dropped);
+        self.make_cold(self.template());
     }
 
     /// The blob it loads from.
