@@ -1,14 +1,15 @@
 //! Loading an uploaded component: validate, compile ourselves, pre-instantiate.
 //! Tenants' bytes are only ever compiled here, never deserialized as artifacts.
 
-use std::sync::Arc;
 use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::{Component, InstancePre, Linker};
 
 use crate::engine::PolicyEngine;
+use crate::guest::ExportIndices;
 use crate::host::{HostState, bindings};
 use crate::selection::wire::ErrorKind;
 use crate::selection::{Fault, FaultKind};
@@ -100,7 +101,10 @@ pub struct PolicyComponent {
 
 struct Inner {
     engine: PolicyEngine,
-    pre: bindings::SelectionPolicyPre<HostState>,
+    pre: InstancePre<HostState>,
+    exports_at: ExportIndices,
+    /// Set once the policy functions' types have been checked (on the first instance).
+    types_checked: OnceLock<()>,
     digest: String,
     size: usize,
     imports: Vec<String>,
@@ -239,14 +243,19 @@ impl PolicyComponent {
         let mut linker = Linker::<HostState>::new(wasmtime_engine);
         crate::host::add_imports(&mut linker)
             .map_err(|e| LoadError::new(LoadErrorKind::InstantiateFailed, format!("{e:#}")))?;
-        let pre =
-            linker.instantiate_pre(&component).and_then(bindings::SelectionPolicyPre::new).map_err(|e| {
-                LoadError::new(LoadErrorKind::WrongWorld, format!("does not match `{WORLD}`: {e:#}"))
-            })?;
+        let wrong_world =
+            |e: String| LoadError::new(LoadErrorKind::WrongWorld, format!("does not match `{WORLD}`: {e}"));
+        let pre = linker
+            .instantiate_pre(&component)
+            .and_then(|pre| bindings::SelectionPolicyPre::new(pre.clone()).map(|_| pre))
+            .map_err(|e| wrong_world(format!("{e:#}")))?;
+        let exports_at = ExportIndices::of(&component).map_err(wrong_world)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 engine: engine.clone(),
                 pre,
+                exports_at,
+                types_checked: OnceLock::new(),
                 digest,
                 size,
                 imports,
@@ -261,8 +270,20 @@ impl PolicyComponent {
     pub fn engine(&self) -> &PolicyEngine {
         &self.inner.engine
     }
-    pub(crate) fn pre(&self) -> &bindings::SelectionPolicyPre<HostState> {
+    pub(crate) fn instance_pre(&self) -> &InstancePre<HostState> {
         &self.inner.pre
+    }
+    pub(crate) fn export_indices(&self) -> &ExportIndices {
+        &self.inner.exports_at
+    }
+    /// Runs `check` (the policy functions' type check) unless it has passed once for
+    /// this component.
+    pub(crate) fn types_checked<E>(&self, check: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
+        if self.inner.types_checked.get().is_none() {
+            check()?;
+            let _ = self.inner.types_checked.set(());
+        }
+        Ok(())
     }
     /// sha256 of the component bytes, hex.
     pub fn digest(&self) -> &str {

@@ -7,14 +7,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use switchyard_guest_sdk::{ErrorKind, Facts, InputGroups, PolicyInfo, Pool, WorkerRank};
-use wasmtime::component::{ComponentType, Func, Lower, TypedFunc};
+use wasmtime::component::{Component, ComponentExportIndex, ComponentType, Func, Instance, Lower, TypedFunc};
 use wasmtime::{Store, StoreLimitsBuilder, Trap};
 
 use crate::component::{LoadError, LoadErrorKind, PolicyComponent};
+use crate::empty_list::EmptyList;
 use crate::engine::{Limits, PER_COMPONENT, WorkUnits};
 use crate::selection::{Call, Fault, FaultKind, Scorer};
 
-use crate::host::{HostState, bindings, wit};
+use crate::host::{HostState, wit};
 
 /// Largest error message (or other string/list answer beyond the costs) lifted from a
 /// guest, bytes: anything longer is refused before it is copied. Messages are then cut to
@@ -25,27 +26,103 @@ const MAX_LIFTED_MESSAGE_BYTES: usize = 4 << 10;
 const MESSAGE_BYTES: usize = 1 << 10;
 
 /// The `candidates` record, lowered straight from the host's column buffers (borrowed,
-/// so the only copy is the one into guest memory; one guest `realloc` per list).
+/// so the only copy is the one into guest memory; one guest `realloc` per non-empty list).
 #[derive(ComponentType, Lower)]
 #[component(record)]
 struct CandidatesRef<'a> {
     #[component(name = "worker-id")]
-    worker_id: &'a [u64],
-    columns: &'a [u32],
+    worker_id: EmptyList<'a, u64>,
+    columns: EmptyList<'a, u32>,
     #[component(name = "preferred-multiplier")]
-    preferred_multiplier: &'a [f64],
+    preferred_multiplier: EmptyList<'a, f64>,
 }
 
+type ConfigureParams<'a> = (&'a str,);
+type ConfigureResults = (Result<(), wit::PolicyError>,);
+type DescribeResults = (wit::PolicyInfo,);
 type ScoreParams<'a> = (wit::RequestFacts, CandidatesRef<'a>);
 type ScoreResults = (Result<Vec<f64>, wit::PolicyError>,);
 type FilterResults = (Result<Vec<bool>, wit::PolicyError>,);
+type OnSelectedParams = (wit::RequestFacts, wit::WorkerRank);
+
+/// Where the policy interface's functions are in a component, found by name once when it
+/// is loaded: an instance then fetches each by index, and the types are checked on the
+/// component's first instance only (name lookups and type checks were ~3 µs of every
+/// fresh instance).
+#[derive(Debug)]
+pub(crate) struct ExportIndices {
+    configure: ComponentExportIndex,
+    describe: ComponentExportIndex,
+    score: ComponentExportIndex,
+    filter: ComponentExportIndex,
+    on_selected: ComponentExportIndex,
+}
+
+impl ExportIndices {
+    /// The indices of `component`'s policy functions; the error names a missing one.
+    pub(crate) fn of(component: &Component) -> Result<Self, String> {
+        let iface = component
+            .get_export_index(None, crate::component::POLICY_EXPORT)
+            .ok_or_else(|| format!("no `{}` export", crate::component::POLICY_EXPORT))?;
+        let func = |name: &str| {
+            component.get_export_index(Some(&iface), name).ok_or_else(|| format!("no `{name}` export"))
+        };
+        Ok(Self {
+            configure: func("configure")?,
+            describe: func("describe")?,
+            score: func("score")?,
+            filter: func("filter")?,
+            on_selected: func("on-selected")?,
+        })
+    }
+}
+
+/// One instance's policy functions.
+#[derive(Clone, Copy)]
+struct Funcs {
+    configure: Func,
+    describe: Func,
+    score: Func,
+    filter: Func,
+    on_selected: Func,
+}
+
+impl Funcs {
+    fn of(store: &mut Store<HostState>, instance: &Instance, at: &ExportIndices) -> Result<Self, Fault> {
+        let mut func = |index: &ComponentExportIndex| {
+            instance
+                .get_func(&mut *store, index)
+                .ok_or_else(|| Fault::new(FaultKind::Trap, "a policy export is not a function"))
+        };
+        Ok(Self {
+            configure: func(&at.configure)?,
+            describe: func(&at.describe)?,
+            score: func(&at.score)?,
+            filter: func(&at.filter)?,
+            on_selected: func(&at.on_selected)?,
+        })
+    }
+
+    /// Checks every function's type against the contract's, so that calls can use
+    /// `TypedFunc::new_unchecked` with borrowed parameters. The types are the
+    /// component's: one check holds for all its instances.
+    fn typecheck(&self, store: &Store<HostState>) -> Result<(), Fault> {
+        let wrong = |name: &str, e: wasmtime::Error| Fault::new(FaultKind::Trap, format!("`{name}`: {e:#}"));
+        self.configure
+            .typed::<ConfigureParams<'static>, ConfigureResults>(store)
+            .map_err(|e| wrong("configure", e))?;
+        self.describe.typed::<(), DescribeResults>(store).map_err(|e| wrong("describe", e))?;
+        self.score.typed::<ScoreParams<'static>, ScoreResults>(store).map_err(|e| wrong("score", e))?;
+        self.filter.typed::<ScoreParams<'static>, FilterResults>(store).map_err(|e| wrong("filter", e))?;
+        self.on_selected.typed::<OnSelectedParams, ()>(store).map_err(|e| wrong("on-selected", e))?;
+        Ok(())
+    }
+}
 
 /// One live instance.
 struct Live {
     store: Store<HostState>,
-    bindings: bindings::SelectionPolicy,
-    score: Func,
-    filter: Func,
+    funcs: Funcs,
     /// Fuel this instance's earlier calls left unused, which a later call may spend (never
     /// past `max_fuel_per_call`): state that grows by amortised steps (a hash table that
     /// doubles and rehashes) pays for the step from what the cheap calls saved.
@@ -196,27 +273,32 @@ impl GuestScorer {
         arm(&mut store, limits, limits.fuel_base_call()).map_err(at(Stage::Instantiate))?;
         let instance = self
             .component
-            .pre()
             .instance_pre()
             .instantiate(&mut store)
             .map_err(|e| (Stage::Instantiate, classify(e)))?;
-        let bindings = bindings::SelectionPolicy::new(&mut store, &instance)
-            .map_err(|e| (Stage::Instantiate, classify(e)))?;
+        let funcs = Funcs::of(&mut store, &instance, self.component.export_indices())
+            .map_err(at(Stage::Instantiate))?;
+        self.component.types_checked(|| funcs.typecheck(&store)).map_err(at(Stage::Instantiate))?;
         arm(&mut store, limits, limits.fuel_base_call()).map_err(at(Stage::Configure))?;
-        let policy = bindings.switchyard_policy_policy();
-        policy
-            .call_configure(&mut store, &self.parameters)
+        // SAFETY: `types_checked` checked these functions' types against exactly these
+        // parameter and result types (with the 'static lifetime) on this component.
+        let configure: TypedFunc<ConfigureParams<'_>, ConfigureResults> =
+            unsafe { TypedFunc::new_unchecked(funcs.configure) };
+        configure
+            .call(&mut store, (&self.parameters,))
             .map_err(|e| (Stage::Configure, classify(e)))?
+            .0
             .map_err(|e| (Stage::Configure, Fault::new(FaultKind::PolicyError, policy_error(&e))))?;
         arm(&mut store, limits, limits.fuel_base_call()).map_err(at(Stage::Configure))?;
-        let info = policy.call_describe(&mut store).map_err(|e| (Stage::Configure, classify(e)))?;
+        // SAFETY: as above.
+        let describe: TypedFunc<(), DescribeResults> = unsafe { TypedFunc::new_unchecked(funcs.describe) };
+        let (info,) = describe.call(&mut store, ()).map_err(|e| (Stage::Configure, classify(e)))?;
         self.info = PolicyInfo {
             inputs: input_groups(info.inputs),
             filters: info.filters,
             wants_commits: info.wants_commits,
         };
-        let (score, filter) = export_funcs(&mut store, &instance).map_err(at(Stage::Instantiate))?;
-        Ok(Live { store, bindings, score, filter, saved_fuel: 0 })
+        Ok(Live { store, funcs, saved_fuel: 0 })
     }
 
     /// Runs `f` on the live instance with `allowance` fuel (plus what the instance saved,
@@ -286,32 +368,6 @@ fn arm(store: &mut Store<HostState>, limits: &Limits, fuel: u64) -> Result<(), F
     Ok(())
 }
 
-/// Finds `score` and `filter` and checks their types once, so each call can use
-/// `TypedFunc::new_unchecked` with borrowed parameters.
-fn export_funcs(
-    store: &mut Store<HostState>,
-    instance: &wasmtime::component::Instance,
-) -> Result<(Func, Func), Fault> {
-    let wrong = |what: String| Fault::new(FaultKind::Trap, what);
-    let iface = instance
-        .get_export_index(&mut *store, None, crate::component::POLICY_EXPORT)
-        .ok_or_else(|| wrong("no policy export".into()))?;
-    let mut func = |name: &str| {
-        let index = instance
-            .get_export_index(&mut *store, Some(&iface), name)
-            .ok_or_else(|| wrong(format!("no `{name}` export")))?;
-        instance.get_func(&mut *store, index).ok_or_else(|| wrong(format!("`{name}` is not a function")))
-    };
-    let (score, filter) = (func("score")?, func("filter")?);
-    score
-        .typed::<ScoreParams<'static>, ScoreResults>(&*store)
-        .map_err(|e| wrong(format!("`score`: {e:#}")))?;
-    filter
-        .typed::<ScoreParams<'static>, FilterResults>(&*store)
-        .map_err(|e| wrong(format!("`filter`: {e:#}")))?;
-    Ok((score, filter))
-}
-
 fn input_groups(flags: wit::InputGroups) -> InputGroups {
     let mut groups = InputGroups::NONE;
     for (flag, group) in [
@@ -356,7 +412,9 @@ const ANSWER_TOO_LARGE: &str = "too much data is being copied between the host a
 /// Maps the error of a call that may hand back `answer_bytes` to a fault: an answer
 /// larger than that was refused before it was copied.
 fn classify_call(error: wasmtime::Error, answer_bytes: usize) -> Fault {
-    if format!("{error:#}").contains(ANSWER_TOO_LARGE) {
+    // A trap is never the refusal, and its chain (a backtrace) is costly to format: only
+    // `classify` formats it, once.
+    if error.downcast_ref::<Trap>().is_none() && format!("{error:#}").contains(ANSWER_TOO_LARGE) {
         let max = answer_bytes.max(MAX_LIFTED_MESSAGE_BYTES);
         return Fault::new(
             FaultKind::InvalidOutput,
@@ -422,7 +480,11 @@ fn facts_abi(request: &crate::selection::SelectionRequest) -> wit::RequestFacts 
 
 fn candidates_abi<'a>(call: &'a Call<'_>) -> CandidatesRef<'a> {
     let c = call.columns.columns();
-    CandidatesRef { worker_id: c.worker_ids, columns: c.packed, preferred_multiplier: c.preferred_multiplier }
+    CandidatesRef {
+        worker_id: EmptyList(c.worker_ids),
+        columns: EmptyList(c.packed),
+        preferred_multiplier: EmptyList(c.preferred_multiplier),
+    }
 }
 
 impl Scorer for GuestScorer {
@@ -440,11 +502,10 @@ impl Scorer for GuestScorer {
         // At most one cost per candidate is lifted: a longer list is refused uncopied.
         let answer_bytes = call.columns.len().saturating_mul(size_of::<f64>());
         let out = self.with_live(call, allowance, answer_bytes, |live| {
-            // SAFETY: `live.score` was type-checked against exactly these parameter and
-            // result types (with the 'static lifetime) by `export_funcs` when the instance
-            // was created.
+            // SAFETY: `score` was type-checked against exactly these parameter and result
+            // types (with the 'static lifetime) on this component (`Funcs::typecheck`).
             let typed: TypedFunc<ScoreParams<'_>, ScoreResults> =
-                unsafe { TypedFunc::new_unchecked(live.score) };
+                unsafe { TypedFunc::new_unchecked(live.funcs.score) };
             typed.call(&mut live.store, params).map(|(r,)| r)
         })?;
         match out {
@@ -465,11 +526,9 @@ impl Scorer for GuestScorer {
         let allowance = self.component.engine().limits().fuel_for(work_units(call));
         let answer_bytes = call.columns.len();
         let out = self.with_live(call, allowance, answer_bytes, |live| {
-            // SAFETY: `live.filter` was type-checked against exactly these parameter and
-            // result types (with the 'static lifetime) by `export_funcs` when the instance
-            // was created.
+            // SAFETY: as in `score`.
             let typed: TypedFunc<ScoreParams<'_>, FilterResults> =
-                unsafe { TypedFunc::new_unchecked(live.filter) };
+                unsafe { TypedFunc::new_unchecked(live.funcs.filter) };
             typed.call(&mut live.store, params).map(|(r,)| r)
         })?;
         match out {
@@ -496,7 +555,10 @@ impl Scorer for GuestScorer {
         // saved, never past `max_fuel_per_call`.
         let allowance = self.component.engine().limits().fuel_for(work_units(call));
         self.with_live(call, allowance, 0, |live| {
-            live.bindings.switchyard_policy_policy().call_on_selected(&mut live.store, facts, chosen)
+            // SAFETY: as in `score`.
+            let typed: TypedFunc<OnSelectedParams, ()> =
+                unsafe { TypedFunc::new_unchecked(live.funcs.on_selected) };
+            typed.call(&mut live.store, (facts, chosen))
         })
     }
 }
