@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use switchyard_guest_sdk::{ErrorKind, Facts, InputGroups, PolicyInfo, Pool, WorkerRank};
-use wasmtime::component::{Component, ComponentExportIndex, ComponentType, Func, Instance, Lower, TypedFunc};
+use wasmtime::component::{ComponentExportIndex, ComponentType, Func, Instance, Lower, TypedFunc};
 use wasmtime::{Store, StoreLimitsBuilder, Trap};
 
-use crate::component::{LoadError, LoadErrorKind, PolicyComponent};
+use crate::component::{ExportIndices, LoadError, LoadErrorKind, PolicyComponent};
 use crate::empty_list::EmptyList;
 use crate::engine::{Limits, PER_COMPONENT, WorkUnits};
 use crate::selection::{Call, Fault, FaultKind, Scorer};
@@ -44,38 +44,6 @@ type ScoreParams<'a> = (wit::RequestFacts, CandidatesRef<'a>);
 type ScoreResults = (Result<Vec<f64>, wit::PolicyError>,);
 type FilterResults = (Result<Vec<bool>, wit::PolicyError>,);
 type OnSelectedParams = (wit::RequestFacts, wit::WorkerRank);
-
-/// Where the policy interface's functions are in a component, found by name once when it
-/// is loaded: an instance then fetches each by index, and the types are checked on the
-/// component's first instance only (name lookups and type checks were ~3 µs of every
-/// fresh instance).
-#[derive(Debug)]
-pub(crate) struct ExportIndices {
-    configure: ComponentExportIndex,
-    describe: ComponentExportIndex,
-    score: ComponentExportIndex,
-    filter: ComponentExportIndex,
-    on_selected: ComponentExportIndex,
-}
-
-impl ExportIndices {
-    /// The indices of `component`'s policy functions; the error names a missing one.
-    pub(crate) fn of(component: &Component) -> Result<Self, String> {
-        let iface = component
-            .get_export_index(None, crate::component::POLICY_EXPORT)
-            .ok_or_else(|| format!("no `{}` export", crate::component::POLICY_EXPORT))?;
-        let func = |name: &str| {
-            component.get_export_index(Some(&iface), name).ok_or_else(|| format!("no `{name}` export"))
-        };
-        Ok(Self {
-            configure: func("configure")?,
-            describe: func("describe")?,
-            score: func("score")?,
-            filter: func("filter")?,
-            on_selected: func("on-selected")?,
-        })
-    }
-}
 
 /// One instance's policy functions.
 #[derive(Clone, Copy)]
