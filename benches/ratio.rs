@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, switchyard_fixture};
+use common::{Crossing, DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, switchyard_fixture};
 use dynamo_kv_router::{
     KvRouterConfig, RoutingPartitionRef, WorkerInputView, WorkerInputs, WorkerPicker, WorkerSelectionContext,
     WorkerSelectionPolicy, WorkerSelectionPolicyError, WorkerType,
@@ -304,6 +304,9 @@ fn overhead_table(engine: &PolicyEngine) {
     let mut guest_winch_4 = default.guest(&winch_engine, "{}").unwrap();
     let mut g1_winch = ScoreOnly::new(1_024, &guest_winch);
     let mut g4_winch = ScoreOnly::new(4_096, &guest_winch);
+    // The floor: what crosses the boundary, copied by `memcpy` and nothing else.
+    let (mut crossing_1, mut crossing_4) = (Crossing::new(1_024), Crossing::new(4_096));
+    let (copy_1, copy_4) = (ScoreOnly::new(1_024, &guest), ScoreOnly::new(4_096, &guest));
     let t = interleaved(&mut [
         &mut || empty.run(&mut noop),
         &mut || one_noop.run(&mut noop_1),
@@ -319,6 +322,8 @@ fn overhead_table(engine: &PolicyEngine) {
         &mut || g4_small.run(&mut guest_small_4),
         &mut || g1_winch.run(&mut guest_winch),
         &mut || g4_winch.run(&mut guest_winch_4),
+        &mut || copy_1.copy_what_crosses(&mut crossing_1),
+        &mut || copy_4.copy_what_crosses(&mut crossing_4),
     ]);
     let native_slope = (t[4] - t[3]) / 3_072.0;
     let guest_slope = (t[6] - t[5]) / 3_072.0;
@@ -353,6 +358,22 @@ fn overhead_table(engine: &PolicyEngine) {
         fmt_ns(t[12]),
         fmt_ns(t[13]),
         t[12] / t[5]
+    );
+    // A guest receives a copy of what it reads and hands its costs back; native reads the
+    // host's buffers in place. Native + those copies (memcpy alone) + an empty call's fixed
+    // cost is what no copying boundary can beat.
+    let floor = |n: f64, copy: f64| (n + copy + t[0]) / n;
+    println!(
+        "| what crosses, copied by memcpy alone (ids and columns in, costs out), 1,024 / 4,096 | {} / {} |",
+        fmt_ns(t[14]),
+        fmt_ns(t[15])
+    );
+    println!(
+        "| floor of guest/native for the score call: (native + that copy + empty batch) / native, 1,024 / 4,096; measured | {:.2} / {:.2}; {:.2} / {:.2} |",
+        floor(t[3], t[14]),
+        floor(t[4], t[15]),
+        t[5] / t[3],
+        t[6] / t[4]
     );
 }
 
@@ -397,7 +418,11 @@ fn main() {
         "Fixture: Dynamo's bench fixture (prompt 2,048 tokens, block 16, one dp rank). Guest budget: both (the default: fuel, with the epoch deadline as backstop)."
     );
     println!("Medians of {ROUNDS} interleaved rounds of ~{} ms batches.", BATCH.as_millis());
-    // `-- inside-dynamo` or `-- c`: that section alone.
+    // `-- inside-dynamo`, `-- c` or `-- overhead`: that section alone.
+    if std::env::args().any(|a| a == "overhead") {
+        overhead_table(&engine);
+        return;
+    }
     if std::env::args().any(|a| a == "inside-dynamo") {
         inside_dynamo_table(&engine);
         return;

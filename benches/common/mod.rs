@@ -179,6 +179,23 @@ impl DynamoFixture {
 
 /// Materialised columns for calling a scorer directly: the score call alone, without
 /// the selection around it.
+/// Reused destinations for [`ScoreOnly::copy_what_crosses`].
+#[derive(Default)]
+pub struct Crossing {
+    ids: Vec<u64>,
+    packed: Vec<u32>,
+    multipliers: Vec<f64>,
+    costs_in: Vec<f64>,
+    costs_back: Vec<f64>,
+}
+
+impl Crossing {
+    /// Buffers for calls of up to `rows` candidates.
+    pub fn new(rows: usize) -> Self {
+        Self { costs_in: vec![1.0; rows], ..Self::default() }
+    }
+}
+
 pub struct ScoreOnly {
     table: WorkerTable,
     request: SelectionRequest,
@@ -197,6 +214,22 @@ impl ScoreOnly {
     pub fn run(&mut self, scorer: &mut dyn Scorer) {
         self.try_run(scorer).unwrap();
         std::hint::black_box(&self.costs);
+    }
+
+    /// The copies a guest call cannot avoid, done by `memcpy` alone: the columns it lowers
+    /// into guest memory (worker ids, packed columns, multipliers) and one cost per row
+    /// lifted back. The floor of what crossing the boundary costs this call.
+    pub fn copy_what_crosses(&self, into: &mut Crossing) {
+        let c = self.columns.columns();
+        into.ids.clear();
+        into.ids.extend_from_slice(c.worker_ids);
+        into.packed.clear();
+        into.packed.extend_from_slice(c.packed);
+        into.multipliers.clear();
+        into.multipliers.extend_from_slice(c.preferred_multiplier);
+        into.costs_back.clear();
+        into.costs_back.extend_from_slice(std::hint::black_box(&into.costs_in[..c.worker_ids.len()]));
+        std::hint::black_box(&into);
     }
 
     /// One score call, its fault returned.
