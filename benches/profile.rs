@@ -10,7 +10,8 @@
 //! Scenarios: `empty` / `one` (noop guest, 0 / 1 candidates), `imports` (reads all three imports,
 //! 1 candidate), `score-native` / `score-guest` (default policy's score call, 1,024
 //! candidates), `select-native` / `select-guest` (full selection, 1,024 workers);
-//! `trap` (every call panics: trap + fresh instance); `code <file>` writes the default policy's compiled code (an ELF object) for `objdump -d`.
+//! `trap` (every call panics: trap + fresh instance), `fresh` (the default policy, a fresh
+//! instance per call); both print the median time to a fresh instance ready; `code <file>` writes the default policy's compiled code (an ELF object) for `objdump -d`.
 
 mod common;
 
@@ -80,9 +81,38 @@ fn main() {
             let panic = switchyard_test_guests::hostile::PANIC;
             let component = PolicyComponent::load(&engine, panic).expect("loads");
             let mut scorer = GuestScorer::new("trap", component, r#"{"every": 1}"#).expect("instantiates");
+            let stats = scorer.stats();
             let mut call = ScoreOnly::new(64, &scorer);
+            // Each call after the first starts with a fresh instance (instantiate,
+            // `configure`, `describe`): its duration is the recovery proper, without the
+            // trap and the poisoned Store's drop around it.
+            let mut ready = Vec::with_capacity(iterations as usize);
             for _ in 0..iterations {
                 call.try_run(&mut scorer).expect_err("traps");
+                ready.push(stats.last_instantiation());
+            }
+            ready.sort();
+            if let Some(median) = ready.get(ready.len() / 2) {
+                eprintln!("fresh instance ready (instantiate + configure + describe): median {median:?}");
+            }
+        }
+        "fresh" => {
+            // The default policy with parameters, a fresh instance per call (what a
+            // recovery or a version's first selection pays before its call).
+            let component = PolicyComponent::load(&engine, default.component).expect("loads");
+            let template = GuestScorer::new("fresh", component, r#"{"prefill_load_scale": 1.5}"#)
+                .expect("instantiates")
+                .sibling();
+            let mut call = ScoreOnly::new(64, &template);
+            let mut ready = Vec::with_capacity(iterations as usize);
+            for _ in 0..iterations {
+                let mut scorer = template.sibling();
+                call.run(&mut scorer);
+                ready.push(scorer.stats().last_instantiation());
+            }
+            ready.sort();
+            if let Some(median) = ready.get(ready.len() / 2) {
+                eprintln!("fresh instance ready (instantiate + configure + describe): median {median:?}");
             }
         }
         "code" => {
