@@ -10,7 +10,7 @@ use switchyard_guest_sdk::{ErrorKind, Facts, InputGroups, PolicyInfo, Pool, Work
 use wasmtime::component::{ComponentExportIndex, ComponentType, Func, Instance, Lower, TypedFunc};
 use wasmtime::{Store, StoreLimitsBuilder, Trap};
 
-use crate::component::{ExportIndices, LoadError, LoadErrorKind, PolicyComponent};
+use crate::component::{ExportIndices, LoadError, LoadErrorKind, PolicyComponent, WORLD};
 use crate::empty_list::EmptyList;
 use crate::engine::{Limits, PER_COMPONENT, WorkUnits};
 use crate::selection::{Call, Fault, FaultKind, Scorer};
@@ -139,6 +139,8 @@ impl GuestStats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
     Instantiate,
+    /// The policy functions' types (checked on a component's first instance).
+    Types,
     Configure,
 }
 
@@ -164,6 +166,11 @@ impl GuestScorer {
             (Stage::Configure, _) => LoadError::faulted(LoadErrorKind::ConfigureFailed, fault),
             // The start function (or instantiation itself) faulted.
             (Stage::Instantiate, _) => LoadError::faulted(LoadErrorKind::InstantiateFailed, fault),
+            // The interface's names are right but not its types: nothing of it was called.
+            (Stage::Types, _) => LoadError::new(
+                LoadErrorKind::WrongWorld,
+                format!("does not match `{WORLD}`: {}", fault.message),
+            ),
         })?;
         scorer.live = Some(live);
         Ok(scorer)
@@ -246,7 +253,7 @@ impl GuestScorer {
             .map_err(|e| (Stage::Instantiate, classify(e)))?;
         let funcs = Funcs::of(&mut store, &instance, self.component.export_indices())
             .map_err(at(Stage::Instantiate))?;
-        self.component.types_checked(|| funcs.typecheck(&store)).map_err(at(Stage::Instantiate))?;
+        self.component.types_checked(|| funcs.typecheck(&store)).map_err(at(Stage::Types))?;
         arm(&mut store, limits, limits.fuel_base_call()).map_err(at(Stage::Configure))?;
         // SAFETY: `types_checked` checked these functions' types against exactly these
         // parameter and result types (with the 'static lifetime) on this component.

@@ -210,6 +210,29 @@ fn a_component_of_another_world_is_the_wrong_world() {
     assert!(message.contains("[run]"), "{message}");
 }
 
+/// The policy interface's name and function names, every function of the wrong type: the
+/// types are checked once per component and calls then skip the check, so a component
+/// whose functions do not match must never get as far as a call.
+#[test]
+fn policy_functions_of_the_wrong_types_are_refused_before_any_call() {
+    let wat = r#"
+        (component
+          (core module $m (func (export "f") (result i32) i32.const 7))
+          (core instance $i (instantiate $m))
+          (func $f (result u32) (canon lift (core func $i "f")))
+          (instance $policy
+            (export "describe" (func $f))
+            (export "configure" (func $f))
+            (export "score" (func $f))
+            (export "filter" (func $f))
+            (export "on-selected" (func $f)))
+          (export "switchyard:policy/policy@0.2.0" (instance $policy)))
+    "#;
+    let bytes = wat::parse_str(wat).unwrap();
+    let message = assert_refused(engine(), &bytes, LoadErrorKind::WrongWorld, None);
+    assert!(message.contains("does not match"), "{message}");
+}
+
 #[test]
 fn random_bytes_are_not_wasm_and_a_random_body_does_not_compile() {
     assert_refused(engine(), &noise(64 << 10, 7), LoadErrorKind::NotWasm, None);
