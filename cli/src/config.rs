@@ -82,12 +82,10 @@ fn parse_budget(s: &str) -> Result<Budget, String> {
 }
 
 fn parse_compiler(s: &str) -> Result<Compiler, String> {
-    match s {
-        "cranelift" => Ok(Compiler::Cranelift),
-        "winch" => Ok(Compiler::Winch),
-        "tiered" => Ok(Compiler::Tiered),
-        _ => Err(format!("`{s}` is not a compiler; use cranelift, winch or tiered")),
-    }
+    [Compiler::Cranelift, Compiler::Winch, Compiler::Tiered]
+        .into_iter()
+        .find(|c| c.name() == s)
+        .ok_or_else(|| format!("`{s}` is not a compiler; use cranelift, winch or tiered"))
 }
 
 #[derive(Deserialize, Default)]

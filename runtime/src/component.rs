@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker};
 
 use crate::engine::PolicyEngine;
-use crate::host::{HostState, bindings};
+use crate::host::HostState;
 use crate::selection::wire::ErrorKind;
 use crate::selection::{Fault, FaultKind};
 
@@ -276,10 +276,9 @@ impl PolicyComponent {
             .map_err(|e| LoadError::new(LoadErrorKind::InstantiateFailed, format!("{e:#}")))?;
         let wrong_world =
             |e: String| LoadError::new(LoadErrorKind::WrongWorld, format!("does not match `{WORLD}`: {e}"));
-        let pre = linker
-            .instantiate_pre(&component)
-            .and_then(|pre| bindings::SelectionPolicyPre::new(pre.clone()).map(|_| pre))
-            .map_err(|e| wrong_world(format!("{e:#}")))?;
+        let pre = linker.instantiate_pre(&component).map_err(|e| wrong_world(format!("{e:#}")))?;
+        // The policy functions, found by name (their types are checked on the first
+        // instance: `GuestScorer`).
         let exports_at = ExportIndices::of(&component).map_err(wrong_world)?;
         Ok(Self {
             inner: Arc::new(Inner {

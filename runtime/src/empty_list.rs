@@ -89,10 +89,14 @@ mod tests {
               (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
               (i32.const 64))
             (func (export "pointer") (param i32 i32) (result i32) (local.get 0))
+            (func (export "inner") (param i32 i32) (result i32) (i32.load (local.get 0)))
             (func (export "reallocs") (result i32) (global.get $calls)))
           (core instance $i (instantiate $m))
           (func (export "pointer") (param "l" (list u64)) (result u32)
             (canon lift (core func $i "pointer") (memory (core memory $i "memory"))
+              (realloc (core func $i "realloc"))))
+          (func (export "inner") (param "l" (list (list u64))) (result u32)
+            (canon lift (core func $i "inner") (memory (core memory $i "memory"))
               (realloc (core func $i "realloc"))))
           (func (export "reallocs") (result u32)
             (canon lift (core func $i "reallocs"))))
@@ -120,5 +124,11 @@ mod tests {
         // What it saves: wasmtime's own lowering calls realloc for an empty list too.
         assert_eq!(plain.call(&mut store, (&[][..],)).unwrap().0, 64);
         assert_eq!(counted.call(&mut store, ()).unwrap().0, 2);
+        // In memory (an element of an outer list): the same pointer pair, and only the
+        // outer list's realloc.
+        let nested: TypedFunc<(&[EmptyList<'_, u64>],), (u32,)> =
+            instance.get_typed_func(&mut store, "inner").unwrap();
+        assert_eq!(nested.call(&mut store, (&[EmptyList(&[])][..],)).unwrap().0, 8);
+        assert_eq!(counted.call(&mut store, ()).unwrap().0, 3);
     }
 }
