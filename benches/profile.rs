@@ -9,9 +9,10 @@
 //!
 //! Scenarios: `empty` / `one` (noop guest, 0 / 1 candidates), `imports` (reads all three imports,
 //! 1 candidate), `score-native` / `score-guest` (default policy's score call, 1,024
-//! candidates), `select-native` / `select-guest` (full selection, 1,024 workers);
+//! candidates), `select-native` / `select-guest` / `select-guest-c` (full selection, 1,024 workers; the
+//! last the C default policy);
 //! `trap` (every call panics: trap + fresh instance), `fresh` (the default policy, a fresh
-//! instance per call); both print the median time to a fresh instance ready; `code <file>` writes the default policy's compiled code (an ELF object) for `objdump -d`.
+//! instance per call); both print the median time to a fresh instance ready; `code <file> [c]` writes the default policy's (or its C version's) compiled code (an ELF object) for `objdump -d`.
 
 mod common;
 
@@ -64,12 +65,12 @@ fn main() {
                 call.run(&mut scorer);
             }
         }
-        "select-native" | "select-guest" => {
+        "select-native" | "select-guest" | "select-guest-c" => {
             let (table, request) = switchyard_fixture(1_024, 0.0);
-            let scorer = if scenario == "select-native" {
-                default.native("{}").expect("native")
-            } else {
-                Box::new(default.guest(&engine, "{}").expect("guest"))
+            let scorer = match scenario.as_str() {
+                "select-native" => default.native("{}").expect("native"),
+                "select-guest" => Box::new(default.guest(&engine, "{}").expect("guest")),
+                _ => Box::new(guest(switchyard_test_guests::DEFAULT_POLICY_C)),
             };
             let mut selector = Selector::new(scorer);
             for _ in 0..iterations {
@@ -118,8 +119,13 @@ fn main() {
         "code" => {
             // The default policy as Cranelift compiles it here (an ELF object), for
             // `objdump -d`: what the guest's per-candidate loop became.
-            let out = args.get(1).expect("code <output file>");
-            let code = engine.engine().precompile_component(default.component).expect("compiles");
+            // `code <file> c`: the C default policy's instead.
+            let out = args.get(1).expect("code <output file> [c]");
+            let bytes = match args.get(2).map(String::as_str) {
+                Some("c") => switchyard_test_guests::DEFAULT_POLICY_C,
+                _ => default.component,
+            };
+            let code = engine.engine().precompile_component(bytes).expect("compiles");
             std::fs::write(out, code).expect("writes the object");
         }
         other => panic!("unknown scenario {other:?}"),

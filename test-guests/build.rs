@@ -63,6 +63,8 @@ fn main() {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
     println!("cargo:rerun-if-changed=build.rs");
+    // The C guests' compiler (guest-sdk's `build::c::clang`): another clang, other code.
+    println!("cargo:rerun-if-env-changed=SWITCHYARD_CLANG");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("set by cargo"));
     let target_dir = guest_target_dir(&workspace);
     let guests: Vec<GuestCrate> = GUESTS.iter().map(|p| GuestCrate::new(p)).collect();

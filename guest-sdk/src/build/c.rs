@@ -96,16 +96,28 @@ pub fn write_sdk(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// The clang to build with: `$SWITCHYARD_CLANG`, else `clang` on the PATH; and the
-/// wasm-ld it links with. A clear error if either is missing.
+/// The clang preferred when `$SWITCHYARD_CLANG` names none: LLVM 19's wasm backend writes
+/// the vector loops as the Rust guests' (LLVM 20) are written. LLVM 14's (Debian 12's
+/// `clang`) fills a shuffle's unused lanes with byte 0, which Cranelift cannot lower as
+/// one `pshufd`, and a `max(0, x)` select as `v128.bitselect`: the C default policy's
+/// selection over 1,024 workers took 1.11 × the Rust guest's time, 0.94–0.96 × built by
+/// clang 19 (BENCHMARKS.md, "A policy in C").
+pub const PREFERRED_CLANG: &str = "clang-19";
+
+/// The clang to build with: `$SWITCHYARD_CLANG`, else [`PREFERRED_CLANG`] if it runs,
+/// else `clang` on the PATH; and the wasm-ld it links with. A clear error if either is
+/// missing.
 pub fn clang() -> Result<PathBuf> {
-    clang_at(PathBuf::from(std::env::var_os("SWITCHYARD_CLANG").unwrap_or_else(|| "clang".into())))
+    if let Some(named) = std::env::var_os("SWITCHYARD_CLANG") {
+        return clang_at(PathBuf::from(named));
+    }
+    clang_at(PathBuf::from(PREFERRED_CLANG)).or_else(|_| clang_at(PathBuf::from("clang")))
 }
 
 /// [`clang`] for a given program.
 fn clang_at(clang: PathBuf) -> Result<PathBuf> {
-    let install = "install clang and lld (Debian/Ubuntu: `apt-get install clang lld`), \
-                   or set SWITCHYARD_CLANG to a clang that targets wasm32";
+    let install = "install clang and lld (Debian/Ubuntu: `apt-get install clang-19 lld-19`, \
+                   or `clang lld`), or set SWITCHYARD_CLANG to a clang that targets wasm32";
     let ok = |cmd: &mut Command| cmd.output().map(|o| o.status.success()).unwrap_or(false);
     if !ok(Command::new(&clang).arg("--version")) {
         bail!("C guests need clang, and `{}` did not run: {install}", clang.display());
@@ -193,6 +205,6 @@ mod tests {
     fn a_missing_clang_is_an_error_that_says_what_to_install() {
         let e = clang_at("/nonexistent/clang".into()).unwrap_err().to_string();
         assert!(e.contains("`/nonexistent/clang` did not run"), "{e}");
-        assert!(e.contains("apt-get install clang lld"), "{e}");
+        assert!(e.contains("apt-get install clang-19 lld-19"), "{e}");
     }
 }
