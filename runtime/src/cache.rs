@@ -10,10 +10,12 @@
 //! Whatever is loaded from here runs as machine code, so nothing is trusted for being
 //! there: each artifact's BLAKE3 digest is recorded beside it when it is written
 //! (`<artifact>.blake3`; artifacts written before it have `<artifact>.sha256`, still
-//! accepted) and checked before every load, on the very file then mapped as the
+//! accepted) and checked before a load, on the very file then mapped as the
 //! component's code (BLAKE3: ~5× faster than sha256 here, and the check is on every cold
 //! load's path); the file must be a regular file (symlinks are never followed), owned by
-//! this process's user and accessible to no one else. An artifact that fails a check is
+//! this process's user and accessible to no one else. A file this process checked
+//! before is not hashed again while it is provably unchanged (see [`Identity`]): an
+//! evicted version's reload then skips the digest, ~a quarter of its load. An artifact that fails a check is
 //! not run: it is removed, counted ([`ArtifactCache::rejected`]), logged, and the
 //! component is compiled again. The helpers for owner-only files and directories are
 //! public: the service's data directory uses them too.
@@ -24,13 +26,15 @@
 //! loaded from here holds its file open while it lives: one descriptor per loaded
 //! component (`switchyard serve` raises its soft descriptor limit to the hard one).
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -43,12 +47,75 @@ const WASMTIME_MAJOR: &str = "wasmtime-50";
 /// The largest artifact read back: a 4 MiB component compiles to a few tens of MB.
 const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
 
+/// How many checked files' identities are remembered; past it they are forgotten (and
+/// hashed again on their next load): bounds the memory a process that loads ever more
+/// artifacts spends on them (~100 bytes each).
+const MAX_REMEMBERED: usize = 100_000;
+
+/// A file's change must be this much older than the check for its identity to be
+/// remembered: the kernel stamps a change with a coarse clock (one tick, ≤ 10 ms), so a
+/// change made after the check stamps a later time than one this old.
+const SETTLED: Duration = Duration::from_secs(1);
+
 /// A directory of compiled components this process owns.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ArtifactCache {
     dir: PathBuf,
     /// Artifacts refused by a check, across clones.
     rejected: Arc<AtomicU64>,
+    /// Digests computed by loads (the others found their file checked before).
+    digests_checked: Arc<AtomicU64>,
+    /// The identity of each artifact whose digest a load checked and whose component
+    /// deserialized, by path, across clones.
+    checked: Arc<Mutex<HashMap<PathBuf, Identity>>>,
+}
+
+impl std::fmt::Debug for ArtifactCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArtifactCache")
+            .field("dir", &self.dir)
+            .field("rejected", &self.rejected())
+            .field("digests_checked", &self.digests_checked())
+            .field("remembered", &self.checked().len())
+            .finish()
+    }
+}
+
+/// What tells one state of a file from any later one: the same inode, size and
+/// modification time, and the same status-change time (`ctime`), which the kernel sets
+/// on every write of the data or the metadata and which no user can set back (unlike
+/// `mtime`). A file whose identity is unchanged since its digest was checked holds the
+/// bytes then checked. Only identities older than [`SETTLED`] at the check are kept, so
+/// a change right after the check cannot carry the same `ctime`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Identity {
+    fn of(file: &File) -> Option<Self> {
+        let m = file.metadata().ok()?;
+        Some(Self {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
+
+    /// Whether its last change is at least [`SETTLED`] before now.
+    fn settled(&self) -> bool {
+        let Ok(now) = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) else { return false };
+        let (Ok(secs), Ok(nanos)) = (u64::try_from(self.ctime.0), u32::try_from(self.ctime.1)) else {
+            return false;
+        };
+        Duration::new(secs, nanos).saturating_add(SETTLED) <= now
+    }
 }
 
 impl ArtifactCache {
@@ -68,7 +135,7 @@ impl ArtifactCache {
                 let _ = std::fs::remove_file(path);
             }
         }
-        Ok(Self { dir, rejected: Arc::new(AtomicU64::new(0)) })
+        Ok(Self { dir, rejected: Arc::default(), digests_checked: Arc::default(), checked: Arc::default() })
     }
 
     /// The cache's directory.
@@ -80,6 +147,16 @@ impl ArtifactCache {
     /// owner, a permissive mode): each was recompiled instead of run.
     pub fn rejected(&self) -> u64 {
         self.rejected.load(Ordering::Relaxed)
+    }
+
+    /// Digests computed by loads so far, across clones: a load of a file checked before
+    /// and unchanged since computes none.
+    pub fn digests_checked(&self) -> u64 {
+        self.digests_checked.load(Ordering::Relaxed)
+    }
+
+    fn checked(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Identity>> {
+        self.checked.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The file an artifact for `bytes` compiled by `engine` lives in.
@@ -138,22 +215,34 @@ impl ArtifactCache {
     ///
     /// Nothing is copied: the file is mapped, its digest computed on the mapping, and
     /// wasmtime maps the same open file again (copy-on-write) as the component's code.
-    /// The component keeps that file open while it lives.
+    /// The component keeps that file open while it lives. A file whose digest this
+    /// process checked before, unchanged since ([`Identity`]), is not hashed again.
     pub fn load(&self, engine: &Engine, sha256: &str) -> Option<Component> {
         let path = self.path_for_digest(engine, sha256);
-        let mapped = match open_private(&path).and_then(|file| MappedFile::new(file, MAX_ARTIFACT_BYTES)) {
-            Ok(mapped) => mapped,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            // Out of descriptors or of address space: no fault of the artifact's.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)) => {
-                tracing::warn!(artifact = %path.display(), error = %e, "could not map a compiled artifact; compiling again");
-                return None;
-            }
-            Err(e) => {
-                self.reject(&path, &e.to_string());
-                return None;
-            }
+        let file = match open_private(&path) {
+            Ok(file) => file,
+            Err(e) => return self.unopened(&path, e),
         };
+        // Taken before the digest, and judged settled then: a change while the digest is
+        // computed stamps a later `ctime`.
+        let identity = Identity::of(&file);
+        let remember = identity.filter(Identity::settled);
+        if let Some(identity) = identity
+            && self.checked().get(&path) == Some(&identity)
+        {
+            // SAFETY: as below; the bytes are the ones this process checked before:
+            // the same inode, not changed since (its `ctime` would differ, see
+            // `Identity`), opened again through `/proc/self/fd` of this open file.
+            // Any failure falls through to the full check.
+            if let Ok(component) = unsafe { Component::deserialize_file(engine, proc_path(&file)) } {
+                return Some(component);
+            }
+        }
+        let mapped = match MappedFile::new(file, MAX_ARTIFACT_BYTES) {
+            Ok(mapped) => mapped,
+            Err(e) => return self.unopened(&path, e),
+        };
+        self.digests_checked.fetch_add(1, Ordering::Relaxed);
         let (recorded, actual) = match Self::digests(&path, mapped.bytes()) {
             Ok(digests) => digests,
             Err(why) => {
@@ -182,16 +271,43 @@ impl ArtifactCache {
         // additionally checks the header (version, engine settings) and refuses a
         // mismatch, which we treat as a miss.
         let component = unsafe {
-            Component::deserialize_file(engine, mapped.proc_path())
+            Component::deserialize_file(engine, proc_path(&mapped.file))
                 .or_else(|_| Component::deserialize(engine, mapped.bytes()))
         };
         match component {
-            Ok(component) => Some(component),
+            Ok(component) => {
+                if let Some(identity) = remember {
+                    let mut checked = self.checked();
+                    if checked.len() >= MAX_REMEMBERED {
+                        checked.clear();
+                    }
+                    checked.insert(path, identity);
+                }
+                Some(component)
+            }
             Err(_) => {
+                self.forget(&path);
                 remove_entry(&path);
                 None
             }
         }
+    }
+
+    /// A load whose file did not open or map: a miss, and a rejection unless it is
+    /// simply not there or the process is out of descriptors or address space.
+    fn unopened(&self, path: &Path, e: std::io::Error) -> Option<Component> {
+        match e.kind() {
+            std::io::ErrorKind::NotFound => {}
+            _ if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)) => {
+                tracing::warn!(artifact = %path.display(), error = %e, "could not map a compiled artifact; compiling again");
+            }
+            _ => self.reject(path, &e.to_string()),
+        }
+        None
+    }
+
+    fn forget(&self, path: &Path) {
+        self.checked().remove(path);
     }
 
     /// Saves `component` (compiled here from bytes whose sha256 is `sha256`), with the
@@ -210,6 +326,7 @@ impl ArtifactCache {
 
     fn reject(&self, path: &Path, why: &str) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
+        self.forget(path);
         tracing::warn!(artifact = %path.display(), why, "rejected a compiled artifact; compiling again");
         remove_entry(path);
     }
@@ -259,12 +376,12 @@ impl MappedFile {
         // The file is never written in place while mapped (see `ArtifactCache::load`).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<u8>(), self.len) }
     }
+}
 
-    /// A path that opens this very file (the same inode) whatever its name points to now.
-    fn proc_path(&self) -> PathBuf {
-        use std::os::fd::AsRawFd;
-        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
-    }
+/// A path that opens this very file (the same inode) whatever its name points to now.
+fn proc_path(file: &File) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 
 impl Drop for MappedFile {

@@ -53,6 +53,42 @@ fn a_tampered_artifact_is_rejected_counted_and_recompiled_never_loaded() {
     assert_eq!(cache.rejected(), 2);
 }
 
+/// A load of an artifact this process checked before, unchanged since, does not hash it
+/// again (a quarter of an evicted version's reload); any change, even one in place that
+/// keeps the size and sets the modification time back, is checked again and refused.
+/// Only a file last changed over a second before its check is remembered.
+#[test]
+fn an_unchanged_artifact_is_hashed_once_and_a_changed_one_is_checked_again() {
+    let dir = temp("checked-once");
+    let (engine, cache) = engine(&dir);
+    let cached = || PolicyComponent::load(&engine, policy()).unwrap().from_cache();
+    assert!(!cached(), "compiled and stored");
+    assert!(cached() && cached());
+    assert_eq!(cache.digests_checked(), 2, "just written: checked on every load");
+    std::thread::sleep(Duration::from_millis(1_100));
+    assert!(cached());
+    assert_eq!(cache.digests_checked(), 3);
+    assert!(cached() && cached() && cached());
+    assert_eq!(cache.digests_checked(), 3, "checked before and unchanged: not hashed again");
+
+    let path = cache.path_for(engine.engine(), policy());
+    let before = std::fs::metadata(&path).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle..middle + 64].fill(0xCC);
+    std::fs::write(&path, &bytes).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_modified(before.modified().unwrap()).unwrap();
+    drop(file);
+    let after = std::fs::metadata(&path).unwrap();
+    assert_eq!(
+        (after.ino(), after.len(), after.modified().unwrap()),
+        (before.ino(), before.len(), before.modified().unwrap())
+    );
+    assert!(!cached(), "checked again, refused and recompiled");
+    assert_eq!((cache.digests_checked(), cache.rejected()), (4, 1));
+}
+
 /// Artifacts written before digests were BLAKE3 have a sha256 recorded beside them:
 /// still checked (and loaded when it matches, refused when not), never recompiled only
 /// for their age.
