@@ -14,10 +14,10 @@
 //! component's code (BLAKE3: ~5× faster than sha256 here, and the check is on every cold
 //! load's path); the file must be a regular file (symlinks are never followed), owned by
 //! this process's user and accessible to no one else. A file this process checked
-//! before is not hashed again while it is provably unchanged (see [`Identity`]): an
-//! evicted version's reload then skips the digest, ~a quarter of its load. An artifact that fails a check is
-//! not run: it is removed, counted ([`ArtifactCache::rejected`]), logged, and the
-//! component is compiled again. The helpers for owner-only files and directories are
+//! before is not hashed again while it is provably unchanged (see `Identity`): an
+//! evicted version's reload then takes about half the time (BENCHMARKS.md). An artifact
+//! that fails a check is not run: it is removed, counted ([`ArtifactCache::rejected`]),
+//! logged, and the component is compiled again. The helpers for owner-only files and directories are
 //! public: the service's data directory uses them too.
 //!
 //! A loaded artifact is mapped, not copied, so it must never be written in place: this
@@ -216,7 +216,7 @@ impl ArtifactCache {
     /// Nothing is copied: the file is mapped, its digest computed on the mapping, and
     /// wasmtime maps the same open file again (copy-on-write) as the component's code.
     /// The component keeps that file open while it lives. A file whose digest this
-    /// process checked before, unchanged since ([`Identity`]), is not hashed again.
+    /// process checked before, unchanged since (`Identity`), is not hashed again.
     pub fn load(&self, engine: &Engine, sha256: &str) -> Option<Component> {
         let path = self.path_for_digest(engine, sha256);
         let file = match open_private(&path) {
