@@ -12,7 +12,9 @@
 //! candidates), `select-native` / `select-guest` / `select-guest-c` (full selection, 1,024 workers; the
 //! last the C default policy);
 //! `trap` (every call panics: trap + fresh instance), `fresh` (the default policy, a fresh
-//! instance per call); both print the median time to a fresh instance ready; `code <file> [c]` writes the default policy's (or its C version's) compiled code (an ELF object) for `objdump -d`.
+//! instance per call), `fresh-many N K` (as `fresh`, cycling over K distinct components);
+//! all three print the median time to a fresh instance ready. `code <file> [c]` writes the
+//! default policy's (or its C version's) compiled code (an ELF object) for `objdump -d`.
 
 mod common;
 
@@ -114,6 +116,39 @@ fn main() {
             ready.sort();
             if let Some(median) = ready.get(ready.len() / 2) {
                 eprintln!("fresh instance ready (instantiate + configure + describe): median {median:?}");
+            }
+        }
+        "fresh-many" => {
+            // As `fresh`, but each call's instance is of the next of K distinct components
+            // (`fresh-many N K`, K = 8 unless given; the default policy with a custom
+            // section appended): with K over the pool's 4 slots a slot is always one
+            // another component used last, as in a server whose cold selections are of
+            // many tenants' components. K = 1 is the same loop on one component.
+            let kinds: u8 = args.get(2).and_then(|k| k.parse().ok()).unwrap_or(8);
+            let templates: Vec<GuestScorer> = (0..kinds)
+                .map(|tag| {
+                    let mut bytes = default.component.to_vec();
+                    bytes.extend_from_slice(&[0, 3, 2, b'p', tag]); // custom section "p", payload [tag]
+                    let component = PolicyComponent::load(&engine, &bytes).expect("loads");
+                    GuestScorer::new("fresh", component, r#"{"prefill_load_scale": 1.5}"#)
+                        .expect("instantiates")
+                        .sibling()
+                })
+                .collect();
+            let mut call = ScoreOnly::new(64, &templates[0]);
+            let mut ready = Vec::with_capacity(iterations as usize);
+            let started = std::time::Instant::now();
+            for i in 0..iterations {
+                let mut scorer = templates[i as usize % templates.len()].sibling();
+                call.run(&mut scorer);
+                ready.push(scorer.stats().last_instantiation());
+            }
+            let per_round = started.elapsed() / iterations.max(1) as u32;
+            ready.sort();
+            if let Some(median) = ready.get(ready.len() / 2) {
+                eprintln!(
+                    "fresh instance ready: median {median:?}; whole round (instance, call, drop) {per_round:?}"
+                );
             }
         }
         "code" => {

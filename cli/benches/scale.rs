@@ -132,7 +132,7 @@ fn main() {
     let (cold, warm) = select_random(&server, &tokens, selections);
     let single_after = select_one(&server, &tokens[0], 0, 2_000);
     let rss_selections = rss_mib(server.pid());
-    let loads: Vec<f64> = load_buckets(&client).iter().zip(&loads_before).map(|(a, b)| a - b).collect();
+    let loads = delta(&load_buckets(&client), &loads_before);
     let metrics_bytes = Client::new(&server).metrics().len();
     let mut single = single_before;
     single.extend(single_after);
@@ -144,8 +144,14 @@ fn main() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let loads_before = load_buckets(&client);
+    let inside_before = inside_buckets(&client);
     let cold_again = select_each_once(&server, &tokens);
-    let loads_again: Vec<f64> = load_buckets(&client).iter().zip(&loads_before).map(|(a, b)| a - b).collect();
+    let loads_again = delta(&load_buckets(&client), &loads_before);
+    let inside_cold = delta(&inside_buckets(&client), &inside_before);
+    // And once more, each now loaded: the same round warm, for the service's own time.
+    let inside_before = inside_buckets(&client);
+    let warm_again = select_each_once(&server, &tokens);
+    let inside_warm = delta(&inside_buckets(&client), &inside_before);
 
     // 3. Restart on the data dir.
     drop(server);
@@ -181,11 +187,12 @@ fn main() {
         pair(&cold, 1e3, "µs")
     );
     println!(
-        "| of which versions loaded in the server within 0.25 / 0.5 / 1 ms / longer | {:.0} / {:.0} / {:.0} / {:.0} |",
+        "| of which versions loaded in the server within 0.1 / 0.25 / 0.5 / 1 ms / longer | {:.0} / {:.0} / {:.0} / {:.0} / {:.0} |",
         loads[0],
         loads[1] - loads[0],
         loads[2] - loads[1],
-        loads[3] - loads[2]
+        loads[3] - loads[2],
+        loads[4] - loads[3]
     );
     println!(
         "| cold again (every version evicted a second time; artifacts checked before), p50 / p99 ({}) | {} |",
@@ -193,11 +200,23 @@ fn main() {
         pair(&cold_again, 1e3, "µs")
     );
     println!(
-        "| of which versions loaded in the server within 0.25 / 0.5 / 1 ms / longer | {:.0} / {:.0} / {:.0} / {:.0} |",
+        "| of which versions loaded in the server within 0.1 / 0.25 / 0.5 / 1 ms / longer | {:.0} / {:.0} / {:.0} / {:.0} / {:.0} |",
         loads_again[0],
         loads_again[1] - loads_again[0],
         loads_again[2] - loads_again[1],
-        loads_again[3] - loads_again[2]
+        loads_again[3] - loads_again[2],
+        loads_again[4] - loads_again[3]
+    );
+    println!(
+        "| then each tenant once more (loaded: warm), p50 / p99 ({}) | {} |",
+        warm_again.len(),
+        pair(&warm_again, 1e3, "µs")
+    );
+    println!(
+        "| inside the service (`switchyard_selection_seconds`), share ≤ {} µs: cold again; warm again | {}; {} |",
+        INSIDE_BOUNDS.iter().map(|b| format!("{:.0}", b * 1e6)).collect::<Vec<_>>().join(" / "),
+        shares(&inside_cold),
+        shares(&inside_warm)
     );
     println!("| warm selection, p50 / p99 ({}) | {} |", warm.len(), pair(&warm, 1e3, "µs"));
     println!("| single tenant warm, p50 / p99 ({}) | {} |", single.len(), pair(&single, 1e3, "µs"));
@@ -225,10 +244,43 @@ fn versions_loaded(client: &Client) -> f64 {
 /// The server's version loads so far (component and configure, as
 /// `switchyard_version_load_seconds` counts them), cumulative: within 0.25, 0.5 and 1 ms,
 /// and all.
-fn load_buckets(client: &Client) -> [f64; 4] {
+fn load_buckets(client: &Client) -> [f64; 5] {
     let series = "switchyard_version_load_seconds_bucket{le=";
     let bucket = |le: &str| client.try_metric(&format!("{series}\"{le}\"}}")).unwrap_or(0.0);
-    [bucket("0.00025"), bucket("0.0005"), bucket("0.001"), bucket("+Inf")]
+    [bucket("0.0001"), bucket("0.00025"), bucket("0.0005"), bucket("0.001"), bucket("+Inf")]
+}
+
+/// Bucket bounds of the service's selection latency read back (a subset of its own).
+const INSIDE_BOUNDS: [f64; 5] = [2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4];
+
+/// Selections the service timed at or under each of [`INSIDE_BOUNDS`], and in all,
+/// summed over every tenant's series of `switchyard_selection_seconds`.
+fn inside_buckets(client: &Client) -> Vec<f64> {
+    let text = client.metrics();
+    let mut sums = vec![0.0; INSIDE_BOUNDS.len() + 1];
+    for line in text.lines().filter(|l| l.starts_with("switchyard_selection_seconds_bucket{")) {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        let Ok(value) = value.parse::<f64>() else { continue };
+        let Some((_, le)) = series.rsplit_once("le=\"") else { continue };
+        let le = le.trim_end_matches("\"}");
+        if le == "+Inf" {
+            sums[INSIDE_BOUNDS.len()] += value;
+        } else if let Some(i) = INSIDE_BOUNDS.iter().position(|b| le.parse::<f64>().ok() == Some(*b)) {
+            sums[i] += value;
+        }
+    }
+    sums
+}
+
+fn delta(after: &[f64], before: &[f64]) -> Vec<f64> {
+    after.iter().zip(before).map(|(a, b)| a - b).collect()
+}
+
+/// Each bound's cumulative bucket as a share of all, in percent.
+fn shares(buckets: &[f64]) -> String {
+    let (bounded, all) = buckets.split_at(buckets.len() - 1);
+    let all = all.first().copied().unwrap_or(0.0).max(1.0);
+    bounded.iter().map(|n| format!("{:.0} %", n / all * 100.0)).collect::<Vec<_>>().join(" / ")
 }
 
 /// Tenant `i`: created, one upload (a distinct component for `i < distinct`, else
