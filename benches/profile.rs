@@ -13,7 +13,8 @@
 //! last the C default policy);
 //! `trap` (every call panics: trap + fresh instance), `fresh` (the default policy, a fresh
 //! instance per call), `fresh-many N K` (as `fresh`, cycling over K distinct components);
-//! all three print the median time to a fresh instance ready. `code <file> [c]` writes the
+//! all three print the median time to a fresh instance ready. `compile N [c] [winch]`
+//! prints the median compile of the default policy (or its C version). `code <file> [c]` writes the
 //! default policy's (or its C version's) compiled code (an ELF object) for `objdump -d`.
 
 mod common;
@@ -149,6 +150,28 @@ fn main() {
                 eprintln!(
                     "fresh instance ready: median {median:?}; whole round (instance, call, drop) {per_round:?}"
                 );
+            }
+        }
+        "compile" => {
+            // `compile N [c] [winch]`: compiles the default policy (or its C version) N
+            // times, with Cranelift or Winch, and prints the median.
+            let bytes = if args.iter().any(|a| a == "c") {
+                switchyard_test_guests::DEFAULT_POLICY_C
+            } else {
+                default.component
+            };
+            let compiler = if args.iter().any(|a| a == "winch") {
+                switchyard::Compiler::Winch
+            } else {
+                Limits::default().compiler
+            };
+            let engine = PolicyEngine::new(Limits { compiler, ..Limits::default() }).expect("engine");
+            let mut took: Vec<_> = (0..iterations)
+                .map(|_| PolicyComponent::load(&engine, bytes).expect("compiles").compile_time())
+                .collect();
+            took.sort();
+            if let Some(median) = took.get(took.len() / 2) {
+                eprintln!("compile: median {median:?} of {iterations}");
             }
         }
         "code" => {
