@@ -370,8 +370,12 @@ fn select_random(server: &Server, tokens: &[String], n: usize) -> (Vec<f64>, Vec
     (cold, warm)
 }
 
-/// Every tenant selected once, in a random order, from 2 threads: their times (ms).
+/// Every tenant selected once, in a random order, from 2 threads (or
+/// `SCALE_AGAIN_THREADS`): their times (ms).
 fn select_each_once(server: &Server, tokens: &[String]) -> Vec<f64> {
+    // `SCALE_AGAIN_THREADS=1`: these two rounds from one client thread (the server's CPU
+    // then shared with one client, not two).
+    let threads = env("SCALE_AGAIN_THREADS", 2).max(1);
     let mut order: Vec<usize> = (0..tokens.len()).collect();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     for i in (1..order.len()).rev() {
@@ -379,7 +383,7 @@ fn select_each_once(server: &Server, tokens: &[String]) -> Vec<f64> {
     }
     let next = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        let threads: Vec<_> = (0..2)
+        let threads: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
                     let client = Client::new(server);
