@@ -100,7 +100,7 @@ pub fn write_sdk(dir: &Path) -> Result<Vec<PathBuf>> {
 /// the vector loops as the Rust guests' (LLVM 20) are written. LLVM 14's (Debian 12's
 /// `clang`) fills a shuffle's unused lanes with byte 0, which Cranelift cannot lower as
 /// one `pshufd`, and a `max(0, x)` select as `v128.bitselect`: the C default policy's
-/// selection over 1,024 workers took 1.11 × the Rust guest's time, 0.94–0.96 × built by
+/// selection over 1,024 workers took 1.11 × the Rust guest's time, 0.94–0.97 × built by
 /// clang 19 (BENCHMARKS.md, "A policy in C").
 pub const PREFERRED_CLANG: &str = "clang-19";
 
