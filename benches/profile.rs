@@ -21,7 +21,7 @@ mod common;
 
 use std::hint::black_box;
 
-use common::{IMPORTS, NOOP, ScoreOnly, switchyard_fixture};
+use common::{IMPORTS, NOOP, ScoreOnly, median_compile, switchyard_fixture};
 use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 use switchyard_builtins as builtin;
 
@@ -100,36 +100,25 @@ fn main() {
                 eprintln!("fresh instance ready (instantiate + configure + describe): median {median:?}");
             }
         }
-        "fresh" => {
+        "fresh" | "fresh-many" => {
             // The default policy with parameters, a fresh instance per call (what a
             // recovery or a version's first selection pays before its call).
-            let component = PolicyComponent::load(&engine, default.component).expect("loads");
-            let template = GuestScorer::new("fresh", component, r#"{"prefill_load_scale": 1.5}"#)
-                .expect("instantiates")
-                .sibling();
-            let mut call = ScoreOnly::new(64, &template);
-            let mut ready = Vec::with_capacity(iterations as usize);
-            for _ in 0..iterations {
-                let mut scorer = template.sibling();
-                call.run(&mut scorer);
-                ready.push(scorer.stats().last_instantiation());
-            }
-            ready.sort();
-            if let Some(median) = ready.get(ready.len() / 2) {
-                eprintln!("fresh instance ready (instantiate + configure + describe): median {median:?}");
-            }
-        }
-        "fresh-many" => {
-            // As `fresh`, but each call's instance is of the next of K distinct components
-            // (`fresh-many N K`, K = 8 unless given; the default policy with a custom
-            // section appended): with K over the pool's 4 slots a slot is always one
-            // another component used last, as in a server whose cold selections are of
-            // many tenants' components. K = 1 is the same loop on one component.
-            let kinds: u8 = args.get(2).and_then(|k| k.parse().ok()).unwrap_or(8);
+            // `fresh-many N K` (K = 8 unless given): each call's instance is of the next of
+            // K distinct components (the default policy with a custom section appended),
+            // so with K over the pool's 4 slots a slot is always one another component
+            // used last, as in a server whose cold selections are of many tenants'
+            // components. `fresh` is the same loop on the default policy alone.
+            let kinds: u8 = match scenario.as_str() {
+                "fresh" => 1,
+                _ => args.get(2).and_then(|k| k.parse().ok()).unwrap_or(8),
+            };
             let templates: Vec<GuestScorer> = (0..kinds)
                 .map(|tag| {
                     let mut bytes = default.component.to_vec();
-                    bytes.extend_from_slice(&[0, 3, 2, b'p', tag]); // custom section "p", payload [tag]
+                    if scenario == "fresh-many" {
+                        // A custom section (id 0, 3 bytes): the name "p", one byte of payload.
+                        bytes.extend_from_slice(&[0, 3, 1, b'p', tag]);
+                    }
                     let component = PolicyComponent::load(&engine, &bytes).expect("loads");
                     GuestScorer::new("fresh", component, r#"{"prefill_load_scale": 1.5}"#)
                         .expect("instantiates")
@@ -148,7 +137,8 @@ fn main() {
             ready.sort();
             if let Some(median) = ready.get(ready.len() / 2) {
                 eprintln!(
-                    "fresh instance ready: median {median:?}; whole round (instance, call, drop) {per_round:?}"
+                    "fresh instance ready (instantiate + configure + describe): median {median:?}; \
+                     whole round (instance, call, drop) {per_round:?}"
                 );
             }
         }
@@ -166,13 +156,8 @@ fn main() {
                 Limits::default().compiler
             };
             let engine = PolicyEngine::new(Limits { compiler, ..Limits::default() }).expect("engine");
-            let mut took: Vec<_> = (0..iterations)
-                .map(|_| PolicyComponent::load(&engine, bytes).expect("compiles").compile_time())
-                .collect();
-            took.sort();
-            if let Some(median) = took.get(took.len() / 2) {
-                eprintln!("compile: median {median:?} of {iterations}");
-            }
+            let median = median_compile(&engine, bytes, iterations as usize);
+            eprintln!("compile: median {median:?} of {iterations}");
         }
         "code" => {
             // The default policy as Cranelift compiles it here (an ELF object), for

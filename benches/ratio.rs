@@ -10,7 +10,9 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{Crossing, DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, switchyard_fixture};
+use common::{
+    Crossing, DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, median_compile, switchyard_fixture,
+};
 use dynamo_kv_router::{
     KvRouterConfig, RoutingPartitionRef, WorkerInputView, WorkerInputs, WorkerPicker, WorkerSelectionContext,
     WorkerSelectionPolicy, WorkerSelectionPolicyError, WorkerType,
@@ -203,14 +205,9 @@ fn c_guest_table(engine: &PolicyEngine) {
     println!("| component | size | compile, Cranelift (the default) | compile, Winch |");
     println!("| --- | ---: | ---: | ---: |");
     let winch = PolicyEngine::new(Limits { compiler: Compiler::Winch, ..Limits::default() }).unwrap();
-    // Median of 5 compiles each (`PolicyComponent::load`, both cores; no artifact cache).
-    let compile_ms = |engine: &PolicyEngine, bytes: &[u8]| {
-        let mut ms: Vec<f64> = (0..5)
-            .map(|_| PolicyComponent::load(engine, bytes).unwrap().compile_time().as_secs_f64() * 1e3)
-            .collect();
-        ms.sort_by(f64::total_cmp);
-        ms[2]
-    };
+    // Median of 5 compiles each (both cores; no artifact cache).
+    let compile_ms =
+        |engine: &PolicyEngine, bytes: &[u8]| median_compile(engine, bytes, 5).as_secs_f64() * 1e3;
     for (name, bytes) in [("Rust guest", DEFAULT_POLICY), ("C guest", DEFAULT_POLICY_C)] {
         let (cranelift, winch) = (compile_ms(engine, bytes), compile_ms(&winch, bytes));
         println!("| {name} | {} bytes | {cranelift:.2} ms | {winch:.2} ms |", bytes.len());

@@ -239,3 +239,13 @@ impl ScoreOnly {
         scorer.score(&call, &mut self.costs)
     }
 }
+
+/// The median of `n` compiles of `bytes` by `engine` (`PolicyComponent::load`: validation,
+/// compile and our checks; an engine without an artifact cache compiles every time).
+pub fn median_compile(engine: &switchyard::PolicyEngine, bytes: &[u8], n: usize) -> std::time::Duration {
+    let mut took: Vec<_> = (0..n.max(1))
+        .map(|_| switchyard::PolicyComponent::load(engine, bytes).expect("compiles").compile_time())
+        .collect();
+    took.sort();
+    took[took.len() / 2]
+}

@@ -12,7 +12,8 @@
 //!    instance or a fresh one). Beside them, in the same run, one tenant alone: the
 //!    single-tenant warm figure the warm selections are compared with.
 //!    Then every version evicted again and each tenant selected once: cold again, from
-//!    artifacts the server checked before (no digest computed again).
+//!    artifacts the server checked before (no digest computed again); then each once more
+//!    (warm), with the service's own selection time of those two rounds beside.
 //! 3. The server restarted on that data dir: time to listening, to the first selection
 //!    answered (of the tenant whose version loads last), and to every version loaded
 //!    (versions load in the background after start-up).
@@ -118,13 +119,8 @@ fn main() {
 
     // 2. Every version evicted; then selections: the single tenant first, then every
     // tenant at random, then the single tenant again (its figure is the median of both).
-    let evicting = Instant::now();
     let client = Client::new(&server);
-    // (With `compiler = "tiered"` a tier-up makes versions cold too: so counted by what
-    // is loaded, not by evictions.)
-    while versions_loaded(&client) > 0.0 && evicting.elapsed() < EVICT_AFTER * 4 {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until_cold(&client);
     let evicted = tenants as f64 - versions_loaded(&client);
     let rss_evicted = rss_mib(server.pid());
     let loads_before = load_buckets(&client);
@@ -139,10 +135,7 @@ fn main() {
 
     // 2b. Every version evicted again, then each tenant selected once: cold again, but
     // now from artifacts this server checked before (their digests are not computed again).
-    let evicting = Instant::now();
-    while versions_loaded(&client) > 0.0 && evicting.elapsed() < EVICT_AFTER * 4 {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until_cold(&client);
     let loads_before = load_buckets(&client);
     let inside_before = inside_buckets(&client);
     let cold_again = select_each_once(&server, &tokens);
@@ -187,12 +180,8 @@ fn main() {
         pair(&cold, 1e3, "µs")
     );
     println!(
-        "| of which versions loaded in the server within 0.1 / 0.25 / 0.5 / 1 ms / longer | {:.0} / {:.0} / {:.0} / {:.0} / {:.0} |",
-        loads[0],
-        loads[1] - loads[0],
-        loads[2] - loads[1],
-        loads[3] - loads[2],
-        loads[4] - loads[3]
+        "| of which versions loaded in the server within 0.1 / 0.25 / 0.5 / 1 ms / longer | {} |",
+        per_bucket(&loads)
     );
     println!(
         "| cold again (every version evicted a second time; artifacts checked before), p50 / p99 ({}) | {} |",
@@ -200,12 +189,8 @@ fn main() {
         pair(&cold_again, 1e3, "µs")
     );
     println!(
-        "| of which versions loaded in the server within 0.1 / 0.25 / 0.5 / 1 ms / longer | {:.0} / {:.0} / {:.0} / {:.0} / {:.0} |",
-        loads_again[0],
-        loads_again[1] - loads_again[0],
-        loads_again[2] - loads_again[1],
-        loads_again[3] - loads_again[2],
-        loads_again[4] - loads_again[3]
+        "| of which versions loaded in the server within 0.1 / 0.25 / 0.5 / 1 ms / longer | {} |",
+        per_bucket(&loads_again)
     );
     println!(
         "| then each tenant once more (loaded: warm), p50 / p99 ({}) | {} |",
@@ -231,6 +216,16 @@ fn main() {
     println!("| RSS of the restarted server, then | {} MiB |", restarted.rss_mib);
 }
 
+/// Waits until no version is loaded (every one evicted), at most four eviction periods.
+/// (With `compiler = "tiered"` a tier-up makes versions cold too: so counted by what is
+/// loaded, not by evictions.)
+fn wait_until_cold(client: &Client) {
+    let evicting = Instant::now();
+    while versions_loaded(client) > 0.0 && evicting.elapsed() < EVICT_AFTER * 4 {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Versions loaded now, across tenants (`switchyard_versions_loaded`).
 fn versions_loaded(client: &Client) -> f64 {
     client
@@ -242,8 +237,8 @@ fn versions_loaded(client: &Client) -> f64 {
 }
 
 /// The server's version loads so far (component and configure, as
-/// `switchyard_version_load_seconds` counts them), cumulative: within 0.25, 0.5 and 1 ms,
-/// and all.
+/// `switchyard_version_load_seconds` counts them), cumulative: within 0.1, 0.25, 0.5 and
+/// 1 ms, and all.
 fn load_buckets(client: &Client) -> [f64; 5] {
     let series = "switchyard_version_load_seconds_bucket{le=";
     let bucket = |le: &str| client.try_metric(&format!("{series}\"{le}\"}}")).unwrap_or(0.0);
@@ -270,6 +265,20 @@ fn inside_buckets(client: &Client) -> Vec<f64> {
         }
     }
     sums
+}
+
+/// Cumulative buckets as the count in each: "a / b / c …".
+fn per_bucket(cumulative: &[f64]) -> String {
+    let mut below = 0.0;
+    let counts: Vec<String> = cumulative
+        .iter()
+        .map(|&n| {
+            let count = n - below;
+            below = n;
+            format!("{count:.0}")
+        })
+        .collect();
+    counts.join(" / ")
 }
 
 fn delta(after: &[f64], before: &[f64]) -> Vec<f64> {

@@ -223,10 +223,9 @@ impl ArtifactCache {
             Ok(file) => file,
             Err(e) => return self.unopened(&path, e),
         };
-        // Taken before the digest, and judged settled then: a change while the digest is
-        // computed stamps a later `ctime`.
+        // Taken before the digest (and judged settled then, below): a change while the
+        // digest is computed stamps a later `ctime`.
         let identity = Identity::of(&file);
-        let remember = identity.filter(Identity::settled);
         if let Some(identity) = identity
             && self.checked().get(&path) == Some(&identity)
         {
@@ -238,6 +237,7 @@ impl ArtifactCache {
                 return Some(component);
             }
         }
+        let remember = identity.filter(Identity::settled);
         let mapped = match MappedFile::new(file, MAX_ARTIFACT_BYTES) {
             Ok(mapped) => mapped,
             Err(e) => return self.unopened(&path, e),
