@@ -12,7 +12,8 @@
 //! candidates), `select-native` / `select-guest` / `select-guest-c` (full selection, 1,024 workers; the
 //! last the C default policy);
 //! `trap` (every call panics: trap + fresh instance), `fresh` (the default policy, a fresh
-//! instance per call), `fresh-many N K` (as `fresh`, cycling over K distinct components);
+//! instance per call), `fresh-many N K [busy]` (as `fresh`, cycling over K distinct components;
+//! `busy`: another thread spins meanwhile, and the TLB shootdowns a round are printed);
 //! all three print the median time to a fresh instance ready. `compile N [c] [winch]`
 //! prints the median compile of the default policy (or its C version). `code <file> [c]` writes the
 //! default policy's (or its C version's) compiled code (an ELF object) for `objdump -d`.
@@ -108,6 +109,10 @@ fn main() {
             // so with K over the pool's 4 slots a slot is always one another component
             // used last, as in a server whose cold selections are of many tenants'
             // components. `fresh` is the same loop on the default policy alone.
+            // `busy` (anywhere after N): another thread of the process spins meanwhile, as
+            // a server's other threads run on its other cores; then every change to the
+            // process's mappings (an image mapped into a slot, a memory reset) interrupts
+            // that core to flush its TLB. The rounds' TLB shootdowns are printed.
             let kinds: u8 = match scenario.as_str() {
                 "fresh" => 1,
                 _ => args.get(2).and_then(|k| k.parse().ok()).unwrap_or(8),
@@ -126,7 +131,18 @@ fn main() {
                 })
                 .collect();
             let mut call = ScoreOnly::new(64, &templates[0]);
+            let busy = args.iter().any(|a| a == "busy");
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let spinner = busy.then(|| {
+                let stop = std::sync::Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            });
             let mut ready = Vec::with_capacity(iterations as usize);
+            let shootdowns = tlb_shootdowns();
             let started = std::time::Instant::now();
             for i in 0..iterations {
                 let mut scorer = templates[i as usize % templates.len()].sibling();
@@ -134,6 +150,11 @@ fn main() {
                 ready.push(scorer.stats().last_instantiation());
             }
             let per_round = started.elapsed() / iterations.max(1) as u32;
+            let shootdowns = tlb_shootdowns().zip(shootdowns).map(|(after, before)| after - before);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(spinner) = spinner {
+                spinner.join().expect("the spinning thread");
+            }
             ready.sort();
             if let Some(median) = ready.get(ready.len() / 2) {
                 eprintln!(
@@ -173,4 +194,12 @@ fn main() {
         }
         other => panic!("unknown scenario {other:?}"),
     }
+}
+
+/// The TLB shootdowns the kernel has counted on all cores (`/proc/interrupts`, Linux).
+fn tlb_shootdowns() -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/interrupts").ok()?;
+    let row = table.lines().find(|l| l.trim_start().starts_with("TLB:"))?;
+    // "TLB: <one count per core> TLB shootdowns"
+    Some(row.split_whitespace().skip(1).map_while(|n| n.parse::<u64>().ok()).sum())
 }

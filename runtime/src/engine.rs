@@ -22,7 +22,7 @@ pub enum Budget {
     /// loop headers and function entries. Cheaper than fuel, but load-dependent.
     Epoch,
     /// Both, the default: fuel decides deterministically, and the deadline is the
-    /// backstop for what fuel does not count (bulk memory operations, host stalls).
+    /// backstop for what fuel does not count (host stalls, page faults).
     #[default]
     Both,
     /// No CPU bound. Only for benchmarks of the bound's own cost; never for tenants.
@@ -112,7 +112,9 @@ pub struct Limits {
     pub budget: Budget,
     /// Fuel for a call regardless of batch size. 2,000,000: about 0.1 ms of a plain wasm
     /// loop here (derived from `--bench hostile`'s calibration, 8.53 ms for 186M fuel);
-    /// covers `configure` parsing JSON and a start function's setup.
+    /// covers `configure` parsing JSON, a start function's setup, and copying the data
+    /// segments into a new instance (a bulk copy, which wasmtime charges 1 fuel a byte:
+    /// ~2 MB of data fit).
     pub fuel_base: u64,
     /// Extra fuel per unit of work the host passes: per candidate row and per prefix hash.
     /// 20,000 is an estimate of ample room, not a measurement: the default policy's loop
@@ -270,6 +272,12 @@ pub(crate) struct PerComponent {
     pub(crate) tables: u32,
 }
 
+/// How much of a dropped instance's table is zeroed in place rather than decommitted:
+/// one page. At most one page per table slot ever used stays resident, whatever a guest
+/// grows its table to: with two table slots per instance slot, ≤ 8 KiB per instance slot
+/// (~81 MiB at the service's default pool of 10,305: 64 selections, 10,240 idle, 1 compile).
+const TABLE_KEEP_RESIDENT_BYTES: usize = 4096;
+
 /// The caps of [`PerComponent`].
 pub(crate) const PER_COMPONENT: PerComponent = PerComponent { core_instances: 4, memories: 1, tables: 2 };
 
@@ -312,6 +320,15 @@ impl PolicyEngine {
         config.epoch_interruption(limits.budget.uses_epoch());
         config.max_wasm_stack(limits.max_wasm_stack_bytes);
         config.memory_reservation(limits.memory_reservation_bytes);
+        // A linear memory starts as a copy of the data segments, not as a copy-on-write
+        // mapping of an image. With an image, each first write to a data page is a
+        // copy-on-write fault that flushes the old mapping from every core running one of
+        // our threads (an interrupt each), and an instance in a slot another component
+        // used last maps its image again. In a server's process, whose other cores run its
+        // other threads, a fresh instance of the default policy was ready in 65–70 µs with
+        // the image and 35 µs without (BENCHMARKS.md, "TLB shootdowns"); our guests' data
+        // segments are a few KiB to copy, and the copy is charged to the guest's fuel.
+        config.memory_init_cow(false);
         // Four frames: the innermost locate a trap for the tenant (the fault message lists
         // their offsets). Capturing and symbolising wasmtime's default 20 was ~47 % of the
         // instructions of recovering from a trap; with 4, recovery took 79 µs, not 91
@@ -332,7 +349,11 @@ impl PolicyEngine {
             .max_memories_per_component(PER_COMPONENT.memories)
             .max_tables_per_component(PER_COMPONENT.tables)
             .max_memory_size(limits.max_memory_bytes)
-            .table_elements(limits.max_table_elements);
+            .table_elements(limits.max_table_elements)
+            // A dropped instance's table is zeroed in place up to one page (512 elements;
+            // our guests' tables are far smaller), not given back with `madvise`, which
+            // flushes the TLB of every core running one of our threads.
+            .table_keep_resident(TABLE_KEEP_RESIDENT_BYTES);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine =
             Engine::new(&config).map_err(|e| anyhow::anyhow!("configuring the wasmtime engine: {e:#}"))?;

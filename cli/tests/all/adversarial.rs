@@ -174,7 +174,7 @@ fn a_configure_that_spins_is_stopped_at_load() {
 }
 
 #[test]
-fn a_huge_data_segment_is_too_large_or_over_the_memory_limit() {
+fn a_huge_data_segment_is_too_large_over_the_memory_limit_or_out_of_fuel_to_copy() {
     assert!(hostile::HUGE_DATA.len() > 5 << 20, "the data segment is in the file");
     assert_refused(engine(), hostile::HUGE_DATA, LoadErrorKind::TooLarge, None);
     // Allowed through the size check, it still cannot fit a 4 MiB memory.
@@ -182,8 +182,13 @@ fn a_huge_data_segment_is_too_large_or_over_the_memory_limit() {
         engine_with(Limits { max_component_bytes: 16 << 20, max_memory_bytes: 4 << 20, ..Limits::default() });
     let message = assert_refused(&engine, hostile::HUGE_DATA, LoadErrorKind::TooLarge, None);
     assert!(message.contains("over the memory or table limits"), "{message}");
-    // With room for it, it is an ordinary (if fat) policy.
-    let roomy = engine_with(Limits { max_component_bytes: 16 << 20, ..Limits::default() });
+    // Allowed through both, its data is copied into each new instance (not mapped), a
+    // copy charged to its own fuel: 5 MiB is over the default base of 2,000,000.
+    let sized = engine_with(Limits { max_component_bytes: 16 << 20, ..Limits::default() });
+    assert_refused(&sized, hostile::HUGE_DATA, LoadErrorKind::InstantiateFailed, Some(FaultKind::Fuel));
+    // With room and fuel for it, it is an ordinary (if fat) policy.
+    let roomy =
+        engine_with(Limits { max_component_bytes: 16 << 20, fuel_base: 8 << 20, ..Limits::default() });
     let (table, request) = sample();
     let guest =
         GuestScorer::new("huge", PolicyComponent::load(&roomy, hostile::HUGE_DATA).unwrap(), "{}").unwrap();
