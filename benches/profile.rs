@@ -14,7 +14,7 @@
 //! `trap` (every call panics: trap + fresh instance), `fresh` (the default policy, a fresh
 //! instance per call), `fresh-many N K [busy]` (as `fresh`, cycling over K distinct components;
 //! `busy`: another thread spins meanwhile, and the TLB shootdowns a round are printed);
-//! all three print the median time to a fresh instance ready. `compile N [c] [winch]`
+//! all three print the median time to a fresh instance ready. `compile N [c | FILE.wasm] [winch]`
 //! prints the median compile of the default policy (or its C version). `code <file> [c]` writes the
 //! default policy's (or its C version's) compiled code (an ELF object) for `objdump -d`.
 
@@ -162,14 +162,23 @@ fn main() {
                      whole round (instance, call, drop) {per_round:?}"
                 );
             }
+            if let Some(n) = shootdowns {
+                eprintln!(
+                    "TLB shootdowns (all cores, all processes) a round: {:.2}",
+                    n as f64 / iterations as f64
+                );
+            }
         }
         "compile" => {
-            // `compile N [c] [winch]`: compiles the default policy (or its C version) N
-            // times, with Cranelift or Winch, and prints the median.
-            let bytes = if args.iter().any(|a| a == "c") {
-                switchyard_test_guests::DEFAULT_POLICY_C
-            } else {
-                default.component
+            // `compile N [c | FILE.wasm] [winch]`: compiles the default policy (its C
+            // version, or any component file) N times, with Cranelift or Winch, and prints
+            // the median.
+            let file = args.iter().find(|a| a.ends_with(".wasm"));
+            let read = file.map(|f| std::fs::read(f).expect("reads the component"));
+            let bytes = match (&read, args.iter().any(|a| a == "c")) {
+                (Some(read), _) => read.as_slice(),
+                (None, true) => switchyard_test_guests::DEFAULT_POLICY_C,
+                (None, false) => default.component,
             };
             let compiler = if args.iter().any(|a| a == "winch") {
                 switchyard::Compiler::Winch
