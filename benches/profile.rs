@@ -14,7 +14,9 @@
 //! `trap` (every call panics: trap + fresh instance), `fresh` (the default policy, a fresh
 //! instance per call), `fresh-many N K [busy]` (as `fresh`, cycling over K distinct components;
 //! `busy`: another thread spins meanwhile, and the TLB shootdowns a round are printed);
-//! all three print the median time to a fresh instance ready. `compile N [c | FILE.wasm] [winch]`
+//! all three print the median time to a fresh instance ready. `load-cached N [K] [FILE.wasm] [busy]`
+//! prints the median and p99 load of a component from the artifact cache (as an evicted
+//! version's is, its digest known), cycling over K distinct ones. `compile N [c | FILE.wasm] [winch]`
 //! prints the median compile of the default policy (or its C version). `code <file> [c]` writes the
 //! default policy's (or its C version's) compiled code (an ELF object) for `objdump -d`.
 
@@ -113,17 +115,17 @@ fn main() {
             // a server's other threads run on its other cores; then every change to the
             // process's mappings (an image mapped into a slot, a memory reset) interrupts
             // that core to flush its TLB. The rounds' TLB shootdowns are printed.
-            let kinds: u8 = match scenario.as_str() {
+            let kinds: u32 = match scenario.as_str() {
                 "fresh" => 1,
                 _ => args.get(2).and_then(|k| k.parse().ok()).unwrap_or(8),
             };
             let templates: Vec<GuestScorer> = (0..kinds)
                 .map(|tag| {
-                    let mut bytes = default.component.to_vec();
-                    if scenario == "fresh-many" {
-                        // A custom section (id 0, 3 bytes): the name "p", one byte of payload.
-                        bytes.extend_from_slice(&[0, 3, 1, b'p', tag]);
-                    }
+                    let bytes = if scenario == "fresh-many" {
+                        distinct(default.component, tag)
+                    } else {
+                        default.component.to_vec()
+                    };
                     let component = PolicyComponent::load(&engine, &bytes).expect("loads");
                     GuestScorer::new("fresh", component, r#"{"prefill_load_scale": 1.5}"#)
                         .expect("instantiates")
@@ -131,16 +133,7 @@ fn main() {
                 })
                 .collect();
             let mut call = ScoreOnly::new(64, &templates[0]);
-            let busy = args.iter().any(|a| a == "busy");
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let spinner = busy.then(|| {
-                let stop = std::sync::Arc::clone(&stop);
-                std::thread::spawn(move || {
-                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        std::hint::spin_loop();
-                    }
-                })
-            });
+            let spinner = Spinner::start_if(args.iter().any(|a| a == "busy"));
             let mut ready = Vec::with_capacity(iterations as usize);
             let shootdowns = tlb_shootdowns();
             let started = std::time::Instant::now();
@@ -151,10 +144,7 @@ fn main() {
             }
             let per_round = started.elapsed() / iterations.max(1) as u32;
             let shootdowns = tlb_shootdowns().zip(shootdowns).map(|(after, before)| after - before);
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            if let Some(spinner) = spinner {
-                spinner.join().expect("the spinning thread");
-            }
+            drop(spinner);
             ready.sort();
             if let Some(median) = ready.get(ready.len() / 2) {
                 eprintln!(
@@ -165,6 +155,62 @@ fn main() {
             if let Some(n) = shootdowns {
                 eprintln!(
                     "TLB shootdowns (all cores, all processes) a round: {:.2}",
+                    n as f64 / iterations as f64
+                );
+            }
+        }
+        "load-cached" => {
+            // `load-cached N [K] [FILE.wasm] [busy]`: loads the default policy (or FILE)
+            // from the artifact cache
+            // (as a version evicted and selected again does: mapped, its digest known from
+            // an earlier load) N times, cycling over K distinct components (8 unless
+            // given), each dropped before the next; prints the median load. `busy`:
+            // another thread spins meanwhile (see `fresh-many`).
+            let dir = std::env::temp_dir().join(format!("switchyard-profile-cache-{}", std::process::id()));
+            let cache = switchyard::ArtifactCache::open(&dir).expect("opens the cache");
+            let engine = PolicyEngine::new(Limits { max_instances: 4, ..Limits::default() })
+                .expect("engine")
+                .with_artifact_cache(cache);
+            let kinds: u32 = args.get(2).and_then(|k| k.parse().ok()).unwrap_or(8);
+            let file = args.iter().find(|a| a.ends_with(".wasm"));
+            let read = file.map(|f| std::fs::read(f).expect("reads the component"));
+            let original = read.as_deref().unwrap_or(default.component);
+            let components: Vec<(String, usize)> = (0..kinds)
+                .map(|tag| {
+                    let bytes = distinct(original, tag);
+                    let loaded = PolicyComponent::load(&engine, &bytes).expect("compiles and caches");
+                    (loaded.digest().to_string(), bytes.len())
+                })
+                .collect();
+            // The artifacts settle (the cache remembers a file's digest only once its last
+            // change is a second old), then each is loaded once: from here on a load skips
+            // the digest, as a server's load of a version evicted and selected again does.
+            std::thread::sleep(std::time::Duration::from_millis(1_100));
+            for (digest, size) in &components {
+                drop(PolicyComponent::load_cached(&engine, digest, *size));
+            }
+            let spinner = Spinner::start_if(args.iter().any(|a| a == "busy"));
+            let shootdowns = tlb_shootdowns();
+            let mut took = Vec::with_capacity(iterations as usize);
+            for i in 0..iterations as usize {
+                let (digest, size) = &components[i % components.len()];
+                let started = std::time::Instant::now();
+                let loaded = PolicyComponent::load_cached(&engine, digest, *size)
+                    .expect("in the cache")
+                    .expect("loads");
+                took.push(started.elapsed());
+                drop(black_box(loaded));
+            }
+            let shootdowns = tlb_shootdowns().zip(shootdowns).map(|(after, before)| after - before);
+            drop(spinner);
+            let _ = std::fs::remove_dir_all(&dir);
+            took.sort();
+            if let (Some(p50), Some(p99)) = (took.get(took.len() / 2), took.get(took.len() * 99 / 100)) {
+                eprintln!("load from the artifact cache: median {p50:?}, p99 {p99:?}");
+            }
+            if let Some(n) = shootdowns {
+                eprintln!(
+                    "TLB shootdowns (all cores, all processes) a load: {:.2}",
                     n as f64 / iterations as f64
                 );
             }
@@ -211,4 +257,46 @@ fn tlb_shootdowns() -> Option<u64> {
     let row = table.lines().find(|l| l.trim_start().starts_with("TLB:"))?;
     // "TLB: <one count per core> TLB shootdowns"
     Some(row.split_whitespace().skip(1).map_while(|n| n.parse::<u64>().ok()).sum())
+}
+
+/// `bytes` with a custom section appended whose payload is `tag`: the same policy, other
+/// bytes (so another component to compile, cache and load).
+fn distinct(bytes: &[u8], tag: u32) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    // Custom section (id 0) of 6 bytes: its name "p" (length 1), then the tag.
+    out.extend_from_slice(&[0, 6, 1, b'p']);
+    out.extend_from_slice(&tag.to_le_bytes());
+    out
+}
+
+/// Another thread of this process spinning until dropped, when `busy`: as a server's other
+/// threads run on its other cores, so that every change to the process's mappings
+/// interrupts that core to flush its TLB.
+struct Spinner {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Spinner {
+    fn start_if(busy: bool) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = busy.then(|| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        });
+        Self { stop, thread }
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("the spinning thread");
+        }
+    }
 }

@@ -10,7 +10,8 @@
 //!    drawn uniformly at random; a tenant's first is "cold" (its version evicted: loaded
 //!    again from the compiled cache and configured), the others "warm" (loaded; an idle
 //!    instance or a fresh one). Beside them, in the same run, one tenant alone: the
-//!    single-tenant warm figure the warm selections are compared with.
+//!    single-tenant warm figure the warm selections are compared with, and requests
+//!    that do no work (`GET /healthz`): the HTTP round trip alone, on the same threads.
 //!    Then every version evicted again and each tenant selected once: cold again, from
 //!    artifacts the server checked before (no digest computed again); then each once more
 //!    (warm), with the service's own selection time of those two rounds beside.
@@ -44,7 +45,7 @@ use rand_core::{RngCore, SeedableRng};
 use serde_json::json;
 use switchyard_test_guests::DEFAULT_POLICY;
 
-use crate::server::{ADMIN, Client, Server, serve_command, temp_dir, variant, write_config};
+use crate::server::{ADMIN, Body, Client, Server, serve_command, temp_dir, variant, write_config};
 use crate::stats::quantile;
 
 /// Every write a tenant makes here is one upload and one assignment; the service's
@@ -125,8 +126,10 @@ fn main() {
     let rss_evicted = rss_mib(server.pid());
     let loads_before = load_buckets(&client);
     let single_before = select_one(&server, &tokens[0], 0, 2_000);
+    let mut round_trip = round_trips(&server, 2_000);
     let (cold, warm) = select_random(&server, &tokens, selections);
     let single_after = select_one(&server, &tokens[0], 0, 2_000);
+    round_trip.extend(round_trips(&server, 2_000));
     let rss_selections = rss_mib(server.pid());
     let loads = delta(&load_buckets(&client), &loads_before);
     let metrics_bytes = Client::new(&server).metrics().len();
@@ -206,6 +209,11 @@ fn main() {
     println!("| warm selection, p50 / p99 ({}) | {} |", warm.len(), pair(&warm, 1e3, "µs"));
     println!("| single tenant warm, p50 / p99 ({}) | {} |", single.len(), pair(&single, 1e3, "µs"));
     println!("| warm p50 / single-tenant p50 | {:.2} |", quantile(&warm, 0.5) / quantile(&single, 0.5));
+    println!(
+        "| the HTTP round trip alone (`GET /healthz`, same 2 threads), p50 / p99 ({}) | {} |",
+        round_trip.len(),
+        pair(&round_trip, 1e3, "µs")
+    );
     println!("| restart: listening after | {:.2} s |", restarted.listening.as_secs_f64());
     println!(
         "| restart: first selection answered after (versions loaded then) | {:.2} s ({}) |",
@@ -335,16 +343,34 @@ fn timed_select(client: &Client, token: &str, i: usize) -> f64 {
 
 /// `n` selections of tenant `i` alone, from 2 threads; their times (ms).
 fn select_one(server: &Server, token: &str, i: usize, n: usize) -> Vec<f64> {
+    from_two_threads(server, n, |client| timed_select(client, token, i))
+}
+
+/// `n` requests that do no work (`GET /healthz`), from 2 threads; their times (ms): the
+/// HTTP round trip alone, beside which the selections' times are read.
+fn round_trips(server: &Server, n: usize) -> Vec<f64> {
+    from_two_threads(server, n, |client| {
+        let started = Instant::now();
+        let (status, _) = client.call("GET", "/healthz", None, Body::None);
+        let took = started.elapsed().as_secs_f64();
+        assert_eq!(status, 200, "/healthz");
+        took
+    })
+}
+
+/// `n` requests made by `request` (which times one, in seconds) from 2 threads, each with
+/// its own connection; their times (ms).
+fn from_two_threads(server: &Server, n: usize, request: impl Fn(&Client) -> f64 + Sync) -> Vec<f64> {
     std::thread::scope(|s| {
         let threads: Vec<_> = (0..2)
             .map(|_| {
                 s.spawn(|| {
                     let client = Client::new(server);
-                    (0..n / 2).map(|_| timed_select(&client, token, i) * 1e3).collect::<Vec<_>>()
+                    (0..n / 2).map(|_| request(&client) * 1e3).collect::<Vec<_>>()
                 })
             })
             .collect();
-        threads.into_iter().flat_map(|t| t.join().expect("a selecting thread")).collect()
+        threads.into_iter().flat_map(|t| t.join().expect("a requesting thread")).collect()
     })
 }
 
