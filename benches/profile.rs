@@ -16,7 +16,8 @@
 //! `busy`: another thread spins meanwhile, and the TLB shootdowns a round are printed);
 //! all three print the median time to a fresh instance ready. `load-cached N [K] [FILE.wasm] [busy]`
 //! prints the median and p99 load of a component from the artifact cache (as an evicted
-//! version's is, its digest known), cycling over K distinct ones. `compile N [c | FILE.wasm] [winch]`
+//! version's is, its digest known), cycling over K distinct ones. `idle-rss K` prints the
+//! resident memory of an idle default-policy instance. `compile N [c | FILE.wasm] [winch]`
 //! prints the median compile of the default policy (or its C version). `code <file> [c]` writes the
 //! default policy's (or its C version's) compiled code (an ELF object) for `objdump -d`.
 
@@ -159,6 +160,34 @@ fn main() {
                 );
             }
         }
+        "idle-rss" => {
+            // `idle-rss K`: K instances of the default policy (with parameters), each
+            // after one 64-candidate call, kept alive as a server keeps idle ones; prints
+            // the resident memory they added, per instance (`/proc/self/status`).
+            let kept: usize = args.get(1).and_then(|k| k.parse().ok()).unwrap_or(1_000);
+            let engine = PolicyEngine::new(Limits { max_instances: kept as u32 + 4, ..Limits::default() })
+                .expect("engine");
+            let component = PolicyComponent::load(&engine, default.component).expect("loads");
+            let template =
+                GuestScorer::new("idle", component, r#"{"prefill_load_scale": 1.5}"#).expect("instantiates");
+            let mut call = ScoreOnly::new(64, &template);
+            let before = resident_kib();
+            let idle: Vec<GuestScorer> = (0..kept)
+                .map(|_| {
+                    let mut scorer = template.sibling();
+                    call.run(&mut scorer);
+                    scorer
+                })
+                .collect();
+            if let (Some(before), Some(after)) = (before, resident_kib()) {
+                eprintln!(
+                    "{kept} idle instances: resident memory +{} KiB, {:.1} KiB each",
+                    after - before,
+                    (after - before) as f64 / kept as f64
+                );
+            }
+            drop(black_box(idle));
+        }
         "load-cached" => {
             // `load-cached N [K] [FILE.wasm] [busy]`: loads the default policy (or FILE)
             // from the artifact cache
@@ -299,4 +328,11 @@ impl Drop for Spinner {
             thread.join().expect("the spinning thread");
         }
     }
+}
+
+/// This process's resident memory, KiB (`VmRSS` of `/proc/self/status`, Linux).
+fn resident_kib() -> Option<i64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    line.trim().strip_suffix("kB")?.trim().parse().ok()
 }

@@ -7,7 +7,7 @@
 //! before it.
 //!
 //! Counted slots alone do not bound memory: an idle instance keeps whatever its guest
-//! touched (~35 KiB for the default policy, up to `max_memory_bytes` for a guest that
+//! touched (~38 KiB for the default policy, up to `max_memory_bytes` for a guest that
 //! fills its memory). So the idle instances are also shed, longest idle first, while the
 //! process's resident memory is over `idle_rss_limit_mb`, and none is kept until it is
 //! back under (read at most every [`RSS_CHECK_EVERY`]): however much memory guests touch,
