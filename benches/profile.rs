@@ -28,6 +28,7 @@ use std::hint::black_box;
 use common::{IMPORTS, NOOP, ScoreOnly, median_compile, switchyard_fixture};
 use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 use switchyard_builtins as builtin;
+use switchyard_test_guests::variant;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
@@ -123,7 +124,7 @@ fn main() {
             let templates: Vec<GuestScorer> = (0..kinds)
                 .map(|tag| {
                     let bytes = if scenario == "fresh-many" {
-                        distinct(default.component, tag)
+                        variant(default.component, tag)
                     } else {
                         default.component.to_vec()
                     };
@@ -134,9 +135,8 @@ fn main() {
                 })
                 .collect();
             let mut call = ScoreOnly::new(64, &templates[0]);
-            let spinner = Spinner::start_if(args.iter().any(|a| a == "busy"));
+            let watch = Watch::start(&args);
             let mut ready = Vec::with_capacity(iterations as usize);
-            let shootdowns = tlb_shootdowns();
             let started = std::time::Instant::now();
             for i in 0..iterations {
                 let mut scorer = templates[i as usize % templates.len()].sibling();
@@ -144,8 +144,7 @@ fn main() {
                 ready.push(scorer.stats().last_instantiation());
             }
             let per_round = started.elapsed() / iterations.max(1) as u32;
-            let shootdowns = tlb_shootdowns().zip(shootdowns).map(|(after, before)| after - before);
-            drop(spinner);
+            let shootdowns = watch.stop();
             ready.sort();
             if let Some(median) = ready.get(ready.len() / 2) {
                 eprintln!(
@@ -153,12 +152,7 @@ fn main() {
                      whole round (instance, call, drop) {per_round:?}"
                 );
             }
-            if let Some(n) = shootdowns {
-                eprintln!(
-                    "TLB shootdowns (all cores, all processes) a round: {:.2}",
-                    n as f64 / iterations as f64
-                );
-            }
+            print_shootdowns(shootdowns, iterations, "a round");
         }
         "idle-rss" => {
             // `idle-rss K`: K instances of the default policy (with parameters), each
@@ -201,12 +195,11 @@ fn main() {
                 .expect("engine")
                 .with_artifact_cache(cache);
             let kinds: u32 = args.get(2).and_then(|k| k.parse().ok()).unwrap_or(8);
-            let file = args.iter().find(|a| a.ends_with(".wasm"));
-            let read = file.map(|f| std::fs::read(f).expect("reads the component"));
+            let read = file_arg(&args);
             let original = read.as_deref().unwrap_or(default.component);
             let components: Vec<(String, usize)> = (0..kinds)
                 .map(|tag| {
-                    let bytes = distinct(original, tag);
+                    let bytes = variant(original, tag);
                     let loaded = PolicyComponent::load(&engine, &bytes).expect("compiles and caches");
                     (loaded.digest().to_string(), bytes.len())
                 })
@@ -218,8 +211,7 @@ fn main() {
             for (digest, size) in &components {
                 drop(PolicyComponent::load_cached(&engine, digest, *size));
             }
-            let spinner = Spinner::start_if(args.iter().any(|a| a == "busy"));
-            let shootdowns = tlb_shootdowns();
+            let watch = Watch::start(&args);
             let mut took = Vec::with_capacity(iterations as usize);
             for i in 0..iterations as usize {
                 let (digest, size) = &components[i % components.len()];
@@ -230,26 +222,19 @@ fn main() {
                 took.push(started.elapsed());
                 drop(black_box(loaded));
             }
-            let shootdowns = tlb_shootdowns().zip(shootdowns).map(|(after, before)| after - before);
-            drop(spinner);
+            let shootdowns = watch.stop();
             let _ = std::fs::remove_dir_all(&dir);
             took.sort();
             if let (Some(p50), Some(p99)) = (took.get(took.len() / 2), took.get(took.len() * 99 / 100)) {
                 eprintln!("load from the artifact cache: median {p50:?}, p99 {p99:?}");
             }
-            if let Some(n) = shootdowns {
-                eprintln!(
-                    "TLB shootdowns (all cores, all processes) a load: {:.2}",
-                    n as f64 / iterations as f64
-                );
-            }
+            print_shootdowns(shootdowns, iterations, "a load");
         }
         "compile" => {
             // `compile N [c | FILE.wasm] [winch]`: compiles the default policy (its C
             // version, or any component file) N times, with Cranelift or Winch, and prints
             // the median.
-            let file = args.iter().find(|a| a.ends_with(".wasm"));
-            let read = file.map(|f| std::fs::read(f).expect("reads the component"));
+            let read = file_arg(&args);
             let bytes = match (&read, args.iter().any(|a| a == "c")) {
                 (Some(read), _) => read.as_slice(),
                 (None, true) => switchyard_test_guests::DEFAULT_POLICY_C,
@@ -288,28 +273,20 @@ fn tlb_shootdowns() -> Option<u64> {
     Some(row.split_whitespace().skip(1).map_while(|n| n.parse::<u64>().ok()).sum())
 }
 
-/// `bytes` with a custom section appended whose payload is `tag`: the same policy, other
-/// bytes (so another component to compile, cache and load).
-fn distinct(bytes: &[u8], tag: u32) -> Vec<u8> {
-    let mut out = bytes.to_vec();
-    // Custom section (id 0) of 6 bytes: its name "p" (length 1), then the tag.
-    out.extend_from_slice(&[0, 6, 1, b'p']);
-    out.extend_from_slice(&tag.to_le_bytes());
-    out
-}
-
-/// Another thread of this process spinning until dropped, when `busy`: as a server's other
-/// threads run on its other cores, so that every change to the process's mappings
-/// interrupts that core to flush its TLB.
-struct Spinner {
+/// What a timed loop is watched for: while it runs, another thread of this process spins
+/// (with `busy`), as a server's other threads run on its other cores, so that every change
+/// to the process's mappings interrupts that core to flush its TLB; and the TLB
+/// shootdowns counted meanwhile.
+struct Watch {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    spinner: Option<std::thread::JoinHandle<()>>,
+    shootdowns: Option<u64>,
 }
 
-impl Spinner {
-    fn start_if(busy: bool) -> Self {
+impl Watch {
+    fn start(args: &[String]) -> Self {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let thread = busy.then(|| {
+        let spinner = args.iter().any(|a| a == "busy").then(|| {
             let stop = std::sync::Arc::clone(&stop);
             std::thread::spawn(move || {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -317,17 +294,35 @@ impl Spinner {
                 }
             })
         });
-        Self { stop, thread }
+        Self { stop, spinner, shootdowns: tlb_shootdowns() }
+    }
+
+    /// Stops the spinning thread; the TLB shootdowns since [`Watch::start`], where Linux
+    /// counts them.
+    fn stop(mut self) -> Option<u64> {
+        let shootdowns = tlb_shootdowns().zip(self.shootdowns).map(|(after, before)| after - before);
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(spinner) = self.spinner.take() {
+            spinner.join().expect("the spinning thread");
+        }
+        shootdowns
     }
 }
 
-impl Drop for Spinner {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            thread.join().expect("the spinning thread");
-        }
+/// Prints the TLB shootdowns `counted` over `n` of `what` (a round, a load).
+fn print_shootdowns(counted: Option<u64>, n: u64, what: &str) {
+    if let Some(counted) = counted {
+        eprintln!(
+            "TLB shootdowns (all cores, all processes) {what}: {:.2}",
+            counted as f64 / n.max(1) as f64
+        );
     }
+}
+
+/// The component file named among `args` (the first ending in `.wasm`), read.
+fn file_arg(args: &[String]) -> Option<Vec<u8>> {
+    let file = args.iter().find(|a| a.ends_with(".wasm"))?;
+    Some(std::fs::read(file).expect("reads the component"))
 }
 
 /// This process's resident memory, KiB (`VmRSS` of `/proc/self/status`, Linux).

@@ -91,8 +91,7 @@ fn fresh_instance(c: &mut Criterion) {
     });
     // Two components of one engine (different bytes: a custom section appended).
     let engine = PolicyEngine::new(Limits { budget: Budget::Fuel, ..Limits::default() }).expect("engine");
-    let mut other = default_policy().to_vec();
-    other.extend_from_slice(&[0, 4, 3, b'x', b'y', b'z']);
+    let other = switchyard_test_guests::variant(default_policy(), 1);
     let templates: Vec<GuestScorer> = [default_policy(), &other[..]]
         .iter()
         .map(|bytes| {
@@ -109,13 +108,12 @@ fn fresh_instance(c: &mut Criterion) {
     });
     // More modules than the pool has slots, in turn: a slot's last module is never the
     // next one's (what `serve` sees with thousands of tenants' versions), so each
-    // instantiation maps another module's memory image into its slot.
+    // instantiation lands in a slot another module used last.
     let engine = PolicyEngine::new(Limits { budget: Budget::Fuel, max_instances: 8, ..Limits::default() })
         .expect("engine");
-    let templates: Vec<GuestScorer> = (0..24u8)
+    let templates: Vec<GuestScorer> = (0..24)
         .map(|i| {
-            let mut bytes = default_policy().to_vec();
-            bytes.extend_from_slice(&[0, 4, 3, b'x', b'y', i]);
+            let bytes = switchyard_test_guests::variant(default_policy(), i);
             let component = PolicyComponent::load(&engine, &bytes).expect("loads");
             GuestScorer::new("bench", component, params).expect("instantiates").sibling()
         })

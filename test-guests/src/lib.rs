@@ -79,3 +79,19 @@ pub mod hostile {
     /// The iloop guest's core module, not wrapped as a component.
     pub const CORE_MODULE: &[u8] = out_dir_file!("adversarial_core_module.wasm");
 }
+
+/// `bytes` with a custom section appended carrying `tag`: the same policy, other bytes
+/// (another sha256, so another version to upload or another component to compile, cache
+/// and load). Custom sections are allowed anywhere in a component.
+pub fn variant(bytes: &[u8], tag: u32) -> Vec<u8> {
+    let name = b"switchyard-test";
+    let payload = tag.to_le_bytes();
+    let mut section = vec![name.len() as u8];
+    section.extend_from_slice(name);
+    section.extend_from_slice(&payload);
+    let mut out = bytes.to_vec();
+    out.push(0); // custom section id
+    out.push(section.len() as u8); // < 128: one LEB128 byte
+    out.extend_from_slice(&section);
+    out
+}

@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+pub use switchyard_test_guests::variant;
 
 /// The admin token the test servers run with (set through `SWITCHYARD_ADMIN_TOKEN`).
 pub const ADMIN: &str = "test-admin-token";
@@ -296,21 +297,6 @@ impl Client {
     pub fn select(&self, token: &str, tenant: &str, class: Option<&str>) -> (u16, Value) {
         self.call("POST", "/v1/select", Some(token), Body::Json(select_body(tenant, class)))
     }
-}
-
-/// `bytes` with a custom section appended: the same policy, a different sha256 (so a
-/// different version). Custom sections are allowed anywhere in a component.
-pub fn variant(bytes: &[u8], tag: u32) -> Vec<u8> {
-    let name = b"switchyard-test";
-    let payload = tag.to_le_bytes();
-    let mut section = vec![name.len() as u8];
-    section.extend_from_slice(name);
-    section.extend_from_slice(&payload);
-    let mut out = bytes.to_vec();
-    out.push(0); // custom section id
-    out.push(section.len() as u8); // < 128: one LEB128 byte
-    out.extend_from_slice(&section);
-    out
 }
 
 /// The sample request as the service takes it: plus tenant and class.
