@@ -58,6 +58,8 @@ static inline __attribute__((always_inline)) uint32_t saturating_sub(uint32_t a,
     return a > b ? a - b : 0;
 }
 
+static inline __attribute__((always_inline)) uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
 /* Four rows a vector step, two steps interleaved (what the Rust guests are built with):
  * four u32 rows load with one `v128.load`, where two rows (clang's choice for f64) load
  * with `v128.load64_zero`, which Cranelift lowers through a general register. */
@@ -68,39 +70,45 @@ static inline __attribute__((always_inline)) uint32_t saturating_sub(uint32_t a,
 typedef struct rows {
     const uint32_t *restrict pf, *restrict dev, *restrict host, *restrict disk, *restrict cached,
         *restrict decode, *restrict requests;
-    double block_size, request_blocks;
+    double block_size, per_block, request_blocks;
     uint32_t isl, min_pf;
 } rows;
 
+/* tokens / B. When B is a power of two (`exact`), 1/B is exact and tokens · (1/B) is the
+ * same real number as tokens / B, rounded once the same way: bit-identical, and a
+ * multiplication where a division would be the loop's slowest instruction. */
+static inline __attribute__((always_inline)) double blocks(const rows *r, double tokens, bool exact) {
+    return exact ? tokens * r->per_block : tokens / r->block_size;
+}
+
 /* c · decay_w · dev_w + h · host_w + k · disk_w; without decay c · 1.0 is c exactly. */
 static inline __attribute__((always_inline)) double credit(const struct parameters *q, const rows *r,
-                                                           size_t i, bool decays) {
+                                                           size_t i, bool decays, bool exact) {
     double device = q->credit;
     if (decays) {
-        double excess = (double)saturating_sub(r->pf[i], r->min_pf) / r->block_size;
+        double excess = blocks(r, (double)saturating_sub(r->pf[i], r->min_pf), exact);
         double decay = 1.0 / (1.0 + q->decay * (excess / r->request_blocks));
         device = q->credit * decay;
     }
     return device * (double)r->dev[i] + q->host * (double)r->host[i] + q->disk * (double)r->disk[i];
 }
 
-/* One loop per (pool, decay) case, each straight-line arithmetic that vectorises. */
+/* One loop per (pool, decay, exact) case, each straight-line arithmetic that vectorises. */
 static inline __attribute__((always_inline)) void score_rows(const rows *r, size_t n, double *restrict costs,
-                                                             bool decode, bool decays) {
+                                                             bool decode, bool decays, bool exact) {
     const struct parameters q = p;
     WIDE_LOOP
     for (size_t i = 0; i < n; i++) {
-        double cr = credit(&q, r, i, decays);
+        double cr = credit(&q, r, i, decays, exact);
         double decode_blocks = (double)r->decode[i];
         double request_cost = q.request * (double)r->requests[i];
         if (decode) {
             costs[i] = positive_part(decode_blocks - cr) + request_cost;
         } else {
-            /* (pf + max(isl − cached, 0)) + cached, summed in this order as Dynamo does. */
-            uint32_t cached = r->cached[i];
-            double raw =
-                ((double)r->pf[i] + (double)saturating_sub(r->isl, cached)) + (double)cached;
-            double prefill_blocks = positive_part(raw / r->block_size - cr);
+            /* Dynamo's (pf + max(isl − cached, 0)) + cached is pf + max(isl, cached): the
+             * terms are integers below 2^53, which doubles add exactly in any order. */
+            double raw = (double)r->pf[i] + (double)max_u32(r->isl, r->cached[i]);
+            double prefill_blocks = positive_part(blocks(r, raw, exact) - cr);
             costs[i] = q.scale * prefill_blocks + decode_blocks + request_cost;
         }
     }
@@ -111,7 +119,7 @@ static void score_untracked(const rows *r, size_t n, double *restrict costs) {
     const struct parameters q = p;
     WIDE_LOOP
     for (size_t i = 0; i < n; i++) {
-        double cr = credit(&q, r, i, false);
+        double cr = credit(&q, r, i, false, false);
         double request_cost = q.request * (double)r->requests[i];
         costs[i] = q.scale * positive_part(0.0 - cr) + (double)r->decode[i] + request_cost;
     }
@@ -125,17 +133,21 @@ bool sy_score(const sy_request *req, const sy_candidates *c, double *costs, sy_e
     size_t n = c->len;
     rows r = {c->active_prefill_tokens, c->device_overlap_blocks, c->host_overlap_blocks,
               c->disk_overlap_blocks, c->cached_tokens, c->decode_blocks, c->active_requests,
-              (double)req->block_size, (double)(req->request_blocks > 1 ? req->request_blocks : 1),
-              req->prompt_tokens, 0};
+              (double)req->block_size, 1.0 / (double)req->block_size,
+              (double)(req->request_blocks > 1 ? req->request_blocks : 1), req->prompt_tokens, 0};
+    bool exact = req->block_size != 0 && (req->block_size & (req->block_size - 1)) == 0; /* a power of two */
     if (decays && n) {
         r.min_pf = r.pf[0];
         for (size_t i = 1; i < n; i++)
             if (r.pf[i] < r.min_pf) r.min_pf = r.pf[i];
     }
-    if (decode && decays) score_rows(&r, n, costs, true, true);
-    else if (decode) score_rows(&r, n, costs, true, false);
-    else if (tracks_prefill && decays) score_rows(&r, n, costs, false, true);
-    else if (tracks_prefill) score_rows(&r, n, costs, false, false);
+    if (decode && decays && exact) score_rows(&r, n, costs, true, true, true);
+    else if (decode && decays) score_rows(&r, n, costs, true, true, false);
+    else if (decode) score_rows(&r, n, costs, true, false, false);
+    else if (tracks_prefill && decays && exact) score_rows(&r, n, costs, false, true, true);
+    else if (tracks_prefill && decays) score_rows(&r, n, costs, false, true, false);
+    else if (tracks_prefill && exact) score_rows(&r, n, costs, false, false, true);
+    else if (tracks_prefill) score_rows(&r, n, costs, false, false, false);
     else score_untracked(&r, n, costs);
     if (!req->is_pinned && c->preferred_multiplier) {
         const double *restrict m = c->preferred_multiplier;

@@ -127,18 +127,23 @@ impl Policy for DefaultPolicy {
         let k = Constants {
             p,
             block_size: f64::from(facts.block_size),
+            per_block: 1.0 / f64::from(facts.block_size),
             request_blocks: f64::from(facts.request_blocks.max(1)),
             isl: facts.prompt_tokens,
             min_pf: if decays { rows.pf.iter().copied().min().unwrap_or(0) } else { 0 },
         };
         // Every branch is decided once per batch: each specialisation's loop body is
         // straight-line arithmetic, which vectorises natively and with +simd128.
-        match (decode_branch, tracks_prefill, decays) {
-            (true, _, true) => score_rows::<true, true>(&k, &rows, costs),
-            (true, _, false) => score_rows::<true, false>(&k, &rows, costs),
-            (false, true, true) => score_rows::<false, true>(&k, &rows, costs),
-            (false, true, false) => score_rows::<false, false>(&k, &rows, costs),
-            (false, false, _) => score_rows_untracked(&k, &rows, costs),
+        let exact = facts.block_size.is_power_of_two();
+        match (decode_branch, tracks_prefill, decays, exact) {
+            (true, _, true, true) => score_rows::<true, true, true>(&k, &rows, costs),
+            (true, _, true, false) => score_rows::<true, true, false>(&k, &rows, costs),
+            (true, _, false, _) => score_rows::<true, false, false>(&k, &rows, costs),
+            (false, true, true, true) => score_rows::<false, true, true>(&k, &rows, costs),
+            (false, true, true, false) => score_rows::<false, true, false>(&k, &rows, costs),
+            (false, true, false, true) => score_rows::<false, false, true>(&k, &rows, costs),
+            (false, true, false, false) => score_rows::<false, false, false>(&k, &rows, costs),
+            (false, false, _, _) => score_rows_untracked(&k, &rows, costs),
         }
         if let (None, Some(multipliers)) = (facts.pinned, candidates.preferred_multiplier()) {
             for (cost, m) in costs.iter_mut().zip(multipliers) {
@@ -153,6 +158,8 @@ impl Policy for DefaultPolicy {
 struct Constants<'a> {
     p: &'a Parameters,
     block_size: f64,
+    /// 1 / B: exact when B is a power of two (see [`Constants::blocks`]).
+    per_block: f64,
     request_blocks: f64,
     isl: u32,
     min_pf: u32,
@@ -192,12 +199,20 @@ fn positive_part(x: f64) -> f64 {
 }
 
 impl Constants<'_> {
+    /// tokens / B. When B is a power of two (`EXACT`), 1/B is exact and `tokens · (1/B)`
+    /// is the same real number as `tokens / B`, rounded once the same way: bit-identical,
+    /// and a multiplication where a division would be the loop's slowest instruction.
+    #[inline(always)]
+    fn blocks<const EXACT: bool>(&self, tokens: f64) -> f64 {
+        if EXACT { tokens * self.per_block } else { tokens / self.block_size }
+    }
+
     /// c · decay_w: the device credit per cached block. Without decay it is c for
     /// everyone (c · 1.0 is c exactly), which keeps the common loop free of divisions.
     #[inline(always)]
-    fn device_credit<const DECAYS: bool>(&self, pf: u32) -> f64 {
+    fn device_credit<const DECAYS: bool, const EXACT: bool>(&self, pf: u32) -> f64 {
         if DECAYS {
-            let excess = f64::from(pf.saturating_sub(self.min_pf)) / self.block_size;
+            let excess = self.blocks::<EXACT>(f64::from(pf.saturating_sub(self.min_pf)));
             let decay = 1.0 / (1.0 + self.p.overlap_score_credit_decay * (excess / self.request_blocks));
             self.p.overlap_score_credit * decay
         } else {
@@ -206,27 +221,31 @@ impl Constants<'_> {
     }
 
     #[inline(always)]
-    fn credit<const DECAYS: bool>(&self, r: &Rows<'_>, i: usize) -> f64 {
-        self.device_credit::<DECAYS>(r.pf[i]) * f64::from(r.dev[i])
+    fn credit<const DECAYS: bool, const EXACT: bool>(&self, r: &Rows<'_>, i: usize) -> f64 {
+        self.device_credit::<DECAYS, EXACT>(r.pf[i]) * f64::from(r.dev[i])
             + self.p.host_cache_hit_weight * f64::from(r.host[i])
             + self.p.disk_cache_hit_weight * f64::from(r.disk[i])
     }
 }
 
 /// The aggregated or prefill pool (`DECODE` false), or the decode pool with credit.
-fn score_rows<const DECODE: bool, const DECAYS: bool>(k: &Constants<'_>, r: &Rows<'_>, costs: &mut [f64]) {
+fn score_rows<const DECODE: bool, const DECAYS: bool, const EXACT: bool>(
+    k: &Constants<'_>,
+    r: &Rows<'_>,
+    costs: &mut [f64],
+) {
     let p = k.p;
     for (i, cost) in costs.iter_mut().enumerate() {
-        let credit = k.credit::<DECAYS>(r, i);
+        let credit = k.credit::<DECAYS, EXACT>(r, i);
         let decode_blocks = f64::from(r.decode[i]);
         let request_cost = p.decode_active_request_weight * f64::from(r.requests[i]);
         *cost = if DECODE {
             positive_part(decode_blocks - credit) + request_cost
         } else {
-            // (pf + max(isl − cached, 0)) + cached, summed in this order as Dynamo does.
-            let uncached = k.isl.saturating_sub(r.cached[i]);
-            let raw_prefill_tokens = (f64::from(r.pf[i]) + f64::from(uncached)) + f64::from(r.cached[i]);
-            let prefill_blocks = positive_part(raw_prefill_tokens / k.block_size - credit);
+            // Dynamo's (pf + max(isl − cached, 0)) + cached is pf + max(isl, cached): the
+            // terms are integers below 2^53, which f64 adds exactly in any order.
+            let raw_prefill_tokens = f64::from(r.pf[i]) + f64::from(k.isl.max(r.cached[i]));
+            let prefill_blocks = positive_part(k.blocks::<EXACT>(raw_prefill_tokens) - credit);
             p.prefill_load_scale * prefill_blocks + decode_blocks + request_cost
         };
     }
@@ -236,7 +255,7 @@ fn score_rows<const DECODE: bool, const DECAYS: bool>(k: &Constants<'_>, r: &Row
 fn score_rows_untracked(k: &Constants<'_>, r: &Rows<'_>, costs: &mut [f64]) {
     let p = k.p;
     for (i, cost) in costs.iter_mut().enumerate() {
-        let credit = k.credit::<false>(r, i);
+        let credit = k.credit::<false, false>(r, i);
         let decode_blocks = f64::from(r.decode[i]);
         let request_cost = p.decode_active_request_weight * f64::from(r.requests[i]);
         *cost = p.prefill_load_scale * positive_part(0.0 - credit) + decode_blocks + request_cost;

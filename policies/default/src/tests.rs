@@ -109,3 +109,94 @@ fn parameters_have_dynamo_defaults_and_errors_name_the_field() {
     assert!(DefaultPolicy::configure("[1]").is_err());
     assert!(DefaultPolicy::configure("not json").is_err());
 }
+
+/// Dynamo's formula as the module docs write it, one row at a time, with its divisions and
+/// its sum order: what the vectorised loops must equal bit for bit.
+fn reference(p: &Parameters, f: &RequestFacts, case: &Case, row: usize) -> f64 {
+    let b = f64::from(f.block_size);
+    let col = |c: Column| case[c][row];
+    let credit_of = |decay: f64| {
+        p.overlap_score_credit * decay * f64::from(col(Column::DeviceOverlapBlocks))
+            + p.host_cache_hit_weight * f64::from(col(Column::HostOverlapBlocks))
+            + p.disk_cache_hit_weight * f64::from(col(Column::DiskOverlapBlocks))
+    };
+    let decode = f64::from(col(Column::DecodeBlocks));
+    let requests = p.decode_active_request_weight * f64::from(col(Column::ActiveRequests));
+    let tracks_prefill = f.pool != Pool::Decode;
+    let decay = if tracks_prefill && p.overlap_score_credit_decay > 0.0 {
+        let min_pf = case[Column::ActivePrefillTokens].iter().copied().min().unwrap();
+        let excess = f64::from(col(Column::ActivePrefillTokens) - min_pf) / b;
+        1.0 / (1.0 + p.overlap_score_credit_decay * (excess / f64::from(f.request_blocks.max(1))))
+    } else {
+        1.0
+    };
+    let credit = credit_of(decay);
+    let max0 = |x: f64| if x > 0.0 { x } else { 0.0 };
+    if f.pool == Pool::Decode && p.overlap_score_credit > 0.0 {
+        return max0(decode - credit) + requests;
+    }
+    let prefill = if tracks_prefill {
+        let cached = col(Column::CachedTokens);
+        let uncached = f.prompt_tokens.saturating_sub(cached);
+        let raw = (f64::from(col(Column::ActivePrefillTokens)) + f64::from(uncached)) + f64::from(cached);
+        max0(raw / b - credit)
+    } else {
+        max0(0.0 - credit)
+    };
+    p.prefill_load_scale * prefill + decode + requests
+}
+
+#[test]
+fn costs_equal_dynamos_formula_bit_for_bit_for_every_block_size() {
+    // The loops multiply by 1/B when B is a power of two (exact) and add pf + max(isl,
+    // cached) in one step: both must round exactly as the formula's divisions and sums.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let params = [
+        "{}",
+        r#"{"overlap_score_credit_decay": 0.7, "decode_active_request_weight": 0.3}"#,
+        r#"{"overlap_score_credit": 0.4, "prefill_load_scale": 1.7, "host_cache_hit_weight": 0.1}"#,
+    ];
+    let mut checked = 0;
+    for block_size in [1, 2, 7, 16, 24, 64, 100, 1 << 20, 1 << 31, 3_000_000_001] {
+        for pool in [Pool::Aggregated, Pool::Prefill, Pool::Decode] {
+            for json in params {
+                let n = 37;
+                let mut case = Case::new(n);
+                // Small values (ties, cached above and below the prompt) and huge ones.
+                for column in Column::ALL.into_iter().skip(1) {
+                    case[column] = (0..n)
+                        .map(|_| if next() % 2 == 0 { (next() % 5_000) as u32 } else { next() as u32 })
+                        .collect();
+                }
+                let prompt_tokens = if next() % 2 == 0 { (next() % 5_000) as u32 } else { next() as u32 };
+                let facts = RequestFacts {
+                    prompt_tokens,
+                    block_size,
+                    request_blocks: prompt_tokens.div_ceil(block_size),
+                    expected_output_tokens: None,
+                    pinned: None,
+                    pool,
+                    seed: 0,
+                };
+                let policy = DefaultPolicy::configure(json).unwrap();
+                let costs = costs_of(case.clone(), json, facts);
+                for (row, cost) in costs.iter().enumerate() {
+                    let expected = reference(policy.parameters(), &facts, &case, row);
+                    assert_eq!(
+                        cost.to_bits(),
+                        expected.to_bits(),
+                        "B {block_size}, {pool:?}, {json}, row {row}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 10 * 3 * 3 * 37);
+}
