@@ -96,6 +96,7 @@ pub struct Candidates<'a> {
     /// Indexed by `Column as usize`; empty where the group is not declared.
     columns: [&'a [u32]; Column::COUNT],
     preferred_multiplier: Option<&'a [f64]>,
+    groups: InputGroups,
 }
 
 /// The columns given to [`Candidates::new`] do not line up.
@@ -142,20 +143,57 @@ impl<'a> Candidates<'a> {
                 found: columns.packed.len(),
             });
         }
-        let m = columns.preferred_multiplier.len();
-        if m != 0 && (m != n || !groups.contains(InputGroups::AFFINITY)) {
-            let expected = if groups.contains(InputGroups::AFFINITY) { n } else { 0 };
-            return Err(ColumnLengthError { column: "preferred-multiplier", expected, found: m });
-        }
         let mut sliced: [&'a [u32]; Column::COUNT] = [&[]; Column::COUNT];
         for (i, column) in Column::present(groups).enumerate() {
             sliced[column as usize] = &columns.packed[i * n..(i + 1) * n];
         }
+        Self::from_columns(columns.worker_ids, sliced, columns.preferred_multiplier, groups)
+    }
+
+    /// The same view from columns that lie apart (a host that reads its callers' buffers
+    /// in place): `columns` indexed by `Column as usize`, each column of `groups` one row
+    /// per worker id; the others are ignored. Multipliers are one per row or none.
+    pub fn from_columns(
+        worker_ids: &'a [u64],
+        columns: [&'a [u32]; Column::COUNT],
+        preferred_multiplier: &'a [f64],
+        groups: InputGroups,
+    ) -> Result<Self, ColumnLengthError> {
+        let n = worker_ids.len();
+        let mut kept: [&'a [u32]; Column::COUNT] = [&[]; Column::COUNT];
+        for column in Column::present(groups) {
+            let rows = columns[column as usize];
+            if rows.len() != n {
+                return Err(ColumnLengthError { column: column.name(), expected: n, found: rows.len() });
+            }
+            kept[column as usize] = rows;
+        }
+        let m = preferred_multiplier.len();
+        if m != 0 && (m != n || !groups.contains(InputGroups::AFFINITY)) {
+            let expected = if groups.contains(InputGroups::AFFINITY) { n } else { 0 };
+            return Err(ColumnLengthError { column: "preferred-multiplier", expected, found: m });
+        }
         Ok(Self {
-            worker_ids: columns.worker_ids,
-            columns: sliced,
-            preferred_multiplier: (m != 0).then_some(columns.preferred_multiplier),
+            worker_ids,
+            columns: kept,
+            preferred_multiplier: (m != 0).then_some(preferred_multiplier),
+            groups,
         })
+    }
+
+    /// The input groups whose columns this view holds.
+    pub fn groups(&self) -> InputGroups {
+        self.groups
+    }
+
+    /// The columns of [`Candidates::groups`], in wire order: what one packed list carries.
+    pub fn present_columns(&self) -> impl Iterator<Item = &'a [u32]> + '_ {
+        Column::present(self.groups).map(|c| self.columns[c as usize])
+    }
+
+    /// The worker and rank of `row`.
+    pub fn worker_rank(&self, row: usize) -> crate::WorkerRank {
+        crate::WorkerRank { worker_id: self.worker_ids[row], dp_rank: self.dp_ranks()[row] }
     }
 
     /// Number of candidates.
@@ -254,5 +292,30 @@ mod tests {
         assert_eq!((e.column, e.expected, e.found), ("preferred-multiplier", 0, 2));
         let view = Candidates::new(multipliers, InputGroups::AFFINITY).unwrap();
         assert_eq!(view.preferred_multiplier(), Some(&[1.0, 0.5][..]));
+    }
+
+    #[test]
+    fn columns_that_lie_apart_give_the_packed_view_and_a_short_one_is_named() {
+        let ids = [7u64, 9];
+        let packed = [0, 1, 10, 11, 20, 21, 30, 31];
+        let from_packed = Candidates::new(
+            Columns { worker_ids: &ids, packed: &packed, preferred_multiplier: &[] },
+            InputGroups::LOAD,
+        )
+        .unwrap();
+        let mut apart: [&[u32]; Column::COUNT] = [&[]; Column::COUNT];
+        apart[Column::DpRank as usize] = &packed[0..2];
+        apart[Column::ActivePrefillTokens as usize] = &packed[2..4];
+        apart[Column::DecodeBlocks as usize] = &packed[4..6];
+        apart[Column::ActiveRequests as usize] = &packed[6..8];
+        // A column of an undeclared group is not part of the view.
+        apart[Column::CachedTokens as usize] = &packed[0..2];
+        let view = Candidates::from_columns(&ids, apart, &[], InputGroups::LOAD).unwrap();
+        assert_eq!(format!("{view:?}"), format!("{from_packed:?}"));
+        assert_eq!(view.present_columns().flatten().copied().collect::<Vec<_>>(), packed);
+        assert_eq!(view.worker_rank(1), crate::WorkerRank { worker_id: 9, dp_rank: 1 });
+        apart[Column::DecodeBlocks as usize] = &packed[4..5];
+        let e = Candidates::from_columns(&ids, apart, &[], InputGroups::LOAD).unwrap_err();
+        assert_eq!((e.column, e.expected, e.found), ("decode-blocks", 2, 1));
     }
 }

@@ -11,8 +11,8 @@ use wasmtime::component::{ComponentExportIndex, ComponentType, Func, Instance, L
 use wasmtime::{Store, StoreLimitsBuilder, Trap};
 
 use crate::component::{ExportIndices, LoadError, LoadErrorKind, PolicyComponent, WORLD};
-use crate::empty_list::EmptyList;
 use crate::engine::{Limits, PER_COMPONENT, WorkUnits};
+use crate::lists::{EmptyList, PackedColumns};
 use crate::selection::{Call, Fault, FaultKind, Scorer};
 
 use crate::host::{HostState, wit};
@@ -25,14 +25,14 @@ const MAX_LIFTED_MESSAGE_BYTES: usize = 4 << 10;
 /// Longest error message kept from a guest, bytes.
 const MESSAGE_BYTES: usize = 1 << 10;
 
-/// The `candidates` record, lowered straight from the host's column buffers (borrowed,
-/// so the only copy is the one into guest memory; one guest `realloc` per non-empty list).
+/// The `candidates` record, lowered straight from the host's columns (borrowed, so the
+/// only copy is the one into guest memory; one guest `realloc` per non-empty list).
 #[derive(ComponentType, Lower)]
 #[component(record)]
 struct CandidatesRef<'a> {
     #[component(name = "worker-id")]
     worker_id: EmptyList<'a, u64>,
-    columns: EmptyList<'a, u32>,
+    columns: PackedColumns<'a>,
     #[component(name = "preferred-multiplier")]
     preferred_multiplier: EmptyList<'a, f64>,
 }
@@ -453,13 +453,13 @@ fn facts_abi(request: &crate::selection::SelectionRequest) -> wit::RequestFacts 
     }
 }
 
-fn candidates_abi<'a>(call: &'a Call<'_>) -> CandidatesRef<'a> {
-    let c = call.columns.columns();
-    CandidatesRef {
-        worker_id: EmptyList(c.worker_ids),
-        columns: EmptyList(c.packed),
-        preferred_multiplier: EmptyList(c.preferred_multiplier),
-    }
+fn candidates_abi<'a>(call: &'a Call<'_>) -> Result<CandidatesRef<'a>, Fault> {
+    let view = call.columns.view().map_err(|e| Fault::new(FaultKind::InvalidOutput, e.to_string()))?;
+    Ok(CandidatesRef {
+        worker_id: EmptyList(view.worker_ids()),
+        columns: PackedColumns(view),
+        preferred_multiplier: EmptyList(view.preferred_multiplier().unwrap_or_default()),
+    })
 }
 
 impl Scorer for GuestScorer {
@@ -472,7 +472,7 @@ impl Scorer for GuestScorer {
     }
 
     fn score(&mut self, call: &Call<'_>, costs: &mut Vec<f64>) -> Result<(), Fault> {
-        let params = (facts_abi(call.request), candidates_abi(call));
+        let params = (facts_abi(call.request), candidates_abi(call)?);
         let allowance = self.component.engine().limits().fuel_for(work_units(call));
         // At most one cost per candidate is lifted: a longer list is refused uncopied.
         let answer_bytes = call.columns.len().saturating_mul(size_of::<f64>());
@@ -497,7 +497,7 @@ impl Scorer for GuestScorer {
     }
 
     fn filter(&mut self, call: &Call<'_>, keep: &mut Vec<bool>) -> Result<(), Fault> {
-        let params = (facts_abi(call.request), candidates_abi(call));
+        let params = (facts_abi(call.request), candidates_abi(call)?);
         let allowance = self.component.engine().limits().fuel_for(work_units(call));
         let answer_bytes = call.columns.len();
         let out = self.with_live(call, allowance, answer_bytes, |live| {

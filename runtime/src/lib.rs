@@ -7,18 +7,19 @@
 //! - [`guard`]: fault containment: fail-open/closed, the quarantine breaker, counters
 //!   (the fallback comes from outside: `switchyard-builtins` gives the native default).
 //! - [`guest`]: a component instance as a [`selection::Scorer`].
-//! - `empty_list`: a `list` parameter lowered without a guest call when empty.
+//! - `lists`: how the candidates' lists are lowered (an empty one without a guest call; the
+//!   packed columns gathered from separate buffers in one allocation).
 //! - `host`: the contract's bindings, a Store's state, and the metered imports.
 //! - [`selection`]: the wasmtime-free core this host builds on (the `switchyard-selection`
 //!   crate, re-exported): columns → scorers → validated costs → picker, and the wire types.
 
 pub mod cache;
 pub mod component;
-mod empty_list;
 pub mod engine;
 pub mod guard;
 pub mod guest;
 mod host;
+mod lists;
 
 pub use switchyard_selection as selection;
 

@@ -1,22 +1,31 @@
-//! A `list<T>` parameter that costs no guest call when it is empty.
+//! How the candidates' lists are lowered into a guest.
 //!
-//! The canonical ABI lowers every list by calling the guest's `realloc` for its bytes,
-//! zero bytes included: a host → guest call of its own (~480 instructions in wasmtime
-//! 50, a third of an empty `score` call, callgrind `benches/profile.rs empty`). Every
-//! `score` call passes three lists, and the taint multipliers are empty whenever no
-//! preference applies. A `realloc` asked for zero bytes has nothing to allocate: the
-//! bindings both SDKs generate (wit-bindgen's Rust runtime and its C generator) answer
-//! it with the alignment itself as the pointer and free a list only when its length is
-//! non-zero. So an empty list is lowered as exactly that pointer, `(align, 0)`, without
-//! the call; a guest reads nothing through it whatever it does with the pointer.
+//! **An empty list costs no guest call.** The canonical ABI lowers every list by calling
+//! the guest's `realloc` for its bytes, zero bytes included: a host → guest call of its
+//! own (~480 instructions in wasmtime 50, a third of an empty `score` call, callgrind
+//! `benches/profile.rs empty`). Every `score` call passes three lists, and the taint
+//! multipliers are empty whenever no preference applies. A `realloc` asked for zero
+//! bytes has nothing to allocate: the bindings both SDKs generate (wit-bindgen's Rust
+//! runtime and its C generator) answer it with the alignment itself as the pointer and
+//! free a list only when its length is non-zero. So an empty list is lowered as exactly
+//! that pointer, `(align, 0)`, without the call; a guest reads nothing through it
+//! whatever it does with the pointer.
 //!
-//! This implements wasmtime's `ComponentType`/`Lower` by hand, through the items its
+//! **The packed columns are one list gathered from columns that lie apart.** The WIT
+//! record carries the declared u32 columns one after another in one `list<u32>`; the
+//! host's columns are separate buffers (the caller's own, read in place, when every slot
+//! is a candidate). [`PackedColumns`] asks the guest for the whole list once and copies
+//! each column into its place: the one copy into guest memory, with no packed copy on the
+//! host first.
+//!
+//! Both implement wasmtime's `ComponentType`/`Lower` by hand, through the items its
 //! derive macros use (`wasmtime::component::__internal`, outside its stability
 //! guarantees): the workspace pins wasmtime's version, and a change of those items
 //! fails to compile here rather than misbehaving.
 
 use std::mem::MaybeUninit;
 
+use switchyard_guest_sdk::Candidates;
 use wasmtime::ValRaw;
 use wasmtime::component::__internal::{CanonicalAbiInfo, InstanceType, InterfaceType, LowerContext};
 use wasmtime::component::{ComponentType, Lower};
@@ -71,12 +80,82 @@ unsafe impl<T: Lower> Lower for EmptyList<'_, T> {
     }
 }
 
+/// The declared u32 columns of `Candidates`, lowered as the one `list<u32>` of the WIT
+/// record (each column after the other, [`Candidates::present_columns`]), without a guest
+/// call when there are none (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PackedColumns<'a>(pub Candidates<'a>);
+
+impl PackedColumns<'_> {
+    /// Asks the guest for the whole list once and copies every column into its place:
+    /// the list's (pointer, length).
+    fn store<U>(&self, cx: &mut LowerContext<'_, U>) -> wasmtime::Result<(usize, usize)> {
+        let len: usize = self.0.present_columns().map(<[u32]>::len).sum();
+        if len == 0 {
+            return Ok((u32::ALIGN32 as usize, 0));
+        }
+        let size = len
+            .checked_mul(u32::SIZE32)
+            .ok_or_else(|| wasmtime::format_err!("size overflow copying the candidates' columns"))?;
+        // `realloc` checks that the guest's answer is aligned and that `size` bytes from
+        // it lie inside its memory; each column below is stored inside that range.
+        let list = cx.realloc(0, 0, u32::ALIGN32, size)?;
+        let mut at = list;
+        for column in self.0.present_columns() {
+            u32::linear_store_list_to_memory(cx, InterfaceType::U32, at, column)?;
+            at += column.len() * u32::SIZE32;
+        }
+        Ok((list, len))
+    }
+}
+
+// SAFETY: the lowered form, ABI and type check are `[u32]`'s own, the list this type is
+// lowered as.
+unsafe impl ComponentType for PackedColumns<'_> {
+    type Lower = [ValRaw; 2];
+    const ABI: CanonicalAbiInfo = <[u32] as ComponentType>::ABI;
+
+    fn typecheck(ty: &InterfaceType, types: &InstanceType<'_>) -> wasmtime::Result<()> {
+        <[u32] as ComponentType>::typecheck(ty, types)
+    }
+}
+
+// SAFETY: the list is allocated by the guest's `realloc` (checked by wasmtime to lie in
+// its memory) and filled by `u32`'s own list store; the pointer pair is written as
+// `[u32]`'s lowering writes it, flat (two 64-bit values) or in memory (two 32-bit words).
+unsafe impl Lower for PackedColumns<'_> {
+    fn linear_lower_to_flat<U>(
+        &self,
+        cx: &mut LowerContext<'_, U>,
+        _ty: InterfaceType,
+        dst: &mut MaybeUninit<Self::Lower>,
+    ) -> wasmtime::Result<()> {
+        let (list, len) = self.store(cx)?;
+        dst.write([ValRaw::i64(list as i64), ValRaw::i64(len as i64)]);
+        Ok(())
+    }
+
+    fn linear_lower_to_memory<U>(
+        &self,
+        cx: &mut LowerContext<'_, U>,
+        _ty: InterfaceType,
+        offset: usize,
+    ) -> wasmtime::Result<()> {
+        let (list, len) = self.store(cx)?;
+        *cx.get::<4>(offset) = u32::try_from(list)?.to_le_bytes();
+        *cx.get::<4>(offset + 4) = u32::try_from(len)?.to_le_bytes();
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use wasmtime::component::{Component, Linker, TypedFunc};
     use wasmtime::{Config, Engine, Store};
 
-    use super::EmptyList;
+    use switchyard_guest_sdk::{Candidates, Column, InputGroups};
+
+    use super::{EmptyList, PackedColumns};
 
     /// A component whose `realloc` counts its calls and hands out address 64; `pointer`
     /// answers the pointer of the list it was given, `reallocs` the calls so far.
@@ -90,7 +169,10 @@ mod tests {
               (i32.const 64))
             (func (export "pointer") (param i32 i32) (result i32) (local.get 0))
             (func (export "inner") (param i32 i32) (result i32) (i32.load (local.get 0)))
-            (func (export "reallocs") (result i32) (global.get $calls)))
+            (func (export "reallocs") (result i32) (global.get $calls))
+            (func (export "at") (param i32 i32 i32) (result i32)
+              (i32.load (i32.add (local.get 0) (i32.shl (local.get 2) (i32.const 2)))))
+            (func (export "len") (param i32 i32) (result i32) (local.get 1)))
           (core instance $i (instantiate $m))
           (func (export "pointer") (param "l" (list u64)) (result u32)
             (canon lift (core func $i "pointer") (memory (core memory $i "memory"))
@@ -99,7 +181,13 @@ mod tests {
             (canon lift (core func $i "inner") (memory (core memory $i "memory"))
               (realloc (core func $i "realloc"))))
           (func (export "reallocs") (result u32)
-            (canon lift (core func $i "reallocs"))))
+            (canon lift (core func $i "reallocs")))
+          (func (export "at") (param "l" (list u32)) (param "i" u32) (result u32)
+            (canon lift (core func $i "at") (memory (core memory $i "memory"))
+              (realloc (core func $i "realloc"))))
+          (func (export "len") (param "l" (list u32)) (result u32)
+            (canon lift (core func $i "len") (memory (core memory $i "memory"))
+              (realloc (core func $i "realloc")))))
     "#;
 
     #[test]
@@ -130,5 +218,47 @@ mod tests {
             instance.get_typed_func(&mut store, "inner").unwrap();
         assert_eq!(nested.call(&mut store, (&[EmptyList(&[])][..],)).unwrap().0, 8);
         assert_eq!(counted.call(&mut store, ()).unwrap().0, 3);
+    }
+
+    #[test]
+    fn packed_columns_are_one_list_of_the_declared_columns_in_wire_order_from_one_realloc() {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).unwrap();
+        let component = Component::new(&engine, wat::parse_str(COUNTING).unwrap()).unwrap();
+        let mut store = Store::new(&engine, ());
+        let instance = Linker::new(&engine).instantiate(&mut store, &component).unwrap();
+        let counted: TypedFunc<(), (u32,)> = instance.get_typed_func(&mut store, "reallocs").unwrap();
+        let at: TypedFunc<(PackedColumns<'_>, u32), (u32,)> =
+            instance.get_typed_func(&mut store, "at").unwrap();
+        let len: TypedFunc<(PackedColumns<'_>,), (u32,)> =
+            instance.get_typed_func(&mut store, "len").unwrap();
+
+        // Columns in separate buffers, one of an undeclared group among them.
+        let ids = [3u64, 8, 9];
+        let mut columns: [&[u32]; Column::COUNT] = [&[]; Column::COUNT];
+        let (ranks, prefill, decode, requests, cached) =
+            ([0, 1, 0], [10, 11, 12], [20, 21, 22], [30, 31, 32], [7, 7, 7]);
+        columns[Column::DpRank as usize] = &ranks;
+        columns[Column::ActivePrefillTokens as usize] = &prefill;
+        columns[Column::DecodeBlocks as usize] = &decode;
+        columns[Column::ActiveRequests as usize] = &requests;
+        columns[Column::CachedTokens as usize] = &cached;
+        let view = Candidates::from_columns(&ids, columns, &[], InputGroups::LOAD).unwrap();
+        let wire = [0, 1, 0, 10, 11, 12, 20, 21, 22, 30, 31, 32];
+        assert_eq!(len.call(&mut store, (PackedColumns(view),)).unwrap().0, 12);
+        for (i, expected) in wire.into_iter().enumerate() {
+            assert_eq!(
+                at.call(&mut store, (PackedColumns(view), i as u32)).unwrap().0,
+                expected,
+                "element {i}"
+            );
+        }
+        // One realloc for each call's whole list (the `len` call and the 12 `at` calls).
+        assert_eq!(counted.call(&mut store, ()).unwrap().0, 13);
+        // No rows: no call into the guest.
+        let empty = Candidates::from_columns(&[], [&[]; Column::COUNT], &[], InputGroups::LOAD).unwrap();
+        assert_eq!(len.call(&mut store, (PackedColumns(empty),)).unwrap().0, 0);
+        assert_eq!(counted.call(&mut store, ()).unwrap().0, 13);
     }
 }

@@ -1,18 +1,26 @@
-//! Candidate columns, materialised per selection into reused buffers.
+//! Candidate columns, materialised per selection into reused buffers, or read in place.
+
+use std::sync::Arc;
 
 use switchyard_guest_sdk::{Candidates, Column, ColumnLengthError, Columns, InputGroups, WorkerRank};
 
-use crate::request::SelectionRequest;
+use crate::request::{SelectionRequest, WorkerInputs};
 use crate::workers::WorkerTable;
 
-/// The candidate columns of one selection, laid out as they cross the guest boundary:
-/// worker ids, the u32 columns of the declared groups packed one after another
-/// ([`Column::present`]), and the multipliers (empty when no preference applies). A
-/// guest call lowers each buffer with one copy; a native policy reads the same buffers.
-/// Buffers are reused across selections, so a steady-state selection allocates nothing.
+/// The candidate columns of one selection: worker ids, the u32 columns of the declared
+/// groups, and the multipliers (empty when no preference applies).
+///
+/// When every slot is a candidate and has a row, in slot order (a router that keeps its
+/// table sends exactly that), the request's own rows are the columns: they are shared, not
+/// copied, and a guest call copies each straight into guest memory. Otherwise eligible rows
+/// are gathered into reused buffers, the u32 columns packed one after another
+/// ([`Column::present`]), so a steady-state selection allocates nothing.
 #[derive(Debug, Default)]
 pub struct ColumnBuffers {
     groups: InputGroups,
+    /// The request's rows, when they are the candidates (the buffers below are then
+    /// unused, the multipliers aside).
+    shared: Option<Arc<WorkerInputs>>,
     worker_id: Vec<u64>,
     packed: Vec<u32>,
     preferred_multiplier: Vec<f64>,
@@ -26,17 +34,15 @@ impl ColumnBuffers {
     /// Fills the columns of `groups` for every eligible slot, in slot order.
     pub fn materialise(&mut self, table: &WorkerTable, request: &SelectionRequest, groups: InputGroups) {
         self.groups = groups;
+        self.shared = None;
         self.worker_id.clear();
         self.packed.clear();
         self.preferred_multiplier.clear();
         let inputs = request.inputs();
         let tainted = groups.contains(InputGroups::AFFINITY) && request.has_preferences();
         if request.is_dense_for(table) {
-            // Every slot is a candidate and has a row: the columns are copies.
-            self.worker_id.extend_from_slice(&inputs.worker_id);
-            for column in Column::present(groups) {
-                self.packed.extend_from_slice(&inputs[column]);
-            }
+            // Every slot is a candidate and has a row: the columns are the request's.
+            self.shared = Some(request.shared_inputs());
             if tainted {
                 self.multipliers(table, request, 0..table.slots().len());
             }
@@ -103,6 +109,13 @@ impl ColumnBuffers {
 
     /// Keeps only the rows where `keep` is true (after a policy's filter).
     pub fn retain(&mut self, keep: &[bool]) {
+        if let Some(inputs) = self.shared.take() {
+            // Shared rows are the caller's: gather them into the buffers first.
+            self.worker_id.extend_from_slice(&inputs.worker_id);
+            for column in Column::present(self.groups) {
+                self.packed.extend_from_slice(&inputs[column]);
+            }
+        }
         let n = self.len();
         let kept = keep.iter().filter(|&&k| k).count();
         // Column by column, moving rows down: a row's new place never lies after its old
@@ -122,37 +135,48 @@ impl ColumnBuffers {
 
     /// Rows (candidates) of the last materialisation.
     pub fn len(&self) -> usize {
-        self.worker_id.len()
+        self.worker_ids().len()
     }
 
     /// Whether there are no rows.
     pub fn is_empty(&self) -> bool {
-        self.worker_id.is_empty()
+        self.len() == 0
     }
 
     /// The worker id column.
     pub fn worker_ids(&self) -> &[u64] {
-        &self.worker_id
+        match &self.shared {
+            Some(inputs) => &inputs.worker_id,
+            None => &self.worker_id,
+        }
     }
 
     /// The (worker, rank) of `row`.
     pub fn worker_rank(&self, row: usize) -> WorkerRank {
-        // `dp-rank` is always the first packed column.
-        WorkerRank { worker_id: self.worker_id[row], dp_rank: self.packed[row] }
+        let dp_rank = match &self.shared {
+            Some(inputs) => inputs[Column::DpRank][row],
+            // `dp-rank` is always the first packed column.
+            None => self.packed[row],
+        };
+        WorkerRank { worker_id: self.worker_ids()[row], dp_rank }
     }
 
-    /// The raw columns, as the guest boundary lowers them.
-    pub fn columns(&self) -> Columns<'_> {
-        Columns {
-            worker_ids: &self.worker_id,
-            packed: &self.packed,
-            preferred_multiplier: &self.preferred_multiplier,
-        }
-    }
-
-    /// The view a native policy reads.
+    /// The view a policy reads, native or (lowered column by column) a guest.
     pub fn view(&self) -> Result<Candidates<'_>, ColumnLengthError> {
-        Candidates::new(self.columns(), self.groups)
+        match &self.shared {
+            Some(inputs) => {
+                let columns = Column::ALL.map(|c| inputs[c].as_slice());
+                Candidates::from_columns(&inputs.worker_id, columns, &self.preferred_multiplier, self.groups)
+            }
+            None => {
+                let columns = Columns {
+                    worker_ids: &self.worker_id,
+                    packed: &self.packed,
+                    preferred_multiplier: &self.preferred_multiplier,
+                };
+                Candidates::new(columns, self.groups)
+            }
+        }
     }
 }
 
@@ -230,7 +254,8 @@ mod tests {
             ..Default::default()
         };
         let merged = columns(&table, allowed);
-        assert_eq!(format!("{:?}", dense.columns()), format!("{:?}", merged.columns()));
+        assert!(dense.shared.is_some() && merged.shared.is_none(), "one path each");
+        assert_eq!(format!("{:?}", dense.view().unwrap()), format!("{:?}", merged.view().unwrap()));
         assert_eq!(dense.worker_ids(), &[1, 2, 2, 5]);
         let multipliers = dense.view().unwrap().preferred_multiplier().unwrap();
         assert_eq!(multipliers[1], (-(0.5f64).tanh()).exp());

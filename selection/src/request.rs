@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use std::ops::{Index, IndexMut};
+use std::sync::Arc;
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
@@ -141,9 +142,10 @@ pub struct SelectionRequest {
     worker_multipliers: Vec<f64>,
     allowed_workers: Option<Vec<u64>>,
     temperature: Option<f64>,
-    inputs: WorkerInputs,
+    /// Shared (not copied) with the selector's columns when its rows are the candidates.
+    inputs: Arc<WorkerInputs>,
     /// The table this request was validated against, if its rows are exactly that
-    /// table's slots in order (the common case): columns are then plain copies.
+    /// table's slots in order (the common case): its rows are then the candidates' columns.
     dense_for: Option<u64>,
 }
 
@@ -243,7 +245,7 @@ impl SelectionRequest {
             worker_multipliers,
             allowed_workers: allowed,
             temperature: options.temperature,
-            inputs,
+            inputs: Arc::new(inputs),
             dense_for: dense.then(|| table.identity()),
         })
     }
@@ -267,6 +269,10 @@ impl SelectionRequest {
     /// The per-worker inputs, normalised (sorted, every column full).
     pub fn inputs(&self) -> &WorkerInputs {
         &self.inputs
+    }
+    /// The same inputs, shared: the candidates' columns when the rows are every slot.
+    pub(super) fn shared_inputs(&self) -> Arc<WorkerInputs> {
+        Arc::clone(&self.inputs)
     }
     /// Whether any preference is set, as taints or as the caller's multipliers (the
     /// `affinity` multipliers then apply).
