@@ -141,10 +141,10 @@ bool sy_score(const sy_request *req, const sy_candidates *c, double *costs, sy_e
         for (size_t i = 1; i < n; i++)
             if (r.pf[i] < r.min_pf) r.min_pf = r.pf[i];
     }
-    if (decode && decays && exact) score_rows(&r, n, costs, true, true, true);
-    else if (decode && decays) score_rows(&r, n, costs, true, true, false);
+    /* Only the common loop (no decay) has a multiplying twin: the decaying ones divide per
+     * row anyway, and each specialisation is code the component ships. */
+    if (decode && decays) score_rows(&r, n, costs, true, true, false);
     else if (decode) score_rows(&r, n, costs, true, false, false);
-    else if (tracks_prefill && decays && exact) score_rows(&r, n, costs, false, true, true);
     else if (tracks_prefill && decays) score_rows(&r, n, costs, false, true, false);
     else if (tracks_prefill && exact) score_rows(&r, n, costs, false, false, true);
     else if (tracks_prefill) score_rows(&r, n, costs, false, false, false);

@@ -134,13 +134,13 @@ impl Policy for DefaultPolicy {
         };
         // Every branch is decided once per batch: each specialisation's loop body is
         // straight-line arithmetic, which vectorises natively and with +simd128.
+        // Only the common loop (no decay) has a multiplying twin: the decaying ones divide
+        // per row anyway, and each specialisation is code a guest ships.
         let exact = facts.block_size.is_power_of_two();
         match (decode_branch, tracks_prefill, decays, exact) {
-            (true, _, true, true) => score_rows::<true, true, true>(&k, &rows, costs),
-            (true, _, true, false) => score_rows::<true, true, false>(&k, &rows, costs),
+            (true, _, true, _) => score_rows::<true, true, false>(&k, &rows, costs),
             (true, _, false, _) => score_rows::<true, false, false>(&k, &rows, costs),
-            (false, true, true, true) => score_rows::<false, true, true>(&k, &rows, costs),
-            (false, true, true, false) => score_rows::<false, true, false>(&k, &rows, costs),
+            (false, true, true, _) => score_rows::<false, true, false>(&k, &rows, costs),
             (false, true, false, true) => score_rows::<false, false, true>(&k, &rows, costs),
             (false, true, false, false) => score_rows::<false, false, false>(&k, &rows, costs),
             (false, false, _, _) => score_rows_untracked(&k, &rows, costs),
