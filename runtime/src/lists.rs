@@ -98,12 +98,18 @@ impl PackedColumns<'_> {
             .checked_mul(u32::SIZE32)
             .ok_or_else(|| wasmtime::format_err!("size overflow copying the candidates' columns"))?;
         // `realloc` checks that the guest's answer is aligned and that `size` bytes from
-        // it lie inside its memory; each column below is stored inside that range.
+        // it lie inside its memory.
         let list = cx.realloc(0, 0, u32::ALIGN32, size)?;
-        let mut at = list;
+        // One view of the guest's memory for every column (each store through wasmtime
+        // looks the memory up again); little-endian words, as the canonical ABI stores
+        // them, which compiles to a copy.
+        let (mut words, _) = cx.as_slice_mut()[list..][..size].as_chunks_mut::<4>();
         for column in self.0.present_columns() {
-            u32::linear_store_list_to_memory(cx, InterfaceType::U32, at, column)?;
-            at += column.len() * u32::SIZE32;
+            let (into, rest) = words.split_at_mut(column.len());
+            for (word, value) in into.iter_mut().zip(column) {
+                *word = value.to_le_bytes();
+            }
+            words = rest;
         }
         Ok((list, len))
     }
@@ -120,9 +126,10 @@ unsafe impl ComponentType for PackedColumns<'_> {
     }
 }
 
-// SAFETY: the list is allocated by the guest's `realloc` (checked by wasmtime to lie in
-// its memory) and filled by `u32`'s own list store; the pointer pair is written as
-// `[u32]`'s lowering writes it, flat (two 64-bit values) or in memory (two 32-bit words).
+// SAFETY: the list is allocated by the guest's `realloc` (wasmtime checks that the range
+// lies in its memory) and filled through a bounds-checked slice of that range; the pointer
+// pair is written as `[u32]`'s lowering writes it, flat (two 64-bit values) or in memory
+// (two 32-bit words).
 unsafe impl Lower for PackedColumns<'_> {
     fn linear_lower_to_flat<U>(
         &self,

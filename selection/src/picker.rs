@@ -11,21 +11,66 @@ use rand_core::{RngCore, SeedableRng};
 /// - `temperature > 0`: softmax over range-normalised costs,
 ///   `p_i ∝ exp(−((c_i − min) / (max − min)) / T)`, uniform if all costs are equal.
 pub fn pick(costs: &[f64], temperature: f64, seed: u64) -> usize {
+    pick_in(costs, &CostRange::of(costs), temperature, seed)
+}
+
+/// [`pick`] with the costs' [`CostRange`] already taken (the selector takes it once, to
+/// check the costs and to pick).
+pub(crate) fn pick_in(costs: &[f64], range: &CostRange, temperature: f64, seed: u64) -> usize {
     debug_assert!(!costs.is_empty());
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     if temperature <= 0.0 {
-        argmin_seeded(costs, &mut rng)
+        argmin_seeded(costs, range.min, &mut rng)
     } else {
-        softmax_sample(costs, temperature, unit_f64(&mut rng))
+        softmax_sample(costs, range, temperature, unit_f64(&mut rng))
     }
 }
 
-fn argmin_seeded(costs: &[f64], rng: &mut ChaCha8Rng) -> usize {
-    // Three simple passes (minimum, tie count, first position) instead of one pass with
-    // a loop-carried index: the first two vectorise, and the RNG is touched only on ties.
-    let best_cost = minimum(costs);
-    let ties = costs.iter().filter(|&&c| c == best_cost).count() as u64;
-    let first = costs.iter().position(|&c| c == best_cost).unwrap_or(0);
+/// The lowest and highest of a batch of costs, and whether every one is finite: one pass,
+/// in four independent lanes so that it vectorises (a single running minimum is a
+/// dependency chain the compiler may not reorder). NaN takes no part in `min` and `max`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct CostRange {
+    pub min: f64,
+    pub max: f64,
+    pub all_finite: bool,
+}
+
+impl CostRange {
+    pub fn of(costs: &[f64]) -> Self {
+        let mut low = [f64::INFINITY; 4];
+        let mut high = [f64::NEG_INFINITY; 4];
+        // c · 0 is ±0 for a finite c and NaN for NaN or ±inf, and NaN survives any sum: a
+        // finiteness test in two float operations (a 64-bit integer compare is not one
+        // instruction on SSE2).
+        let mut zero = [0.0f64; 4];
+        let (chunks, rest) = costs.as_chunks::<4>();
+        for chunk in chunks {
+            for lane in 0..4 {
+                let c = chunk[lane];
+                low[lane] = if c < low[lane] { c } else { low[lane] };
+                high[lane] = if c > high[lane] { c } else { high[lane] };
+                zero[lane] += c * 0.0;
+            }
+        }
+        let mut range = Self { min: f64::INFINITY, max: f64::NEG_INFINITY, all_finite: true };
+        for &c in rest.iter().chain(&low) {
+            range.min = if c < range.min { c } else { range.min };
+        }
+        for &c in rest.iter().chain(&high) {
+            range.max = if c > range.max { c } else { range.max };
+        }
+        let sum = rest.iter().fold(zero.iter().sum::<f64>(), |z, &c| z + c * 0.0);
+        range.all_finite = sum == 0.0;
+        range
+    }
+}
+
+fn argmin_seeded(costs: &[f64], best_cost: f64, rng: &mut ChaCha8Rng) -> usize {
+    // The first lowest row, then how many later rows tie it: together one pass over the
+    // costs, both vectorised, and the RNG is touched only on ties.
+    let first = first_equal(costs, best_cost);
+    let ties = 1 + costs[first + 1..].iter().fold(0u64, |n, &c| n + u64::from(c == best_cost));
     if ties == 1 {
         return first;
     }
@@ -34,22 +79,18 @@ fn argmin_seeded(costs: &[f64], rng: &mut ChaCha8Rng) -> usize {
     costs.iter().enumerate().filter(|(_, c)| **c == best_cost).nth(k as usize).map_or(first, |(i, _)| i)
 }
 
-/// The smallest of `costs` (all finite), in four independent lanes so it vectorises
-/// (a single running minimum is a dependency chain the compiler may not reorder).
-fn minimum(costs: &[f64]) -> f64 {
-    let mut lanes = [f64::INFINITY; 4];
-    let (chunks, rest) = costs.as_chunks::<4>();
-    for chunk in chunks {
-        for (lane, &c) in lanes.iter_mut().zip(chunk) {
-            *lane = if c < *lane { c } else { *lane };
-        }
-    }
-    rest.iter().chain(&lanes).fold(f64::INFINITY, |m, &c| if c < m { c } else { m })
+/// The first row equal to `value` (0 if none): eight rows at a time, each eight tested
+/// with one branch-free OR so that the test vectorises.
+fn first_equal(costs: &[f64], value: f64) -> usize {
+    let (chunks, _) = costs.as_chunks::<8>();
+    let skipped =
+        chunks.iter().take_while(|chunk| !chunk.iter().fold(false, |hit, &c| hit | (c == value))).count();
+    let from = skipped * 8;
+    costs[from..].iter().position(|&c| c == value).map_or(0, |i| from + i)
 }
 
-fn softmax_sample(costs: &[f64], temperature: f64, sample: f64) -> usize {
-    let min = minimum(costs);
-    let max = costs.iter().fold(f64::NEG_INFINITY, |hi, &c| hi.max(c));
+fn softmax_sample(costs: &[f64], range: &CostRange, temperature: f64, sample: f64) -> usize {
+    let CostRange { min, max, .. } = *range;
     if min == max {
         return ((sample * costs.len() as f64) as usize).min(costs.len() - 1);
     }
@@ -97,6 +138,21 @@ mod tests {
             for at in 0..n {
                 let costs: Vec<f64> = (0..n).map(|i| if i == at { -5.0 } else { i as f64 }).collect();
                 assert_eq!(pick(&costs, 0.0, 7), at, "n = {n}, minimum at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_range_is_the_lowest_and_highest_and_flags_any_nan_or_infinity() {
+        for n in 1..=13 {
+            for at in 0..n {
+                let mut costs: Vec<f64> = (0..n).map(|i| i as f64 - 3.0).collect();
+                let range = CostRange::of(&costs);
+                assert_eq!((range.min, range.max, range.all_finite), (-3.0, n as f64 - 4.0, true));
+                for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+                    costs[at] = bad;
+                    assert!(!CostRange::of(&costs).all_finite, "n = {n}, {bad} at {at}");
+                }
             }
         }
     }

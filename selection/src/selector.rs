@@ -6,7 +6,7 @@ use switchyard_guest_sdk::{InputGroups, WorkerRank};
 use crate::columns::ColumnBuffers;
 use crate::error::{Fault, FaultKind, SelectError};
 use crate::facts::HostFacts;
-use crate::picker::pick;
+use crate::picker::{CostRange, pick_in};
 use crate::request::SelectionRequest;
 use crate::scorer::{Call, Scorer};
 use crate::workers::WorkerTable;
@@ -103,13 +103,17 @@ impl Selector {
         }
         let n = self.columns.len();
         let single = self.scorers.len() == 1 && self.scorers[0].0 == 1.0;
+        let mut range = None;
         for (index, (weight, scorer)) in self.scorers.iter_mut().enumerate() {
             let call = Call { request, columns: &self.columns, facts: facts(request, table, &self.columns) };
             let out = if single || index == 0 { &mut self.costs } else { &mut self.scratch };
             scorer.score(&call, out).map_err(|fault| fail(scorer.as_ref(), fault))?;
-            if let Err(fault) = validate_costs(out, n) {
-                scorer.reset();
-                return Err(fail(scorer.as_ref(), fault));
+            match validate_costs(out, n) {
+                Ok(checked) => range = Some(checked),
+                Err(fault) => {
+                    scorer.reset();
+                    return Err(fail(scorer.as_ref(), fault));
+                }
             }
             if single {
                 break;
@@ -120,14 +124,25 @@ impl Selector {
                 self.costs.iter_mut().zip(&self.scratch).for_each(|(c, s)| *c += *weight * s);
             }
         }
-        // A single scorer's costs were validated above; a weighted sum can still overflow.
-        if !single && let Some(i) = first_non_finite(&self.costs) {
-            let fault =
-                Fault::new(FaultKind::InvalidOutput, format!("weighted cost of row {i} is not finite"));
-            return Err(SelectError::Fault { scorer: "weighted sum".into(), fault });
-        }
+        // A single scorer's costs were checked above (their range is the pick's); a weighted
+        // sum can still overflow.
+        let range = match range {
+            Some(range) if single => range,
+            _ => {
+                let range = CostRange::of(&self.costs);
+                if !range.all_finite {
+                    let i = first_non_finite(&self.costs);
+                    let fault = Fault::new(
+                        FaultKind::InvalidOutput,
+                        format!("weighted cost of row {i} is not finite"),
+                    );
+                    return Err(SelectError::Fault { scorer: "weighted sum".into(), fault });
+                }
+                range
+            }
+        };
         let temperature = request.temperature().unwrap_or(self.temperature);
-        let row = pick(&self.costs, temperature, request.facts().seed);
+        let row = pick_in(&self.costs, &range, temperature, request.facts().seed);
         Ok(Selection { chosen: self.columns.worker_rank(row), cost: self.costs[row], candidates: n })
     }
 
@@ -182,25 +197,23 @@ fn fail(scorer: &dyn Scorer, fault: Fault) -> SelectError {
     SelectError::Fault { scorer: scorer.name().to_string(), fault }
 }
 
-/// Costs must be one finite number per candidate.
-fn validate_costs(costs: &[f64], n: usize) -> Result<(), Fault> {
+/// Costs must be one finite number per candidate; their range, for the pick.
+fn validate_costs(costs: &[f64], n: usize) -> Result<CostRange, Fault> {
     if costs.len() != n {
         return Err(Fault::new(
             FaultKind::InvalidOutput,
             format!("returned {} costs for {n} candidates", costs.len()),
         ));
     }
-    if let Some(i) = first_non_finite(costs) {
+    let range = CostRange::of(costs);
+    if !range.all_finite {
+        let i = first_non_finite(costs);
         return Err(Fault::new(FaultKind::InvalidOutput, format!("cost of row {i} is {}", costs[i])));
     }
-    Ok(())
+    Ok(range)
 }
 
-/// The first row that is NaN or infinite. The common all-finite case is one branch-free
-/// pass (an OR of "exponent all ones" over the rows, which vectorises); only a bad batch
-/// pays for the search.
-fn first_non_finite(costs: &[f64]) -> Option<usize> {
-    const EXPONENT: u64 = 0x7ff0_0000_0000_0000;
-    let any_bad = costs.iter().fold(0u64, |bad, c| bad | u64::from(c.to_bits() & EXPONENT == EXPONENT));
-    if any_bad == 0 { None } else { costs.iter().position(|c| !c.is_finite()) }
+/// The first row that is NaN or infinite, once [`CostRange`] has found that one is.
+fn first_non_finite(costs: &[f64]) -> usize {
+    costs.iter().position(|c| !c.is_finite()).unwrap_or(0)
 }
