@@ -220,13 +220,13 @@ impl ScoreOnly {
     /// into guest memory (worker ids, packed columns, multipliers) and one cost per row
     /// lifted back. The floor of what crossing the boundary costs this call.
     pub fn copy_what_crosses(&self, into: &mut Crossing) {
-        let c = self.columns.view().expect("the fixture's columns line up");
+        let c = &self.columns;
         into.ids.clear();
         into.ids.extend_from_slice(c.worker_ids());
         into.packed.clear();
-        c.present_columns().for_each(|column| into.packed.extend_from_slice(column));
+        c.packed_columns().for_each(|column| into.packed.extend_from_slice(column));
         into.multipliers.clear();
-        into.multipliers.extend_from_slice(c.preferred_multiplier().unwrap_or_default());
+        into.multipliers.extend_from_slice(c.preferred_multiplier());
         into.costs_back.clear();
         into.costs_back.extend_from_slice(std::hint::black_box(&into.costs_in[..c.len()]));
         std::hint::black_box(&into);

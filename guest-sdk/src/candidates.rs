@@ -96,7 +96,6 @@ pub struct Candidates<'a> {
     /// Indexed by `Column as usize`; empty where the group is not declared.
     columns: [&'a [u32]; Column::COUNT],
     preferred_multiplier: Option<&'a [f64]>,
-    groups: InputGroups,
 }
 
 /// The columns given to [`Candidates::new`] do not line up.
@@ -147,7 +146,7 @@ impl<'a> Candidates<'a> {
         for (i, column) in Column::present(groups).enumerate() {
             sliced[column as usize] = &columns.packed[i * n..(i + 1) * n];
         }
-        Self::from_columns(columns.worker_ids, sliced, columns.preferred_multiplier, groups)
+        Self::with_multipliers(columns.worker_ids, sliced, columns.preferred_multiplier, groups)
     }
 
     /// The same view from columns that lie apart (a host that reads its callers' buffers
@@ -168,32 +167,22 @@ impl<'a> Candidates<'a> {
             }
             kept[column as usize] = rows;
         }
-        let m = preferred_multiplier.len();
+        Self::with_multipliers(worker_ids, kept, preferred_multiplier, groups)
+    }
+
+    /// The view, once its columns are known to line up: checks the multipliers.
+    fn with_multipliers(
+        worker_ids: &'a [u64],
+        columns: [&'a [u32]; Column::COUNT],
+        preferred_multiplier: &'a [f64],
+        groups: InputGroups,
+    ) -> Result<Self, ColumnLengthError> {
+        let (n, m) = (worker_ids.len(), preferred_multiplier.len());
         if m != 0 && (m != n || !groups.contains(InputGroups::AFFINITY)) {
             let expected = if groups.contains(InputGroups::AFFINITY) { n } else { 0 };
             return Err(ColumnLengthError { column: "preferred-multiplier", expected, found: m });
         }
-        Ok(Self {
-            worker_ids,
-            columns: kept,
-            preferred_multiplier: (m != 0).then_some(preferred_multiplier),
-            groups,
-        })
-    }
-
-    /// The input groups whose columns this view holds.
-    pub fn groups(&self) -> InputGroups {
-        self.groups
-    }
-
-    /// The columns of [`Candidates::groups`], in wire order: what one packed list carries.
-    pub fn present_columns(&self) -> impl Iterator<Item = &'a [u32]> + '_ {
-        Column::present(self.groups).map(|c| self.columns[c as usize])
-    }
-
-    /// The worker and rank of `row`.
-    pub fn worker_rank(&self, row: usize) -> crate::WorkerRank {
-        crate::WorkerRank { worker_id: self.worker_ids[row], dp_rank: self.dp_ranks()[row] }
+        Ok(Self { worker_ids, columns, preferred_multiplier: (m != 0).then_some(preferred_multiplier) })
     }
 
     /// Number of candidates.
@@ -312,8 +301,6 @@ mod tests {
         apart[Column::CachedTokens as usize] = &packed[0..2];
         let view = Candidates::from_columns(&ids, apart, &[], InputGroups::LOAD).unwrap();
         assert_eq!(format!("{view:?}"), format!("{from_packed:?}"));
-        assert_eq!(view.present_columns().flatten().copied().collect::<Vec<_>>(), packed);
-        assert_eq!(view.worker_rank(1), crate::WorkerRank { worker_id: 9, dp_rank: 1 });
         apart[Column::DecodeBlocks as usize] = &packed[4..5];
         let e = Candidates::from_columns(&ids, apart, &[], InputGroups::LOAD).unwrap_err();
         assert_eq!((e.column, e.expected, e.found), ("decode-blocks", 2, 1));

@@ -453,13 +453,12 @@ fn facts_abi(request: &crate::selection::SelectionRequest) -> wit::RequestFacts 
     }
 }
 
-fn candidates_abi<'a>(call: &'a Call<'_>) -> Result<CandidatesRef<'a>, Fault> {
-    let view = call.columns.view().map_err(|e| Fault::new(FaultKind::InvalidOutput, e.to_string()))?;
-    Ok(CandidatesRef {
-        worker_id: EmptyList(view.worker_ids()),
-        columns: PackedColumns(view),
-        preferred_multiplier: EmptyList(view.preferred_multiplier().unwrap_or_default()),
-    })
+fn candidates_abi<'a>(call: &'a Call<'_>) -> CandidatesRef<'a> {
+    CandidatesRef {
+        worker_id: EmptyList(call.columns.worker_ids()),
+        columns: PackedColumns(call.columns),
+        preferred_multiplier: EmptyList(call.columns.preferred_multiplier()),
+    }
 }
 
 impl Scorer for GuestScorer {
@@ -472,7 +471,7 @@ impl Scorer for GuestScorer {
     }
 
     fn score(&mut self, call: &Call<'_>, costs: &mut Vec<f64>) -> Result<(), Fault> {
-        let params = (facts_abi(call.request), candidates_abi(call)?);
+        let params = (facts_abi(call.request), candidates_abi(call));
         let allowance = self.component.engine().limits().fuel_for(work_units(call));
         // At most one cost per candidate is lifted: a longer list is refused uncopied.
         let answer_bytes = call.columns.len().saturating_mul(size_of::<f64>());
@@ -497,7 +496,7 @@ impl Scorer for GuestScorer {
     }
 
     fn filter(&mut self, call: &Call<'_>, keep: &mut Vec<bool>) -> Result<(), Fault> {
-        let params = (facts_abi(call.request), candidates_abi(call)?);
+        let params = (facts_abi(call.request), candidates_abi(call));
         let allowance = self.component.engine().limits().fuel_for(work_units(call));
         let answer_bytes = call.columns.len();
         let out = self.with_live(call, allowance, answer_bytes, |live| {

@@ -25,8 +25,9 @@
 
 use std::mem::MaybeUninit;
 
-use switchyard_guest_sdk::Candidates;
 use wasmtime::ValRaw;
+
+use crate::selection::ColumnBuffers;
 use wasmtime::component::__internal::{CanonicalAbiInfo, InstanceType, InterfaceType, LowerContext};
 use wasmtime::component::{ComponentType, Lower};
 
@@ -80,17 +81,17 @@ unsafe impl<T: Lower> Lower for EmptyList<'_, T> {
     }
 }
 
-/// The declared u32 columns of `Candidates`, lowered as the one `list<u32>` of the WIT
-/// record (each column after the other, [`Candidates::present_columns`]), without a guest
-/// call when there are none (see the module docs).
+/// The declared u32 columns of a call, lowered as the one `list<u32>` of the WIT record
+/// (each column after the other, [`ColumnBuffers::packed_columns`]), without a guest call
+/// when there are none (see the module docs).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PackedColumns<'a>(pub Candidates<'a>);
+pub(crate) struct PackedColumns<'a>(pub &'a ColumnBuffers);
 
 impl PackedColumns<'_> {
     /// Asks the guest for the whole list once and copies every column into its place:
     /// the list's (pointer, length).
     fn store<U>(&self, cx: &mut LowerContext<'_, U>) -> wasmtime::Result<(usize, usize)> {
-        let len: usize = self.0.present_columns().map(<[u32]>::len).sum();
+        let len: usize = self.0.packed_columns().map(<[u32]>::len).sum();
         if len == 0 {
             return Ok((u32::ALIGN32 as usize, 0));
         }
@@ -104,7 +105,7 @@ impl PackedColumns<'_> {
         // looks the memory up again); little-endian words, as the canonical ABI stores
         // them, which compiles to a copy.
         let (mut words, _) = cx.as_slice_mut()[list..][..size].as_chunks_mut::<4>();
-        for column in self.0.present_columns() {
+        for column in self.0.packed_columns() {
             let (into, rest) = words.split_at_mut(column.len());
             for (word, value) in into.iter_mut().zip(column) {
                 *word = value.to_le_bytes();
@@ -160,9 +161,12 @@ mod tests {
     use wasmtime::component::{Component, Linker, TypedFunc};
     use wasmtime::{Config, Engine, Store};
 
-    use switchyard_guest_sdk::{Candidates, Column, InputGroups};
+    use switchyard_guest_sdk::{Column, InputGroups, Pool, RequestFacts};
 
     use super::{EmptyList, PackedColumns};
+    use crate::selection::{
+        ColumnBuffers, RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable,
+    };
 
     /// A component whose `realloc` counts its calls and hands out address 64; `pointer`
     /// answers the pointer of the list it was given, `reallocs` the calls so far.
@@ -241,31 +245,44 @@ mod tests {
         let len: TypedFunc<(PackedColumns<'_>,), (u32,)> =
             instance.get_typed_func(&mut store, "len").unwrap();
 
-        // Columns in separate buffers, one of an undeclared group among them.
-        let ids = [3u64, 8, 9];
-        let mut columns: [&[u32]; Column::COUNT] = [&[]; Column::COUNT];
-        let (ranks, prefill, decode, requests, cached) =
-            ([0, 1, 0], [10, 11, 12], [20, 21, 22], [30, 31, 32], [7, 7, 7]);
-        columns[Column::DpRank as usize] = &ranks;
-        columns[Column::ActivePrefillTokens as usize] = &prefill;
-        columns[Column::DecodeBlocks as usize] = &decode;
-        columns[Column::ActiveRequests as usize] = &requests;
-        columns[Column::CachedTokens as usize] = &cached;
-        let view = Candidates::from_columns(&ids, columns, &[], InputGroups::LOAD).unwrap();
-        let wire = [0, 1, 0, 10, 11, 12, 20, 21, 22, 30, 31, 32];
-        assert_eq!(len.call(&mut store, (PackedColumns(view),)).unwrap().0, 12);
+        // Every slot a candidate: the request's own columns, each in its own buffer, one
+        // of an undeclared group among them.
+        let table = WorkerTable::new(vec![Worker::new(3, 1, 0, None), Worker::new(8, 2, 0, None)]).unwrap();
+        let facts = RequestFacts {
+            prompt_tokens: 64,
+            block_size: 16,
+            request_blocks: 4,
+            expected_output_tokens: None,
+            pinned: None,
+            pool: Pool::Aggregated,
+            seed: 1,
+        };
+        let inputs = WorkerInputs::new(vec![3, 8, 8])
+            .with(Column::DpRank, vec![0, 0, 1])
+            .with(Column::ActivePrefillTokens, vec![10, 11, 12])
+            .with(Column::DecodeBlocks, vec![20, 21, 22])
+            .with(Column::ActiveRequests, vec![30, 31, 32])
+            .with(Column::CachedTokens, vec![7, 7, 7]);
+        let request = SelectionRequest::new(&table, facts, RequestOptions::default(), inputs).unwrap();
+        let mut view = ColumnBuffers::default();
+        view.materialise(&table, &request, InputGroups::LOAD);
+        let wire = [0, 0, 1, 10, 11, 12, 20, 21, 22, 30, 31, 32];
+        assert_eq!(len.call(&mut store, (PackedColumns(&view),)).unwrap().0, 12);
         for (i, expected) in wire.into_iter().enumerate() {
             assert_eq!(
-                at.call(&mut store, (PackedColumns(view), i as u32)).unwrap().0,
+                at.call(&mut store, (PackedColumns(&view), i as u32)).unwrap().0,
                 expected,
                 "element {i}"
             );
         }
         // One realloc for each call's whole list (the `len` call and the 12 `at` calls).
         assert_eq!(counted.call(&mut store, ()).unwrap().0, 13);
-        // No rows: no call into the guest.
-        let empty = Candidates::from_columns(&[], [&[]; Column::COUNT], &[], InputGroups::LOAD).unwrap();
-        assert_eq!(len.call(&mut store, (PackedColumns(empty),)).unwrap().0, 0);
+        // No candidate: no call into the guest.
+        let allowed = RequestOptions { allowed_workers: Some(vec![99]), ..Default::default() };
+        let none = SelectionRequest::new(&table, facts, allowed, WorkerInputs::default()).unwrap();
+        let mut empty = ColumnBuffers::default();
+        empty.materialise(&table, &none, InputGroups::LOAD);
+        assert_eq!(len.call(&mut store, (PackedColumns(&empty),)).unwrap().0, 0);
         assert_eq!(counted.call(&mut store, ()).unwrap().0, 13);
     }
 }

@@ -161,7 +161,23 @@ impl ColumnBuffers {
         WorkerRank { worker_id: self.worker_ids()[row], dp_rank }
     }
 
-    /// The view a policy reads, native or (lowered column by column) a guest.
+    /// The u32 columns of the declared groups, in wire order ([`Column::present`]): what
+    /// a guest's one packed list carries, gathered from wherever they lie.
+    pub fn packed_columns(&self) -> impl Iterator<Item = &[u32]> + '_ {
+        let n = self.len();
+        let shared = self.shared.as_deref();
+        Column::present(self.groups).enumerate().map(move |(i, column)| match shared {
+            Some(inputs) => inputs[column].as_slice(),
+            None => &self.packed[i * n..(i + 1) * n],
+        })
+    }
+
+    /// The preferred-taint multiplier of each row, or none (no preference applies).
+    pub fn preferred_multiplier(&self) -> &[f64] {
+        &self.preferred_multiplier
+    }
+
+    /// The view a native policy reads.
     pub fn view(&self) -> Result<Candidates<'_>, ColumnLengthError> {
         match &self.shared {
             Some(inputs) => {
