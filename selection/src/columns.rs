@@ -253,7 +253,7 @@ mod tests {
     }
 
     #[test]
-    fn dense_copy_and_merge_paths_build_the_same_columns() {
+    fn dense_shared_and_merge_paths_give_the_same_columns_before_and_after_a_filter() {
         let table = WorkerTable::new(vec![
             Worker::new(1, 1, 0, None),
             Worker::new(2, 2, 0, None).with_taints(vec!["a".into()]),
@@ -276,6 +276,21 @@ mod tests {
         let multipliers = dense.view().unwrap().preferred_multiplier().unwrap();
         assert_eq!(multipliers[1], (-(0.5f64).tanh()).exp());
         assert_eq!(multipliers[0], 1.0);
+        let packed = |b: &ColumnBuffers| b.packed_columns().flatten().copied().collect::<Vec<u32>>();
+        assert_eq!(packed(&dense), packed(&merged));
+        assert_eq!(packed(&dense).len(), 4 * Column::COUNT);
+
+        // A filter keeps three rows: the shared rows are gathered, then kept alike.
+        let (mut dense, mut merged) = (dense, merged);
+        let keep = [true, false, true, true];
+        dense.retain(&keep);
+        merged.retain(&keep);
+        assert!(dense.shared.is_none(), "a retained selection owns its rows");
+        assert_eq!(format!("{:?}", dense.view().unwrap()), format!("{:?}", merged.view().unwrap()));
+        assert_eq!(packed(&dense), packed(&merged));
+        assert_eq!(dense.worker_ids(), &[1, 2, 5]);
+        assert_eq!(dense.worker_rank(1), WorkerRank { worker_id: 2, dp_rank: 1 });
+        assert_eq!(dense.view().unwrap().cached_tokens(), &[16, 48, 64]);
     }
 
     /// The multiplier as it was computed before it was linear: a scan of the worker's
