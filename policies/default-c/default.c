@@ -74,42 +74,43 @@ typedef struct rows {
     uint32_t isl, min_pf;
 } rows;
 
-/* tokens / B. When B is a power of two (`exact`), 1/B is exact and tokens · (1/B) is the
- * same real number as tokens / B, rounded once the same way: bit-identical, and a
- * multiplication where a division would be the loop's slowest instruction. */
-static inline __attribute__((always_inline)) double blocks(const rows *r, double tokens, bool exact) {
-    return exact ? tokens * r->per_block : tokens / r->block_size;
-}
-
 /* c · decay_w · dev_w + h · host_w + k · disk_w; without decay c · 1.0 is c exactly. */
 static inline __attribute__((always_inline)) double credit(const struct parameters *q, const rows *r,
-                                                           size_t i, bool decays, bool exact) {
+                                                           size_t i, bool decays) {
     double device = q->credit;
     if (decays) {
-        double excess = blocks(r, (double)saturating_sub(r->pf[i], r->min_pf), exact);
+        double excess = (double)saturating_sub(r->pf[i], r->min_pf) / r->block_size;
         double decay = 1.0 / (1.0 + q->decay * (excess / r->request_blocks));
         device = q->credit * decay;
     }
     return device * (double)r->dev[i] + q->host * (double)r->host[i] + q->disk * (double)r->disk[i];
 }
 
-/* One loop per (pool, decay, exact) case, each straight-line arithmetic that vectorises. */
+/* One loop per (pool, decay, common) case, each straight-line arithmetic that vectorises.
+ * `common` (no decay, B a power of two, a = 0) does less, bit-identically: tokens / B is
+ * tokens · (1/B), 1/B being exact (the same real number, rounded once the same way; a
+ * multiplication where the division would be the loop's slowest instruction), and the
+ * request term 0 · r is +0, which leaves every cost as it is (a cost here is never −0), so
+ * it is neither computed nor its column read. */
 static inline __attribute__((always_inline)) void score_rows(const rows *r, size_t n, double *restrict costs,
-                                                             bool decode, bool decays, bool exact) {
+                                                             bool decode, bool decays, bool common) {
     const struct parameters q = p;
     WIDE_LOOP
     for (size_t i = 0; i < n; i++) {
-        double cr = credit(&q, r, i, decays, exact);
+        double cr = credit(&q, r, i, decays);
         double decode_blocks = (double)r->decode[i];
-        double request_cost = q.request * (double)r->requests[i];
         if (decode) {
-            costs[i] = positive_part(decode_blocks - cr) + request_cost;
+            costs[i] = positive_part(decode_blocks - cr) + q.request * (double)r->requests[i];
         } else {
             /* Dynamo's (pf + max(isl − cached, 0)) + cached is pf + max(isl, cached): the
              * terms are integers below 2^53, which doubles add exactly in any order. */
             double raw = (double)r->pf[i] + (double)max_u32(r->isl, r->cached[i]);
-            double prefill_blocks = positive_part(blocks(r, raw, exact) - cr);
-            costs[i] = q.scale * prefill_blocks + decode_blocks + request_cost;
+            if (common) {
+                costs[i] = q.scale * positive_part(raw * r->per_block - cr) + decode_blocks;
+            } else {
+                double prefill_blocks = positive_part(raw / r->block_size - cr);
+                costs[i] = q.scale * prefill_blocks + decode_blocks + q.request * (double)r->requests[i];
+            }
         }
     }
 }
@@ -119,7 +120,7 @@ static void score_untracked(const rows *r, size_t n, double *restrict costs) {
     const struct parameters q = p;
     WIDE_LOOP
     for (size_t i = 0; i < n; i++) {
-        double cr = credit(&q, r, i, false, false);
+        double cr = credit(&q, r, i, false);
         double request_cost = q.request * (double)r->requests[i];
         costs[i] = q.scale * positive_part(0.0 - cr) + (double)r->decode[i] + request_cost;
     }
@@ -135,18 +136,19 @@ bool sy_score(const sy_request *req, const sy_candidates *c, double *costs, sy_e
               c->disk_overlap_blocks, c->cached_tokens, c->decode_blocks, c->active_requests,
               (double)req->block_size, 1.0 / (double)req->block_size,
               (double)(req->request_blocks > 1 ? req->request_blocks : 1), req->prompt_tokens, 0};
-    bool exact = req->block_size != 0 && (req->block_size & (req->block_size - 1)) == 0; /* a power of two */
+    bool power_of_two = req->block_size != 0 && (req->block_size & (req->block_size - 1)) == 0;
+    bool common = !decays && power_of_two && p.request == 0.0;
     if (decays && n) {
         r.min_pf = r.pf[0];
         for (size_t i = 1; i < n; i++)
             if (r.pf[i] < r.min_pf) r.min_pf = r.pf[i];
     }
-    /* Only the common loop (no decay) has a multiplying twin: the decaying ones divide per
-     * row anyway, and each specialisation is code the component ships. */
+    /* Dynamo's defaults with a power-of-two block have a loop of their own; each
+     * specialisation is code the component ships, so the others share the general loops. */
     if (decode && decays) score_rows(&r, n, costs, true, true, false);
     else if (decode) score_rows(&r, n, costs, true, false, false);
     else if (tracks_prefill && decays) score_rows(&r, n, costs, false, true, false);
-    else if (tracks_prefill && exact) score_rows(&r, n, costs, false, false, true);
+    else if (tracks_prefill && common) score_rows(&r, n, costs, false, false, true);
     else if (tracks_prefill) score_rows(&r, n, costs, false, false, false);
     else score_untracked(&r, n, costs);
     if (!req->is_pinned && c->preferred_multiplier) {

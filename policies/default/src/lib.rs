@@ -133,11 +133,12 @@ impl Policy for DefaultPolicy {
             min_pf: if decays { rows.pf.iter().copied().min().unwrap_or(0) } else { 0 },
         };
         // Every branch is decided once per batch: each specialisation's loop body is
-        // straight-line arithmetic, which vectorises natively and with +simd128.
-        // Only the common loop (no decay) has a multiplying twin: the decaying ones divide
-        // per row anyway, and each specialisation is code a guest ships.
-        let exact = facts.block_size.is_power_of_two();
-        match (decode_branch, tracks_prefill, decays, exact) {
+        // straight-line arithmetic, which vectorises natively and with +simd128. Dynamo's
+        // defaults (no decay, no request weight) with a power-of-two block have a loop of
+        // their own, with less to do ([`score_rows`]'s `COMMON`); each specialisation is
+        // code a guest ships, so the others share the general loops.
+        let common = !decays && facts.block_size.is_power_of_two() && p.decode_active_request_weight == 0.0;
+        match (decode_branch, tracks_prefill, decays, common) {
             (true, _, true, _) => score_rows::<true, true, false>(&k, &rows, costs),
             (true, _, false, _) => score_rows::<true, false, false>(&k, &rows, costs),
             (false, true, true, _) => score_rows::<false, true, false>(&k, &rows, costs),
@@ -158,7 +159,7 @@ impl Policy for DefaultPolicy {
 struct Constants<'a> {
     p: &'a Parameters,
     block_size: f64,
-    /// 1 / B: exact when B is a power of two (see [`Constants::blocks`]).
+    /// 1 / B: exact when B is a power of two (see [`score_rows`]).
     per_block: f64,
     request_blocks: f64,
     isl: u32,
@@ -199,20 +200,12 @@ fn positive_part(x: f64) -> f64 {
 }
 
 impl Constants<'_> {
-    /// tokens / B. When B is a power of two (`EXACT`), 1/B is exact and `tokens · (1/B)`
-    /// is the same real number as `tokens / B`, rounded once the same way: bit-identical,
-    /// and a multiplication where a division would be the loop's slowest instruction.
-    #[inline(always)]
-    fn blocks<const EXACT: bool>(&self, tokens: f64) -> f64 {
-        if EXACT { tokens * self.per_block } else { tokens / self.block_size }
-    }
-
     /// c · decay_w: the device credit per cached block. Without decay it is c for
     /// everyone (c · 1.0 is c exactly), which keeps the common loop free of divisions.
     #[inline(always)]
-    fn device_credit<const DECAYS: bool, const EXACT: bool>(&self, pf: u32) -> f64 {
+    fn device_credit<const DECAYS: bool>(&self, pf: u32) -> f64 {
         if DECAYS {
-            let excess = self.blocks::<EXACT>(f64::from(pf.saturating_sub(self.min_pf)));
+            let excess = f64::from(pf.saturating_sub(self.min_pf)) / self.block_size;
             let decay = 1.0 / (1.0 + self.p.overlap_score_credit_decay * (excess / self.request_blocks));
             self.p.overlap_score_credit * decay
         } else {
@@ -221,32 +214,45 @@ impl Constants<'_> {
     }
 
     #[inline(always)]
-    fn credit<const DECAYS: bool, const EXACT: bool>(&self, r: &Rows<'_>, i: usize) -> f64 {
-        self.device_credit::<DECAYS, EXACT>(r.pf[i]) * f64::from(r.dev[i])
+    fn credit<const DECAYS: bool>(&self, r: &Rows<'_>, i: usize) -> f64 {
+        self.device_credit::<DECAYS>(r.pf[i]) * f64::from(r.dev[i])
             + self.p.host_cache_hit_weight * f64::from(r.host[i])
             + self.p.disk_cache_hit_weight * f64::from(r.disk[i])
     }
 }
 
 /// The aggregated or prefill pool (`DECODE` false), or the decode pool with credit.
-fn score_rows<const DECODE: bool, const DECAYS: bool, const EXACT: bool>(
+///
+/// `COMMON` (no decay, B a power of two, a = 0) does less, bit-identically:
+/// - `tokens / B` is `tokens · (1/B)`: 1/B is exact, so the product is the same real
+///   number as the quotient, rounded once the same way; a multiplication where the
+///   division would be the loop's slowest instruction;
+/// - the request term `0 · r` is +0 for every row, and adding +0 leaves every cost as it
+///   is (a cost here is never −0: `positive_part` answers +0, and the terms are ≥ +0), so
+///   it is not computed and the column not read.
+fn score_rows<const DECODE: bool, const DECAYS: bool, const COMMON: bool>(
     k: &Constants<'_>,
     r: &Rows<'_>,
     costs: &mut [f64],
 ) {
     let p = k.p;
     for (i, cost) in costs.iter_mut().enumerate() {
-        let credit = k.credit::<DECAYS, EXACT>(r, i);
+        let credit = k.credit::<DECAYS>(r, i);
         let decode_blocks = f64::from(r.decode[i]);
-        let request_cost = p.decode_active_request_weight * f64::from(r.requests[i]);
+        let request_cost = || p.decode_active_request_weight * f64::from(r.requests[i]);
         *cost = if DECODE {
-            positive_part(decode_blocks - credit) + request_cost
+            positive_part(decode_blocks - credit) + request_cost()
         } else {
             // Dynamo's (pf + max(isl − cached, 0)) + cached is pf + max(isl, cached): the
             // terms are integers below 2^53, which f64 adds exactly in any order.
             let raw_prefill_tokens = f64::from(r.pf[i]) + f64::from(k.isl.max(r.cached[i]));
-            let prefill_blocks = positive_part(k.blocks::<EXACT>(raw_prefill_tokens) - credit);
-            p.prefill_load_scale * prefill_blocks + decode_blocks + request_cost
+            if COMMON {
+                let prefill_blocks = positive_part(raw_prefill_tokens * k.per_block - credit);
+                p.prefill_load_scale * prefill_blocks + decode_blocks
+            } else {
+                let prefill_blocks = positive_part(raw_prefill_tokens / k.block_size - credit);
+                p.prefill_load_scale * prefill_blocks + decode_blocks + request_cost()
+            }
         };
     }
 }
@@ -255,7 +261,7 @@ fn score_rows<const DECODE: bool, const DECAYS: bool, const EXACT: bool>(
 fn score_rows_untracked(k: &Constants<'_>, r: &Rows<'_>, costs: &mut [f64]) {
     let p = k.p;
     for (i, cost) in costs.iter_mut().enumerate() {
-        let credit = k.credit::<false, false>(r, i);
+        let credit = k.credit::<false>(r, i);
         let decode_blocks = f64::from(r.decode[i]);
         let request_cost = p.decode_active_request_weight * f64::from(r.requests[i]);
         *cost = p.prefill_load_scale * positive_part(0.0 - credit) + decode_blocks + request_cost;

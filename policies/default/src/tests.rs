@@ -147,9 +147,9 @@ fn reference(p: &Parameters, f: &RequestFacts, case: &Case, row: usize) -> f64 {
 }
 
 #[test]
-fn costs_equal_dynamos_formula_bit_for_bit_for_every_block_size() {
-    // The loops multiply by 1/B when B is a power of two (exact) and add pf + max(isl,
-    // cached) in one step: both must round exactly as the formula's divisions and sums.
+fn costs_equal_dynamos_formula_bit_for_bit_for_every_block_size_and_parameter_case() {
+    // The common loop multiplies by 1/B and skips the request term, and every loop adds
+    // pf + max(isl, cached) in one step: all must round exactly as the formula does.
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         state ^= state << 13;
@@ -157,10 +157,14 @@ fn costs_equal_dynamos_formula_bit_for_bit_for_every_block_size() {
         state ^= state << 17;
         state
     };
+    // Dynamo's defaults (the loop that multiplies and skips the request term), decay, a
+    // request weight without decay, and a scale of −0 (the request term's +0 must still
+    // not show).
     let params = [
         "{}",
         r#"{"overlap_score_credit_decay": 0.7, "decode_active_request_weight": 0.3}"#,
-        r#"{"overlap_score_credit": 0.4, "prefill_load_scale": 1.7, "host_cache_hit_weight": 0.1}"#,
+        r#"{"overlap_score_credit": 0.4, "prefill_load_scale": 1.7, "host_cache_hit_weight": 0.1, "decode_active_request_weight": 0.2}"#,
+        r#"{"prefill_load_scale": -0.0, "overlap_score_credit": 0}"#,
     ];
     let mut checked = 0;
     for block_size in [1, 2, 7, 16, 24, 64, 100, 1 << 20, 1 << 31, 3_000_000_001] {
@@ -198,5 +202,5 @@ fn costs_equal_dynamos_formula_bit_for_bit_for_every_block_size() {
             }
         }
     }
-    assert_eq!(checked, 10 * 3 * 3 * 37);
+    assert_eq!(checked, 10 * 3 * params.len() * 37);
 }
