@@ -158,7 +158,7 @@ unsafe impl Lower for PackedColumns<'_> {
 
 #[cfg(test)]
 mod tests {
-    use wasmtime::component::{Component, Linker, TypedFunc};
+    use wasmtime::component::{Component, Instance, Linker, TypedFunc};
     use wasmtime::{Config, Engine, Store};
 
     use switchyard_guest_sdk::{Column, InputGroups, Pool, RequestFacts};
@@ -201,15 +201,21 @@ mod tests {
               (realloc (core func $i "realloc")))))
     "#;
 
-    #[test]
-    fn an_empty_list_is_lowered_as_its_alignment_without_calling_realloc() {
+    /// An instance of `COUNTING`, and its `reallocs` function.
+    fn counting() -> (Store<()>, Instance, TypedFunc<(), (u32,)>) {
         let mut config = Config::new();
         config.wasm_component_model(true);
         let engine = Engine::new(&config).unwrap();
         let component = Component::new(&engine, wat::parse_str(COUNTING).unwrap()).unwrap();
         let mut store = Store::new(&engine, ());
         let instance = Linker::new(&engine).instantiate(&mut store, &component).unwrap();
-        let counted: TypedFunc<(), (u32,)> = instance.get_typed_func(&mut store, "reallocs").unwrap();
+        let counted = instance.get_typed_func(&mut store, "reallocs").unwrap();
+        (store, instance, counted)
+    }
+
+    #[test]
+    fn an_empty_list_is_lowered_as_its_alignment_without_calling_realloc() {
+        let (mut store, instance, counted) = counting();
         let wrapped: TypedFunc<(EmptyList<'_, u64>,), (u32,)> =
             instance.get_typed_func(&mut store, "pointer").unwrap();
         let plain: TypedFunc<(&[u64],), (u32,)> = instance.get_typed_func(&mut store, "pointer").unwrap();
@@ -233,13 +239,7 @@ mod tests {
 
     #[test]
     fn packed_columns_are_one_list_of_the_declared_columns_in_wire_order_from_one_realloc() {
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        let engine = Engine::new(&config).unwrap();
-        let component = Component::new(&engine, wat::parse_str(COUNTING).unwrap()).unwrap();
-        let mut store = Store::new(&engine, ());
-        let instance = Linker::new(&engine).instantiate(&mut store, &component).unwrap();
-        let counted: TypedFunc<(), (u32,)> = instance.get_typed_func(&mut store, "reallocs").unwrap();
+        let (mut store, instance, counted) = counting();
         let at: TypedFunc<(PackedColumns<'_>, u32), (u32,)> =
             instance.get_typed_func(&mut store, "at").unwrap();
         let len: TypedFunc<(PackedColumns<'_>,), (u32,)> =

@@ -13,10 +13,14 @@ fn costs_of(mut case: Case, params: &str, facts: RequestFacts) -> Vec<f64> {
 }
 
 fn facts(prompt_tokens: u32, pool: Pool) -> RequestFacts {
+    facts_in_blocks_of(16, prompt_tokens, pool)
+}
+
+fn facts_in_blocks_of(block_size: u32, prompt_tokens: u32, pool: Pool) -> RequestFacts {
     RequestFacts {
         prompt_tokens,
-        block_size: 16,
-        request_blocks: prompt_tokens.div_ceil(16),
+        block_size,
+        request_blocks: prompt_tokens.div_ceil(block_size),
         expected_output_tokens: None,
         pinned: None,
         pool,
@@ -179,15 +183,7 @@ fn costs_equal_dynamos_formula_bit_for_bit_for_every_block_size_and_parameter_ca
                         .collect();
                 }
                 let prompt_tokens = if next() % 2 == 0 { (next() % 5_000) as u32 } else { next() as u32 };
-                let facts = RequestFacts {
-                    prompt_tokens,
-                    block_size,
-                    request_blocks: prompt_tokens.div_ceil(block_size),
-                    expected_output_tokens: None,
-                    pinned: None,
-                    pool,
-                    seed: 0,
-                };
+                let facts = facts_in_blocks_of(block_size, prompt_tokens, pool);
                 let policy = DefaultPolicy::configure(json).unwrap();
                 let costs = costs_of(case.clone(), json, facts);
                 for (row, cost) in costs.iter().enumerate() {
