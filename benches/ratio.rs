@@ -313,6 +313,8 @@ fn overhead_table(engine: &PolicyEngine) {
     // The floor: what crosses the boundary, copied by `memcpy` and nothing else.
     let (mut crossing_1, mut crossing_4) = (Crossing::new(1_024), Crossing::new(4_096));
     let (copy_1, copy_4) = (ScoreOnly::new(1_024, &guest), ScoreOnly::new(4_096, &guest));
+    let (mut least_1, mut least_4) = (Crossing::new(1_024), Crossing::new(4_096));
+    let (mut back_1, mut back_4) = (Crossing::new(1_024), Crossing::new(4_096));
     let t = interleaved(&mut [
         &mut || empty.run(&mut noop),
         &mut || one_noop.run(&mut noop_1),
@@ -330,6 +332,10 @@ fn overhead_table(engine: &PolicyEngine) {
         &mut || g4_winch.run(&mut guest_winch_4),
         &mut || copy_1.copy_what_crosses(&mut crossing_1),
         &mut || copy_4.copy_what_crosses(&mut crossing_4),
+        &mut || copy_1.copy_what_the_default_policy_reads(&mut least_1),
+        &mut || copy_4.copy_what_the_default_policy_reads(&mut least_4),
+        &mut || copy_1.copy_costs_back(&mut back_1),
+        &mut || copy_4.copy_costs_back(&mut back_4),
     ]);
     let native_slope = (t[4] - t[3]) / 3_072.0;
     let guest_slope = (t[6] - t[5]) / 3_072.0;
@@ -380,6 +386,21 @@ fn overhead_table(engine: &PolicyEngine) {
         floor(t[4], t[15]),
         t[5] / t[3],
         t[6] / t[4]
+    );
+    // Whatever the contract: the policy's own columns must cross in and its costs back.
+    println!(
+        "| the least any copying contract carries: the six columns the default cost reads in, costs out, 1,024 / 4,096; floor as above | {} / {}; {:.2} / {:.2} |",
+        fmt_ns(t[16]),
+        fmt_ns(t[17]),
+        floor(t[3], t[16]),
+        floor(t[4], t[17])
+    );
+    println!(
+        "| costs out alone (no column crossing at all), 1,024 / 4,096; floor as above | {} / {}; {:.2} / {:.2} |",
+        fmt_ns(t[18]),
+        fmt_ns(t[19]),
+        floor(t[3], t[18]),
+        floor(t[4], t[19])
     );
 }
 

@@ -177,9 +177,7 @@ impl DynamoFixture {
     }
 }
 
-/// Materialised columns for calling a scorer directly: the score call alone, without
-/// the selection around it.
-/// Reused destinations for [`ScoreOnly::copy_what_crosses`].
+/// Reused destinations for [`ScoreOnly::copy_what_crosses`] and the copies beside it.
 #[derive(Default)]
 pub struct Crossing {
     ids: Vec<u64>,
@@ -196,6 +194,8 @@ impl Crossing {
     }
 }
 
+/// Materialised columns for calling a scorer directly: the score call alone, without
+/// the selection around it.
 pub struct ScoreOnly {
     table: WorkerTable,
     request: SelectionRequest,
@@ -227,8 +227,33 @@ impl ScoreOnly {
         c.packed_columns().for_each(|column| into.packed.extend_from_slice(column));
         into.multipliers.clear();
         into.multipliers.extend_from_slice(c.preferred_multiplier());
+        self.copy_costs_back(into);
+    }
+
+    /// The least any copying contract could carry for the default policy: only the six
+    /// columns its cost reads at Dynamo's defaults (prefill tokens in flight, the three
+    /// overlaps, cached tokens, decode blocks; no worker ids, dp ranks or request counts)
+    /// in, one cost per row back.
+    pub fn copy_what_the_default_policy_reads(&self, into: &mut Crossing) {
+        let view = self.columns.view().expect("materialised columns line up");
+        into.packed.clear();
+        for column in [
+            Column::ActivePrefillTokens,
+            Column::DeviceOverlapBlocks,
+            Column::HostOverlapBlocks,
+            Column::DiskOverlapBlocks,
+            Column::CachedTokens,
+            Column::DecodeBlocks,
+        ] {
+            into.packed.extend_from_slice(view.column(column));
+        }
+        self.copy_costs_back(into);
+    }
+
+    /// The one copy no contract that returns costs avoids: one cost per row back.
+    pub fn copy_costs_back(&self, into: &mut Crossing) {
         into.costs_back.clear();
-        into.costs_back.extend_from_slice(std::hint::black_box(&into.costs_in[..c.len()]));
+        into.costs_back.extend_from_slice(std::hint::black_box(&into.costs_in[..self.columns.len()]));
         std::hint::black_box(&into);
     }
 
