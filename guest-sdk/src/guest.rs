@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::cell::UnsafeCell;
 
-use crate::{Candidates, Capacity, Columns, Facts, Policy, PolicyError, Pool, Request, WorkerRank};
+use crate::{Capacity, Facts, Policy, PolicyError, Pool, Request, WorkerRank};
 
 wit_bindgen::generate!({
     path: "../wit",
@@ -16,13 +16,29 @@ wit_bindgen::generate!({
     // (`__wasm_call_ctors` is empty). The workaround's check on every export call was two
     // guest calls, ~60 instructions of an empty call's ~2,300 (callgrind, `profile empty`).
     disable_run_ctors_once_workaround: true,
+    // Hand-written in `batch` (no post-return): see there.
+    skip: ["score", "filter"],
 });
+
+mod batch;
+pub use batch::{FlatBatch, filter, score};
 
 use switchyard::policy::request as imports;
 use switchyard::policy::types as wit;
 
-/// The one policy instance of this component.
-pub struct State<P>(UnsafeCell<Option<P>>);
+/// The one policy instance of this component, and the buffers its `score` and `filter`
+/// answer from (see `batch`).
+pub struct State<P>(UnsafeCell<Instance<P>>);
+
+struct Instance<P> {
+    policy: Option<P>,
+    /// The last `score` answer: valid until the next call into the instance.
+    costs: Vec<f64>,
+    /// The last `filter` answer, likewise.
+    keep: Vec<bool>,
+    /// The last error's message, likewise.
+    message: String,
+}
 
 // SAFETY: a component instance is single-threaded (guests are built without the threads
 // proposal and the host never shares an instance across threads), so the cell is never
@@ -32,25 +48,29 @@ unsafe impl<P> Sync for State<P> {}
 impl<P: Policy> State<P> {
     #[allow(clippy::new_without_default)]
     pub const fn new() -> Self {
-        Self(UnsafeCell::new(None))
+        Self(UnsafeCell::new(Instance {
+            policy: None,
+            costs: Vec::new(),
+            keep: Vec::new(),
+            message: String::new(),
+        }))
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut Option<P>) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut Instance<P>) -> R) -> R {
         // SAFETY: single-threaded (see `Sync` above), and the component model forbids
         // re-entering an instance, so no other `&mut` to the cell is live during `f`.
         f(unsafe { &mut *self.0.get() })
     }
 
     fn with_policy<R>(&self, f: impl FnOnce(&mut P) -> R) -> R {
-        self.with(|slot| {
-            let policy = match slot {
-                Some(policy) => policy,
-                // The host always configures first; a host that does not gets defaults.
-                None => slot.insert(P::configure("{}").unwrap_or_else(|e| panic!("{e}"))),
-            };
-            f(policy)
-        })
+        self.with(|instance| f(configured(&mut instance.policy)))
     }
+}
+
+/// The policy in `slot`; the host always configures first, a host that does not gets
+/// defaults.
+fn configured<P: Policy>(slot: &mut Option<P>) -> &mut P {
+    slot.get_or_insert_with(|| P::configure("{}").unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// The imports, as [`Facts`].
@@ -102,21 +122,6 @@ fn error(e: PolicyError) -> wit::PolicyError {
     }
 }
 
-fn with_view<P: Policy, R>(
-    policy: &mut P,
-    c: &wit::Candidates,
-    f: impl FnOnce(&mut P, Candidates<'_>) -> Result<R, PolicyError>,
-) -> Result<R, wit::PolicyError> {
-    let columns = Columns {
-        worker_ids: &c.worker_id,
-        packed: &c.columns,
-        preferred_multiplier: &c.preferred_multiplier,
-    };
-    let view = Candidates::new(columns, policy.info().inputs)
-        .map_err(|e| error(PolicyError::invalid_input(e.to_string())))?;
-    f(policy, view).map_err(error)
-}
-
 pub fn describe<P: Policy>(state: &State<P>) -> wit::PolicyInfo {
     state.with_policy(|p| {
         let info = p.info();
@@ -130,38 +135,8 @@ pub fn describe<P: Policy>(state: &State<P>) -> wit::PolicyInfo {
 
 pub fn configure<P: Policy>(state: &State<P>, parameters: String) -> Result<(), wit::PolicyError> {
     let policy = P::configure(&parameters).map_err(error)?;
-    state.with(|slot| *slot = Some(policy));
+    state.with(|instance| instance.policy = Some(policy));
     Ok(())
-}
-
-pub fn score<P: Policy>(
-    state: &State<P>,
-    request: wit::RequestFacts,
-    candidates: wit::Candidates,
-) -> Result<Vec<f64>, wit::PolicyError> {
-    let facts = facts(&request);
-    state.with_policy(|p| {
-        with_view(p, &candidates, |p, view| {
-            let mut costs = vec![0.0; view.len()];
-            p.score(&Request::new(&facts, &ImportedFacts), &view, &mut costs)?;
-            Ok(costs)
-        })
-    })
-}
-
-pub fn filter<P: Policy>(
-    state: &State<P>,
-    request: wit::RequestFacts,
-    candidates: wit::Candidates,
-) -> Result<Vec<bool>, wit::PolicyError> {
-    let facts = facts(&request);
-    state.with_policy(|p| {
-        with_view(p, &candidates, |p, view| {
-            let mut keep = vec![true; view.len()];
-            p.filter(&Request::new(&facts, &ImportedFacts), &view, &mut keep)?;
-            Ok(keep)
-        })
-    })
 }
 
 pub fn on_selected<P: Policy>(state: &State<P>, request: wit::RequestFacts, chosen: wit::WorkerRank) {
@@ -190,24 +165,15 @@ macro_rules! export_policy {
                 fn configure(parameters: String) -> Result<(), wit::PolicyError> {
                     $crate::guest::configure(&STATE, parameters)
                 }
-                fn score(
-                    request: wit::RequestFacts,
-                    candidates: wit::Candidates,
-                ) -> Result<Vec<f64>, wit::PolicyError> {
-                    $crate::guest::score(&STATE, request, candidates)
-                }
-                fn filter(
-                    request: wit::RequestFacts,
-                    candidates: wit::Candidates,
-                ) -> Result<Vec<bool>, wit::PolicyError> {
-                    $crate::guest::filter(&STATE, request, candidates)
-                }
                 fn on_selected(request: wit::RequestFacts, chosen: wit::WorkerRank) {
                     $crate::guest::on_selected(&STATE, request, chosen)
                 }
             }
 
     $crate::guest::__export_selection_policy!(Export with_types_in $crate::guest);
+
+            $crate::__export_batch!("switchyard:policy/policy@0.2.0#score", score, STATE);
+            $crate::__export_batch!("switchyard:policy/policy@0.2.0#filter", filter, STATE);
         };
     };
 }

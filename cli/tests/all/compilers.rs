@@ -50,9 +50,11 @@ fn winch_code_costs_bit_identically_and_is_metered_by_fuel_as_cranelift_code_is(
             }
         }
         assert!(fuel_spent > 0, "{name}: fuel was metered");
-        // Winch counts fuel at other points than Cranelift: measured 0.76–1.0 of its count
-        // on these calls. Deterministic per compiler, but not equal across them.
-        assert!(lo >= 0.7 && hi <= 1.0, "{name}: Winch's fuel is {lo:.3}..{hi:.3} of Cranelift's");
+        // Winch counts fuel at other points than Cranelift: measured 0.64–1.0 of its count
+        // on these calls (0.76–1.0 before the SDK's batch exports lost their post-return
+        // and ctor checks, which shortened the fixed part each call spends). Deterministic
+        // per compiler, but not equal across them.
+        assert!(lo >= 0.6 && hi <= 1.0, "{name}: Winch's fuel is {lo:.3}..{hi:.3} of Cranelift's");
     }
 }
 

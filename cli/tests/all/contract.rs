@@ -8,7 +8,8 @@ use switchyard_guest_sdk::Column;
 use switchyard_guest_sdk::{Policy, Pool, WorkerRank};
 use switchyard_probe::Probe;
 
-use crate::support::{PROBE, component, facts, request};
+use crate::support::{DEFAULT_POLICY, PROBE, component, facts, request};
+use switchyard_test_guests::NOOP;
 
 /// What the probe reported, via its deliberate `internal` error.
 fn report(scorer: Box<dyn Scorer>, table: &WorkerTable, req: &switchyard::SelectionRequest) -> Value {
@@ -206,5 +207,45 @@ fn on_selected_is_called_on_commit_and_never_on_select_guest_and_native() {
         assert_eq!(selector.select(&table, &e).unwrap().chosen, worker(2));
         assert_eq!(selector.select(&table, &d).unwrap().chosen, worker(1));
         assert_eq!(selector.select(&table, &a).unwrap().chosen, worker(0));
+    }
+}
+
+/// The canonical-ABI post-return functions a component's core module exports, by the
+/// export they clean up after (`cabi_post_<export>`), and how many lifted functions
+/// name one.
+fn post_returns(bytes: &[u8]) -> (Vec<String>, usize) {
+    use wasmparser::{CanonicalFunction, CanonicalOption, Parser, Payload};
+    let (mut exported, mut lifted) = (Vec::new(), 0);
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.expect("a valid component") {
+            Payload::ExportSection(exports) => {
+                for export in exports {
+                    if let Some(after) = export.unwrap().name.strip_prefix("cabi_post_") {
+                        exported.push(after.to_string());
+                    }
+                }
+            }
+            Payload::ComponentCanonicalSection(functions) => {
+                for function in functions {
+                    if let CanonicalFunction::Lift { options, .. } = function.unwrap() {
+                        lifted +=
+                            options.iter().filter(|o| matches!(o, CanonicalOption::PostReturn(_))).count();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (exported, lifted)
+}
+
+#[test]
+fn rust_guests_answer_score_and_filter_without_a_post_return() {
+    // The SDK answers from buffers the instance keeps, so the host makes no second call
+    // into the guest after each batch; only `configure`'s answer is freed afterwards.
+    for (name, bytes) in [("default", DEFAULT_POLICY), ("probe", PROBE), ("noop", NOOP)] {
+        let (exported, lifted) = post_returns(bytes);
+        assert_eq!(exported, ["switchyard:policy/policy@0.2.0#configure"], "{name}");
+        assert_eq!(lifted, 1, "{name}");
     }
 }

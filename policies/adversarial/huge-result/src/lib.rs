@@ -10,8 +10,10 @@ mod export {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use serde_json::Value;
-    use switchyard_guest_sdk::guest::exports::switchyard::policy::policy as exports;
-    use switchyard_guest_sdk::guest::switchyard::policy::types as wit;
+    wit_bindgen::generate!({ path: "../../../wit", world: "selection-policy" });
+
+    use exports::switchyard::policy::policy;
+    use switchyard::policy::types as wit;
 
     /// The number of costs `score` returns, set by `configure` (one instance per
     /// component instance, so one value per instance).
@@ -25,7 +27,7 @@ mod export {
         wit::PolicyError { kind: wit::ErrorKind::InvalidParameters, message }
     }
 
-    impl exports::Guest for HugeResult {
+    impl policy::Guest for HugeResult {
         fn describe() -> wit::PolicyInfo {
             wit::PolicyInfo { inputs: wit::InputGroups::LOAD, filters: false, wants_commits: false }
         }
@@ -52,5 +54,5 @@ mod export {
         fn on_selected(_request: wit::RequestFacts, _chosen: wit::WorkerRank) {}
     }
 
-    switchyard_guest_sdk::guest::__export_selection_policy!(HugeResult with_types_in switchyard_guest_sdk::guest);
+    export!(HugeResult);
 }

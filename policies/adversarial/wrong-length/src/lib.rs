@@ -1,15 +1,17 @@
 //! Hostile guest: `score` returns one cost fewer than there are candidates. The SDK sizes
-//! the costs for a policy, so this crate implements the generated `Guest` trait directly
-//! (through the SDK's hidden `guest` module) to return what it likes.
+//! the costs for a policy, so this crate writes its own bindings (wit-bindgen, as a tenant
+//! without the SDK would) to return what it likes.
 
 #[cfg(target_arch = "wasm32")]
 mod export {
-    use switchyard_guest_sdk::guest::exports::switchyard::policy::policy as exports;
-    use switchyard_guest_sdk::guest::switchyard::policy::types as wit;
+    wit_bindgen::generate!({ path: "../../../wit", world: "selection-policy" });
+
+    use exports::switchyard::policy::policy;
+    use switchyard::policy::types as wit;
 
     struct WrongLength;
 
-    impl exports::Guest for WrongLength {
+    impl policy::Guest for WrongLength {
         fn describe() -> wit::PolicyInfo {
             wit::PolicyInfo { inputs: wit::InputGroups::LOAD, filters: false, wants_commits: false }
         }
@@ -32,5 +34,5 @@ mod export {
         fn on_selected(_request: wit::RequestFacts, _chosen: wit::WorkerRank) {}
     }
 
-    switchyard_guest_sdk::guest::__export_selection_policy!(WrongLength with_types_in switchyard_guest_sdk::guest);
+    export!(WrongLength);
 }
