@@ -146,7 +146,9 @@ pub fn on_selected<P: Policy>(state: &State<P>, request: wit::RequestFacts, chos
 }
 
 /// Exports a [`Policy`] as this component's `policy` interface. Expands to nothing
-/// outside wasm32, so a policy crate can call it unconditionally.
+/// outside wasm32, so a policy crate can call it unconditionally. Static constructors
+/// (link-time `.init_array` entries, as the `ctor` crate makes) are never run: a guest
+/// has no libc start-up, and the exports do not call `__wasm_call_ctors`.
 #[macro_export]
 macro_rules! export_policy {
     ($policy:ty) => {

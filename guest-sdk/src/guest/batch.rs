@@ -70,11 +70,6 @@ impl FlatBatch {
     /// element type's size times its length and its alignment, and is owned by this call
     /// (the canonical ABI's contract for a callee's list parameters).
     unsafe fn take_lists(&self) -> (Vec<u64>, Vec<u32>, Vec<f64>) {
-        /// SAFETY (of each call): as the function's.
-        unsafe fn owned<T>(ptr: *mut T, len: usize) -> Vec<T> {
-            // An empty list may not have been allocated at all.
-            if len == 0 { Vec::new() } else { unsafe { Vec::from_raw_parts(ptr, len, len) } }
-        }
         // SAFETY: the caller's precondition, list by list.
         unsafe {
             (
@@ -84,6 +79,20 @@ impl FlatBatch {
             )
         }
     }
+}
+
+/// A list parameter of the call, owned: freed when the vector drops.
+///
+/// # Safety
+/// A non-empty list was allocated by this instance's `cabi_realloc` for exactly `len`
+/// elements of `T` (their size times `len`, their alignment) and is owned by the caller.
+unsafe fn owned<T>(ptr: *mut T, len: usize) -> Vec<T> {
+    if len == 0 {
+        // An empty list may not have been allocated at all.
+        return Vec::new();
+    }
+    // SAFETY: the function's precondition is `from_raw_parts`'s for a full vector.
+    unsafe { Vec::from_raw_parts(ptr, len, len) }
 }
 
 /// Where an answer is returned: `result<list<T>, policy-error>` laid out as the canonical
