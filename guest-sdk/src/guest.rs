@@ -21,7 +21,7 @@ wit_bindgen::generate!({
 });
 
 mod batch;
-pub use batch::{FlatBatch, filter, score};
+pub use batch::FlatBatch;
 
 use switchyard::policy::request as imports;
 use switchyard::policy::types as wit;
@@ -139,6 +139,37 @@ pub fn configure<P: Policy>(state: &State<P>, parameters: String) -> Result<(), 
     Ok(())
 }
 
+/// The `score` export: the costs, answered from the instance's own buffer (`batch`).
+///
+/// # Safety
+/// Called only as the component's `score` export, with the parameters the component
+/// model passed it.
+pub unsafe fn score<P: Policy>(state: &State<P>, flat: FlatBatch) -> *mut u8 {
+    state.with(|Instance { policy, costs, message, .. }| {
+        let result = batch::run(configured(policy), &flat, &ImportedFacts, |policy, request, view| {
+            costs.clear();
+            costs.resize(view.len(), 0.0);
+            policy.score(request, view, costs)
+        });
+        batch::answer(result.map(|()| &costs[..]), message)
+    })
+}
+
+/// The `filter` export: the keep flags, answered from the instance's own buffer.
+///
+/// # Safety
+/// As [`score`], for `filter`.
+pub unsafe fn filter<P: Policy>(state: &State<P>, flat: FlatBatch) -> *mut u8 {
+    state.with(|Instance { policy, keep, message, .. }| {
+        let result = batch::run(configured(policy), &flat, &ImportedFacts, |policy, request, view| {
+            keep.clear();
+            keep.resize(view.len(), true);
+            policy.filter(request, view, keep)
+        });
+        batch::answer(result.map(|()| &keep[..]), message)
+    })
+}
+
 pub fn on_selected<P: Policy>(state: &State<P>, request: wit::RequestFacts, chosen: wit::WorkerRank) {
     let facts = facts(&request);
     let chosen = WorkerRank { worker_id: chosen.worker_id, dp_rank: chosen.dp_rank };
@@ -176,6 +207,58 @@ macro_rules! export_policy {
 
             $crate::__export_batch!("switchyard:policy/policy@0.2.0#score", score, STATE);
             $crate::__export_batch!("switchyard:policy/policy@0.2.0#filter", filter, STATE);
+        };
+    };
+}
+
+/// Exports `score` or `filter` of the policy in `$state` under the canonical ABI's name
+/// `$name` (used by [`crate::export_policy!`]).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_batch {
+    ($name:literal, $glue:ident, $state:ident) => {
+        const _: () = {
+            #[unsafe(export_name = $name)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe extern "C" fn export(
+                prompt_tokens: u32,
+                block_size: u32,
+                request_blocks: u32,
+                expected_output_tag: u32,
+                expected_output_tokens: u32,
+                pinned_tag: u32,
+                pinned_worker_id: u64,
+                pinned_dp_rank: u32,
+                pool: u32,
+                seed: u64,
+                worker_ids: *mut u64,
+                worker_ids_len: usize,
+                columns: *mut u32,
+                columns_len: usize,
+                multipliers: *mut f64,
+                multipliers_len: usize,
+            ) -> *mut u8 {
+                let flat = $crate::guest::FlatBatch {
+                    prompt_tokens,
+                    block_size,
+                    request_blocks,
+                    expected_output_tag,
+                    expected_output_tokens,
+                    pinned_tag,
+                    pinned_worker_id,
+                    pinned_dp_rank,
+                    pool,
+                    seed,
+                    worker_ids,
+                    worker_ids_len,
+                    columns,
+                    columns_len,
+                    multipliers,
+                    multipliers_len,
+                };
+                // SAFETY: only the component model calls this export, with its parameters.
+                unsafe { $crate::guest::$glue(&$state, flat) }
+            }
         };
     };
 }

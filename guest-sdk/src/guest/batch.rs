@@ -1,4 +1,7 @@
-//! `score` and `filter`, exported by hand: the canonical ABI without a post-return.
+//! The canonical ABI of `score` and `filter`, written by hand so that they need no
+//! post-return: their flat parameters ([`FlatBatch`]), the lists taken as owned, and the
+//! answer written into a return area ([`answer`]). The exports themselves (`super::score`,
+//! `super::filter`, `__export_batch!`) put these together with the instance's state.
 //!
 //! Why: wit-bindgen's exports return each answer in a fresh list and export a
 //! `cabi_post_*` function that frees it, which the host calls after every call: a second
@@ -9,13 +12,14 @@
 //! post-return is optional in the canonical ABI, and the host lifts an answer before it
 //! calls the instance again (the component model forbids re-entering it meanwhile).
 //!
-//! The flattening mirrors `wit/policy.wit`; the wrap step type-checks these exports
-//! against it, and every test of a Rust guest goes through them.
+//! The flattening mirrors `wit/policy.wit`; the wrap step type-checks the exports against
+//! it, and every test of a Rust guest goes through them.
 
 use std::cell::UnsafeCell;
 
-use super::{ImportedFacts, Instance, State, configured};
-use crate::{Candidates, Columns, ErrorKind, Policy, PolicyError, Pool, Request, RequestFacts, WorkerRank};
+use crate::{
+    Candidates, Columns, ErrorKind, Facts, Policy, PolicyError, Pool, Request, RequestFacts, WorkerRank,
+};
 
 /// The flat parameters of `score` and `filter`: `request-facts`, then `candidates`, as
 /// the canonical ABI passes them (16 core values: under its limit of 16, so by value).
@@ -107,9 +111,9 @@ unsafe impl Sync for ReturnArea {}
 
 static RETURN_AREA: ReturnArea = ReturnArea(UnsafeCell::new([0; 4]));
 
-/// Writes `answer` into the return area; the pointers stay valid until the instance's
-/// next call (they point into its [`Instance`]).
-fn answer<T>(answer: Result<&[T], PolicyError>, message: &mut String) -> *mut u8 {
+/// Writes `answer` into the return area and returns its address; `answer` and `message`
+/// must stay in place until the instance's next call (the host reads them after this one).
+pub(super) fn answer<T>(answer: Result<&[T], PolicyError>, message: &mut String) -> *mut u8 {
     let words = match answer {
         Ok(list) => [0, list.as_ptr() as u32, list.len() as u32, 0],
         Err(e) => {
@@ -128,10 +132,12 @@ fn answer<T>(answer: Result<&[T], PolicyError>, message: &mut String) -> *mut u8
     area.cast()
 }
 
-/// Runs `f` on the policy with its view of the candidates.
-fn batch<P: Policy>(
+/// Runs `f` on the policy with the request (its lazy facts from `lazy`) and its view of
+/// the candidates; the lists the host passed are freed when it returns.
+pub(super) fn run<P: Policy>(
     policy: &mut P,
     flat: &FlatBatch,
+    lazy: &dyn Facts,
     f: impl FnOnce(&mut P, &Request<'_>, &Candidates<'_>) -> Result<(), PolicyError>,
 ) -> Result<(), PolicyError> {
     // SAFETY: `flat` holds the parameters the component model passed this export.
@@ -140,88 +146,5 @@ fn batch<P: Policy>(
     let view = Candidates::new(columns, policy.info().inputs)
         .map_err(|e| PolicyError::invalid_input(e.to_string()))?;
     let facts = flat.facts();
-    f(policy, &Request::new(&facts, &ImportedFacts), &view)
-}
-
-/// The `score` export: the costs, from the instance's own buffer.
-///
-/// # Safety
-/// Called only as the component's `score` export, with the parameters the component
-/// model passed it.
-pub unsafe fn score<P: Policy>(state: &State<P>, flat: FlatBatch) -> *mut u8 {
-    state.with(|Instance { policy, costs, message, .. }| {
-        let result = batch(configured(policy), &flat, |policy, request, view| {
-            costs.clear();
-            costs.resize(view.len(), 0.0);
-            policy.score(request, view, costs)
-        });
-        answer(result.map(|()| &costs[..]), message)
-    })
-}
-
-/// The `filter` export: the keep flags, from the instance's own buffer.
-///
-/// # Safety
-/// As [`score`], for `filter`.
-pub unsafe fn filter<P: Policy>(state: &State<P>, flat: FlatBatch) -> *mut u8 {
-    state.with(|Instance { policy, keep, message, .. }| {
-        let result = batch(configured(policy), &flat, |policy, request, view| {
-            keep.clear();
-            keep.resize(view.len(), true);
-            policy.filter(request, view, keep)
-        });
-        answer(result.map(|()| &keep[..]), message)
-    })
-}
-
-/// Exports `score` or `filter` of the policy in `$state` under the canonical ABI's name
-/// `$name` (used by [`crate::export_policy!`]).
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __export_batch {
-    ($name:literal, $glue:ident, $state:ident) => {
-        const _: () = {
-            #[unsafe(export_name = $name)]
-            #[allow(clippy::too_many_arguments)]
-            unsafe extern "C" fn export(
-                prompt_tokens: u32,
-                block_size: u32,
-                request_blocks: u32,
-                expected_output_tag: u32,
-                expected_output_tokens: u32,
-                pinned_tag: u32,
-                pinned_worker_id: u64,
-                pinned_dp_rank: u32,
-                pool: u32,
-                seed: u64,
-                worker_ids: *mut u64,
-                worker_ids_len: usize,
-                columns: *mut u32,
-                columns_len: usize,
-                multipliers: *mut f64,
-                multipliers_len: usize,
-            ) -> *mut u8 {
-                let flat = $crate::guest::FlatBatch {
-                    prompt_tokens,
-                    block_size,
-                    request_blocks,
-                    expected_output_tag,
-                    expected_output_tokens,
-                    pinned_tag,
-                    pinned_worker_id,
-                    pinned_dp_rank,
-                    pool,
-                    seed,
-                    worker_ids,
-                    worker_ids_len,
-                    columns,
-                    columns_len,
-                    multipliers,
-                    multipliers_len,
-                };
-                // SAFETY: only the component model calls this export, with its parameters.
-                unsafe { $crate::guest::$glue(&$state, flat) }
-            }
-        };
-    };
+    f(policy, &Request::new(&facts, lazy), &view)
 }
