@@ -71,8 +71,9 @@ bool sy_fail(sy_error *err, sy_error_kind kind, const char *message) {
     return sy_text_fail(&t, err, kind);
 }
 
-/* The policy's error as the WIT's; the host copies the message and the bindings'
- * post-return frees it. An empty message gets words (an empty one would leak). */
+/* The policy's error as the WIT's; the host copies the message, and `configure`'s
+ * post-return frees it (`score`'s and `filter`'s: `call`, at the next call). An empty
+ * message gets words (an empty one would leak). */
 static void to_wit(sy_error *e, exports_switchyard_policy_policy_policy_error_t *out) {
     if (e->len == 0) {
         free(e->message);
@@ -257,31 +258,46 @@ static bool view_of(const switchyard_policy_types_candidates_t *c, sy_candidates
     return true;
 }
 
-/* `score` or `filter` (`keep` non-NULL): the view, a zeroed answer of `width` bytes a
- * candidate for the policy to fill, and everything the host passed freed. */
+/* The last `score` or `filter` answer and error message. The host reads them after the
+ * call returns and calls nothing in between: the build drops these two exports'
+ * post-returns (`build::c`), so an answer is not a fresh allocation freed after each
+ * call but this buffer, reused, and a message lives until the next call. */
+static struct {
+    unsigned char *answer;
+    size_t capacity;
+    char *message;
+} last;
+
+/* `score` or `filter` (`filter` true): the view, a zeroed (`filter`: all-kept) answer of
+ * `width` bytes a candidate for the policy to fill, and everything the host passed freed. */
 static bool call(exports_switchyard_policy_policy_request_facts_t *request,
                  exports_switchyard_policy_policy_candidates_t *candidates, size_t width, void **answer,
                  size_t *len, exports_switchyard_policy_policy_policy_error_t *err, bool filter) {
     ensure_configured();
+    free(last.message);
+    last.message = NULL;
     sy_request r = request_of(request);
     sy_candidates view;
     sy_error e = {0};
     bool ok = view_of(candidates, &view, &e);
     if (ok) {
-        /* None for no candidates: the post-return frees only a non-empty list. */
-        unsigned char *out = view.len ? calloc(view.len, width) : NULL;
-        if (view.len && !out) abort();
-        if (filter) {
-            if (out) memset(out, 1, view.len); /* keep all unless the policy says otherwise */
-            ok = sy_filter(&r, &view, (bool *)out, &e);
-        } else {
-            ok = sy_score(&r, &view, (double *)out, &e);
+        size_t bytes = view.len * width;
+        if (bytes > last.capacity) {
+            unsigned char *grown = realloc(last.answer, bytes);
+            if (!grown) abort();
+            last.answer = grown;
+            last.capacity = bytes;
         }
+        unsigned char *out = last.answer;
+        if (bytes) memset(out, filter ? 1 : 0, bytes);
+        ok = filter ? sy_filter(&r, &view, (bool *)out, &e) : sy_score(&r, &view, (double *)out, &e);
         *answer = out;
         *len = view.len;
-        if (!ok) free(out);
     }
-    if (!ok) to_wit(&e, err);
+    if (!ok) {
+        to_wit(&e, err);
+        last.message = (char *)err->message.ptr;
+    }
     exports_switchyard_policy_policy_candidates_free(candidates);
     end_call();
     return ok;

@@ -3,7 +3,7 @@
  *
  * The canonical ABI calls `cabi_realloc` (the generated bindings' weak definition calls
  * `realloc`) for every list and string the host passes in, and the bindings `free` them
- * and the returned costs when a call ends. Those sizes repeat call after call, so blocks
+ * when a call ends (`score`'s answers are kept and reused: `switchyard.c`, `call`). Those sizes repeat call after call, so blocks
  * come in power-of-two size classes, each with its own free list: a freed block is
  * handed back for the next request of its class in a few instructions, and the heap of a
  * steady workload stops growing after its first call.

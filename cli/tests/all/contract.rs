@@ -9,7 +9,7 @@ use switchyard_guest_sdk::{Policy, Pool, WorkerRank};
 use switchyard_probe::Probe;
 
 use crate::support::{DEFAULT_POLICY, PROBE, component, facts, request};
-use switchyard_test_guests::NOOP;
+use switchyard_test_guests::{C_FACTS, DEFAULT_POLICY_C, NOOP};
 
 /// What the probe reported, via its deliberate `internal` error.
 fn report(scorer: Box<dyn Scorer>, table: &WorkerTable, req: &switchyard::SelectionRequest) -> Value {
@@ -240,10 +240,16 @@ fn post_returns(bytes: &[u8]) -> (Vec<String>, usize) {
 }
 
 #[test]
-fn rust_guests_answer_score_and_filter_without_a_post_return() {
-    // The SDK answers from buffers the instance keeps, so the host makes no second call
+fn sdk_guests_answer_score_and_filter_without_a_post_return() {
+    // Both SDKs answer from buffers the instance keeps, so the host makes no second call
     // into the guest after each batch; only `configure`'s answer is freed afterwards.
-    for (name, bytes) in [("default", DEFAULT_POLICY), ("probe", PROBE), ("noop", NOOP)] {
+    for (name, bytes) in [
+        ("default", DEFAULT_POLICY),
+        ("probe", PROBE),
+        ("noop", NOOP),
+        ("default-c", DEFAULT_POLICY_C),
+        ("c-facts", C_FACTS),
+    ] {
         let (exported, lifted) = post_returns(bytes);
         assert_eq!(exported, ["switchyard:policy/policy@0.2.0#configure"], "{name}");
         assert_eq!(lifted, 1, "{name}");

@@ -170,7 +170,60 @@ pub fn build_c_guest(work_dir: &Path, name: &str, sources: &[PathBuf]) -> Result
     run(Command::new(&clang).args(LINK_FLAGS).args(&linked).arg("-o").arg(&core))
         .with_context(|| format!("linking {}", core.display()))?;
     let module = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
+    let module = without_exports(&module, ANSWERED_WITHOUT_POST_RETURN)
+        .with_context(|| format!("dropping the post-returns of {}", core.display()))?;
     super::componentize(&module).with_context(|| format!("componentizing {name}"))
+}
+
+/// The post-returns the bindings generate for `score` and `filter`, which would free each
+/// answer after the call. The SDK answers from one buffer it reuses instead
+/// (`switchyard.c`, `call`), as the Rust SDK does: without these exports the component
+/// lifts the two functions with no post-return, and the host makes no second call into
+/// the guest after each batch (~330 instructions of an empty call's ~2,250 in wasmtime
+/// 50). They must go: left in, they would free the reused buffer.
+const ANSWERED_WITHOUT_POST_RETURN: &[&str] =
+    &["cabi_post_switchyard:policy/policy@0.2.0#score", "cabi_post_switchyard:policy/policy@0.2.0#filter"];
+
+/// `module` without the exports named `dropped` (each must be there), every other
+/// section as it was.
+fn without_exports(module: &[u8], dropped: &[&str]) -> Result<Vec<u8>> {
+    use wasm_encoder::{ExportKind, ExportSection, Module, RawSection};
+    use wasmparser::{ExternalKind, Parser, Payload};
+    let mut out = Module::new();
+    let mut found = 0;
+    for payload in Parser::new(0).parse_all(module) {
+        match payload? {
+            Payload::ExportSection(reader) => {
+                let mut exports = ExportSection::new();
+                for export in reader {
+                    let export = export?;
+                    if dropped.contains(&export.name) {
+                        found += 1;
+                        continue;
+                    }
+                    let kind = match export.kind {
+                        ExternalKind::Func => ExportKind::Func,
+                        ExternalKind::Table => ExportKind::Table,
+                        ExternalKind::Memory => ExportKind::Memory,
+                        ExternalKind::Global => ExportKind::Global,
+                        ExternalKind::Tag => ExportKind::Tag,
+                        ExternalKind::FuncExact => bail!("export `{}`: an exact-type export", export.name),
+                    };
+                    exports.export(export.name, kind, export.index);
+                }
+                out.section(&exports);
+            }
+            payload => {
+                if let Some((id, range)) = payload.as_section() {
+                    out.section(&RawSection { id, data: &module[range] });
+                }
+            }
+        }
+    }
+    if found != dropped.len() {
+        bail!("expected the exports {dropped:?}, found {found} of them: did the bindings' names change?");
+    }
+    Ok(out.finish())
 }
 
 /// Runs `cmd`; its stderr (clang's diagnostics) is the error when it fails.
