@@ -445,7 +445,7 @@ fn main() {
         "Fixture: Dynamo's bench fixture (prompt 2,048 tokens, block 16, one dp rank). Guest budget: both (the default: fuel, with the epoch deadline as backstop)."
     );
     println!("Medians of {ROUNDS} interleaved rounds of ~{} ms batches.", BATCH.as_millis());
-    // `-- inside-dynamo`, `-- c` or `-- overhead`: that section alone.
+    // `-- inside-dynamo`, `-- c`, `-- ported` or `-- overhead`: that section alone.
     if std::env::args().any(|a| a == "overhead") {
         overhead_table(&engine);
         return;
@@ -456,6 +456,10 @@ fn main() {
     }
     if std::env::args().any(|a| a == "c") {
         c_guest_table(&engine);
+        return;
+    }
+    if std::env::args().any(|a| a == "ported") {
+        ported_table(&engine);
         return;
     }
     selection_table(&engine, 0.0);
