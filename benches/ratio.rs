@@ -388,20 +388,18 @@ fn overhead_table(engine: &PolicyEngine) {
         t[6] / t[4]
     );
     // Whatever the contract: the policy's own columns must cross in and its costs back.
-    println!(
-        "| the least any copying contract carries: the six columns the default cost reads in, costs out, 1,024 / 4,096; floor as above | {} / {}; {:.2} / {:.2} |",
-        fmt_ns(t[16]),
-        fmt_ns(t[17]),
-        floor(t[3], t[16]),
-        floor(t[4], t[17])
-    );
-    println!(
-        "| costs out alone (no column crossing at all), 1,024 / 4,096; floor as above | {} / {}; {:.2} / {:.2} |",
-        fmt_ns(t[18]),
-        fmt_ns(t[19]),
-        floor(t[3], t[18]),
-        floor(t[4], t[19])
-    );
+    for (what, at) in [
+        ("the least any copying contract carries: the six columns the default cost reads in, costs out", 16),
+        ("costs out alone (no column crossing at all)", 18),
+    ] {
+        println!(
+            "| {what}, 1,024 / 4,096; floor as above | {} / {}; {:.2} / {:.2} |",
+            fmt_ns(t[at]),
+            fmt_ns(t[at + 1]),
+            floor(t[3], t[at]),
+            floor(t[4], t[at + 1])
+        );
+    }
 }
 
 fn concurrency(engine: &PolicyEngine) {
