@@ -86,43 +86,45 @@ static inline __attribute__((always_inline)) double credit(const struct paramete
     return device * (double)r->dev[i] + q->host * (double)r->host[i] + q->disk * (double)r->disk[i];
 }
 
-/* One loop per (pool, decay, common) case, each straight-line arithmetic that vectorises.
- * `common` (no decay, B a power of two, a = 0) does less, bit-identically: tokens / B is
- * tokens · (1/B), 1/B being exact (the same real number, rounded once the same way; a
- * multiplication where the division would be the loop's slowest instruction), and the
- * request term 0 · r is +0, which leaves every cost as it is (a cost here is never −0), so
- * it is neither computed nor its column read. */
-static inline __attribute__((always_inline)) void score_rows(const rows *r, size_t n, double *restrict costs,
-                                                             bool decode, bool decays, bool common) {
-    const struct parameters q = p;
-    WIDE_LOOP
-    for (size_t i = 0; i < n; i++) {
-        double cr = credit(&q, r, i, decays);
-        double decode_blocks = (double)r->decode[i];
-        if (decode) {
-            costs[i] = positive_part(decode_blocks - cr) + q.request * (double)r->requests[i];
-        } else {
-            /* Dynamo's (pf + max(isl − cached, 0)) + cached is pf + max(isl, cached): the
-             * terms are integers below 2^53, which doubles add exactly in any order. */
-            double raw = (double)r->pf[i] + (double)max_u32(r->isl, r->cached[i]);
-            if (common) {
-                costs[i] = q.scale * positive_part(raw * r->per_block - cr) + decode_blocks;
-            } else {
-                double prefill_blocks = positive_part(raw / r->block_size - cr);
-                costs[i] = q.scale * prefill_blocks + decode_blocks + q.request * (double)r->requests[i];
-            }
-        }
-    }
-}
-
-/* A pool that tracks no prefill (the decode pool without credit): the prefill term is 0. */
-static void score_untracked(const rows *r, size_t n, double *restrict costs) {
+/* Two loops, where the Rust policy has five: each vectorised loop is ~1.1 KB of the
+ * component, and this one is built to stay small (issue 18's 10 KB). Dynamo's defaults
+ * with a power-of-two block in an aggregated or prefill pool, nearly every request, run
+ * a vectorised loop of their own; every other case runs one scalar loop.
+ *
+ * The common loop does less, bit-identically: tokens / B is tokens · (1/B), 1/B being
+ * exact (the same real number, rounded once the same way; a multiplication where the
+ * division would be the loop's slowest instruction), and the request term 0 · r is +0,
+ * which leaves every cost as it is (a cost here is never −0), so it is neither computed
+ * nor its column read. */
+static void score_common(const rows *r, size_t n, double *restrict costs) {
     const struct parameters q = p;
     WIDE_LOOP
     for (size_t i = 0; i < n; i++) {
         double cr = credit(&q, r, i, false);
+        double raw = (double)r->pf[i] + (double)max_u32(r->isl, r->cached[i]);
+        costs[i] = q.scale * positive_part(raw * r->per_block - cr) + (double)r->decode[i];
+    }
+}
+
+/* Every other case, compiled for size (`minsize`: not vectorised, and the loop-invariant
+ * branches not unswitched into a loop each). A pool that tracks no prefill (the decode
+ * pool without credit) has a prefill term of 0. */
+__attribute__((minsize)) static void score_general(const rows *r, size_t n, double *restrict costs,
+                                                   bool decode, bool tracks_prefill, bool decays) {
+    const struct parameters q = p;
+    for (size_t i = 0; i < n; i++) {
+        double cr = credit(&q, r, i, decays);
+        double decode_blocks = (double)r->decode[i];
         double request_cost = q.request * (double)r->requests[i];
-        costs[i] = q.scale * positive_part(0.0 - cr) + (double)r->decode[i] + request_cost;
+        if (decode) {
+            costs[i] = positive_part(decode_blocks - cr) + request_cost;
+        } else {
+            /* Dynamo's (pf + max(isl − cached, 0)) + cached is pf + max(isl, cached): the
+             * terms are integers below 2^53, which doubles add exactly in any order. */
+            double prefill =
+                tracks_prefill ? ((double)r->pf[i] + (double)max_u32(r->isl, r->cached[i])) / r->block_size : 0.0;
+            costs[i] = q.scale * positive_part(prefill - cr) + decode_blocks + request_cost;
+        }
     }
 }
 
@@ -139,18 +141,14 @@ bool sy_score(const sy_request *req, const sy_candidates *c, double *costs, sy_e
     bool power_of_two = req->block_size != 0 && (req->block_size & (req->block_size - 1)) == 0;
     bool common = !decays && power_of_two && p.request == 0.0;
     if (decays && n) {
+        /* Scalar, as the loop the decay runs in (~150 bytes less). */
         r.min_pf = r.pf[0];
+        _Pragma("clang loop vectorize(disable) unroll(disable)")
         for (size_t i = 1; i < n; i++)
             if (r.pf[i] < r.min_pf) r.min_pf = r.pf[i];
     }
-    /* Dynamo's defaults with a power-of-two block have a loop of their own; each
-     * specialisation is code the component ships, so the others share the general loops. */
-    if (decode && decays) score_rows(&r, n, costs, true, true, false);
-    else if (decode) score_rows(&r, n, costs, true, false, false);
-    else if (tracks_prefill && decays) score_rows(&r, n, costs, false, true, false);
-    else if (tracks_prefill && common) score_rows(&r, n, costs, false, false, true);
-    else if (tracks_prefill) score_rows(&r, n, costs, false, false, false);
-    else score_untracked(&r, n, costs);
+    if (tracks_prefill && common) score_common(&r, n, costs);
+    else score_general(&r, n, costs, decode, tracks_prefill, decays);
     if (!req->is_pinned && c->preferred_multiplier) {
         const double *restrict m = c->preferred_multiplier;
         for (size_t i = 0; i < n; i++) costs[i] *= m[i];

@@ -136,7 +136,8 @@ pub fn random_hashes(rng: &mut Rng, blocks: u32, conversations: u64) -> Vec<u64>
 /// A random selection over `table`: every pool, pinned and allowed sets, taints,
 /// temperatures, classes, hashes from shared conversations.
 pub fn random_request(rng: &mut Rng, table: &WorkerTable, max_prompt: u64) -> SelectionRequest {
-    let block_size = [1u32, 16, 32, 64, 512][rng.below(5) as usize];
+    // 48: a block size that is not a power of two (the default policy's general loop).
+    let block_size = [1u32, 16, 32, 48, 64, 512][rng.below(6) as usize];
     let prompt_tokens = if rng.chance(5) { 0 } else { rng.below(max_prompt) as u32 };
     let pool = [Pool::Aggregated, Pool::Prefill, Pool::Decode][rng.below(3) as usize];
     let inputs = random_inputs(rng, table, prompt_tokens, pool);
