@@ -11,7 +11,7 @@ use switchyard::selection::Scorer;
 use switchyard::{GuestScorer, Selector};
 
 use crate::equivalence::random_parameters;
-use crate::support::{DEFAULT_POLICY, Rng, component, random_case};
+use crate::support::{DEFAULT_POLICY, Rng, component, engine, random_case};
 
 const DEFAULT_POLICY_C: &[u8] = switchyard_test_guests::DEFAULT_POLICY_C;
 
@@ -191,9 +191,10 @@ fn readme_policy() -> String {
     block[..block.find("```").unwrap()].to_string()
 }
 
-#[test]
-fn a_c_policy_from_an_empty_folder_gets_bindings_builds_wraps_checks_and_selects() {
-    let dir = temp_dir("guide");
+/// The README's path to a component: `policy bindings` into `dir/sdk`, the README's
+/// `mine.c` built by clang with the flags it printed, in one command as the README shows.
+/// Returns the core module's path.
+fn build_readme_policy(dir: &Path) -> String {
     let sdk = dir.join("sdk");
     let written = json(&switchyard(&["policy", "bindings", "--lang", "c", "-o", &sdk.display().to_string()]));
     for file in
@@ -204,7 +205,7 @@ fn a_c_policy_from_an_empty_folder_gets_bindings_builds_wraps_checks_and_selects
     let flags = |key: &str| -> Vec<String> {
         written[key].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect()
     };
-    let mine = write(&dir, "mine.c", readme_policy().as_bytes());
+    let mine = write(dir, "mine.c", readme_policy().as_bytes());
     let clang =
         switchyard_guest_sdk::build::c::clang().expect("clang and wasm-ld (the test guests need them too)");
     let core = dir.join("mine.core.wasm").display().to_string();
@@ -223,6 +224,13 @@ fn a_c_policy_from_an_empty_folder_gets_bindings_builds_wraps_checks_and_selects
         .output()
         .unwrap();
     assert!(out.status.success(), "clang: {}", String::from_utf8_lossy(&out.stderr));
+    core
+}
+
+#[test]
+fn a_c_policy_from_an_empty_folder_gets_bindings_builds_wraps_checks_and_selects() {
+    let dir = temp_dir("guide");
+    let core = build_readme_policy(&dir);
     let wasm = dir.join("mine.wasm").display().to_string();
     json(&switchyard(&["policy", "wrap", &core, "-o", &wasm]));
     let check = json(&switchyard(&["policy", "check", &wasm, "--params", r#"{"request_weight": 2}"#]));
@@ -256,4 +264,36 @@ fn the_c_sdk_hands_over_the_lazy_facts_once_per_call() {
         serde_json::json!(["switchyard:policy/types@0.2.0", "switchyard:policy/request@0.2.0"]),
         "the facts it reads are imports of the policy world"
     );
+}
+
+/// A C policy built by hand as the README shows, one instance answering many batches of
+/// changing sizes: the SDK answers from one buffer it reuses, so the bindings' post-returns
+/// (which would free that buffer after every call) must not be exported, whoever links
+/// the guest. With them, each answer was freed twice and handed out again by the
+/// allocator while still the answer: costs read from recycled memory.
+#[test]
+fn a_hand_built_c_policy_answers_batch_after_batch_as_the_sdk_build_does() {
+    let dir = temp_dir("by-hand");
+    let core = build_readme_policy(&dir);
+    let wasm = dir.join("mine.wasm").display().to_string();
+    json(&switchyard(&["policy", "wrap", &core, "-o", &wasm]));
+    let load = |bytes: &[u8]| switchyard::PolicyComponent::load(engine(), bytes).expect("loads");
+    let by_hand_component = load(&std::fs::read(&wasm).unwrap());
+    let built_bytes =
+        switchyard_guest_sdk::build::c::build_c_guest(&dir.join("built"), "mine", &[dir.join("mine.c")])
+            .expect("the SDK's build of the same policy");
+    let params = r#"{"request_weight": 2}"#;
+    let guest = |c: &switchyard::PolicyComponent| {
+        Selector::new(Box::new(GuestScorer::new("mine", c.clone(), params).unwrap()))
+    };
+    let built_component = load(&built_bytes);
+    let (mut by_hand, mut built) = (guest(&by_hand_component), guest(&built_component));
+    let mut rng = Rng::seeded(0x4a4d);
+    for i in 0..2_000 {
+        let (table, request) = random_case(&mut rng);
+        let (a, b) = (by_hand.select(&table, &request), built.select(&table, &request));
+        let bits = |s: &Selector| s.last_costs().iter().map(|c| c.to_bits()).collect::<Vec<u64>>();
+        assert_eq!(a.map(|p| p.chosen).ok(), b.map(|p| p.chosen).ok(), "selection {i}");
+        assert_eq!(bits(&by_hand), bits(&built), "selection {i}: the costs differ");
+    }
 }

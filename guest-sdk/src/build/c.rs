@@ -175,61 +175,36 @@ pub fn build_c_guest(work_dir: &Path, name: &str, sources: &[PathBuf]) -> Result
     run(Command::new(&clang).args(LINK_FLAGS).args(&linked).arg("-o").arg(&core))
         .with_context(|| format!("linking {}", core.display()))?;
     let module = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
-    let module = without_exports(&module, ANSWERED_WITHOUT_POST_RETURN)
-        .with_context(|| format!("dropping the post-returns of {}", core.display()))?;
+    refuse_exports(&module, NOT_EXPORTED).with_context(|| format!("checking {}", core.display()))?;
     super::componentize(&module).with_context(|| format!("componentizing {name}"))
 }
 
 /// The post-returns the bindings generate for `score` and `filter`, which would free each
-/// answer after the call. The SDK answers from one buffer it reuses instead
-/// (`switchyard.c`, `call`), as the Rust SDK does: without these exports the component
-/// lifts the two functions with no post-return, and the host makes no second call into
-/// the guest after each batch (~330 instructions of an empty call's ~2,250 in wasmtime
-/// 50, measured on the Rust SDK's noop guest). They must go: left in, they would free the
-/// reused buffer.
-const ANSWERED_WITHOUT_POST_RETURN: &[&str] =
+/// answer after the call. The SDK answers from one buffer it reuses instead and replaces
+/// them with definitions that are not exported (`switchyard.c`): if the generated names
+/// ever change, the bindings' own would be exported again and free that buffer after
+/// every call, so the build refuses a module that exports either.
+const NOT_EXPORTED: &[&str] =
     &["cabi_post_switchyard:policy/policy@0.2.0#score", "cabi_post_switchyard:policy/policy@0.2.0#filter"];
 
-/// `module` without the exports named `dropped` (each must be there), every other
-/// section as it was.
-fn without_exports(module: &[u8], dropped: &[&str]) -> Result<Vec<u8>> {
-    use wasm_encoder::{ExportKind, ExportSection, Module, RawSection};
-    use wasmparser::{ExternalKind, Parser, Payload};
-    let mut out = Module::new();
-    let mut found = 0;
+/// An error if `module` exports any of `names`.
+fn refuse_exports(module: &[u8], names: &[&str]) -> Result<()> {
+    use wasmparser::{Parser, Payload};
     for payload in Parser::new(0).parse_all(module) {
-        match payload? {
-            Payload::ExportSection(reader) => {
-                let mut exports = ExportSection::new();
-                for export in reader {
-                    let export = export?;
-                    if dropped.contains(&export.name) {
-                        found += 1;
-                        continue;
-                    }
-                    let kind = match export.kind {
-                        ExternalKind::Func => ExportKind::Func,
-                        ExternalKind::Table => ExportKind::Table,
-                        ExternalKind::Memory => ExportKind::Memory,
-                        ExternalKind::Global => ExportKind::Global,
-                        ExternalKind::Tag => ExportKind::Tag,
-                        ExternalKind::FuncExact => bail!("export `{}`: an exact-type export", export.name),
-                    };
-                    exports.export(export.name, kind, export.index);
-                }
-                out.section(&exports);
-            }
-            payload => {
-                if let Some((id, range)) = payload.as_section() {
-                    out.section(&RawSection { id, data: &module[range] });
+        if let Payload::ExportSection(reader) = payload? {
+            for export in reader {
+                let export = export?;
+                if names.contains(&export.name) {
+                    bail!(
+                        "exports `{}`, which would free the SDK's reused answer after each call: \
+                           did the bindings' names change?",
+                        export.name
+                    );
                 }
             }
         }
     }
-    if found != dropped.len() {
-        bail!("expected the exports {dropped:?}, found {found} of them: did the bindings' names change?");
-    }
-    Ok(out.finish())
+    Ok(())
 }
 
 /// Runs `cmd`; its stderr (clang's diagnostics) is the error when it fails.
@@ -265,5 +240,51 @@ mod tests {
         let e = clang_at("/nonexistent/clang".into()).unwrap_err().to_string();
         assert!(e.contains("`/nonexistent/clang` did not run"), "{e}");
         assert!(e.contains("apt-get install clang-19 lld-19"), "{e}");
+    }
+
+    #[test]
+    fn the_sdk_replaces_the_bindings_weak_post_returns_of_score_and_filter() {
+        let files = sdk_files().unwrap();
+        let text = |name: &str| {
+            String::from_utf8_lossy(&files.iter().find(|(n, _)| n == name).unwrap().1).into_owned()
+        };
+        let (bindings, glue) = (text("selection_policy.c"), text("switchyard.c"));
+        for (function, export) in [("score", NOT_EXPORTED[0]), ("filter", NOT_EXPORTED[1])] {
+            let symbol = format!("__wasm_export_exports_switchyard_policy_policy_{function}_post_return(");
+            let weak = format!("__attribute__((__weak__, __export_name__(\"{export}\")))\nvoid {symbol}");
+            assert!(
+                bindings.contains(&weak),
+                "the bindings' {function} post-return is weak and exported as {export}"
+            );
+            assert!(glue.contains(&format!("void {symbol}")), "switchyard.c replaces it");
+        }
+    }
+
+    #[test]
+    fn a_module_that_exports_a_post_return_of_score_or_filter_is_refused() {
+        use wasm_encoder::{
+            CodeSection, ExportKind, ExportSection, Function, FunctionSection, Module, TypeSection,
+        };
+        let module = |export: &str| {
+            let mut m = Module::new();
+            let mut types = TypeSection::new();
+            types.ty().function([], []);
+            m.section(&types);
+            let mut functions = FunctionSection::new();
+            functions.function(0);
+            m.section(&functions);
+            let mut exports = ExportSection::new();
+            exports.export(export, ExportKind::Func, 0);
+            m.section(&exports);
+            let mut code = CodeSection::new();
+            let mut body = Function::new([]);
+            body.instructions().end();
+            code.function(&body);
+            m.section(&code);
+            m.finish()
+        };
+        let e = refuse_exports(&module(NOT_EXPORTED[1]), NOT_EXPORTED).unwrap_err().to_string();
+        assert!(e.contains("#filter") && e.contains("reused answer"), "{e}");
+        refuse_exports(&module("cabi_post_switchyard:policy/policy@0.2.0#configure"), NOT_EXPORTED).unwrap();
     }
 }
