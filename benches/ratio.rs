@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     Crossing, DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, median_compile, switchyard_fixture,
+    switchyard_fixture_in,
 };
 use dynamo_kv_router::{
     KvRouterConfig, RoutingPartitionRef, WorkerInputView, WorkerInputs, WorkerPicker, WorkerSelectionContext,
@@ -20,6 +21,7 @@ use dynamo_kv_router::{
 use switchyard::{Budget, Compiler, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 use switchyard_builtins as builtin;
 use switchyard_dynamo::{LoadedPolicy, SwitchyardConfig};
+use switchyard_guest_sdk::Pool;
 use switchyard_test_guests::{DEFAULT_POLICY, DEFAULT_POLICY_C};
 
 const ROUNDS: usize = 31;
@@ -212,18 +214,18 @@ fn c_guest_table(engine: &PolicyEngine) {
         let (cranelift, winch) = (compile_ms(engine, bytes), compile_ms(&winch, bytes));
         println!("| {name} | {} bytes | {cranelift:.2} ms | {winch:.2} ms |", bytes.len());
     }
-    println!("\n| workers | native | Rust guest | C guest | C/Rust |");
-    println!("| ---: | ---: | ---: | ---: | ---: |");
-    for &n in &SIZES {
-        let (table, request) = switchyard_fixture(n, 0.0);
-        let mut native = Selector::new(default.native("{}").unwrap());
+    // Native, the Rust guest and the C guest with `params`, interleaved; the costs asserted
+    // equal first.
+    let times = |n: usize, params: &str, pool: Pool| {
+        let (table, request) = switchyard_fixture_in(pool, n, 0.0);
+        let mut native = Selector::new(default.native(params).unwrap());
         let mut rust_guest =
-            Selector::new(Box::new(GuestScorer::new("default", rust.clone(), "{}").unwrap()));
-        let mut c_guest = Selector::new(Box::new(GuestScorer::new("default-c", c.clone(), "{}").unwrap()));
+            Selector::new(Box::new(GuestScorer::new("default", rust.clone(), params).unwrap()));
+        let mut c_guest = Selector::new(Box::new(GuestScorer::new("default-c", c.clone(), params).unwrap()));
         rust_guest.select(&table, &request).unwrap();
         c_guest.select(&table, &request).unwrap();
         let bits = |s: &Selector| s.last_costs().iter().map(|c| c.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&c_guest), bits(&rust_guest), "C and Rust guests: the same costs");
+        assert_eq!(bits(&c_guest), bits(&rust_guest), "C and Rust guests: the same costs ({params})");
         let mut run_native = || {
             black_box(native.select(&table, &request).unwrap());
         };
@@ -233,8 +235,33 @@ fn c_guest_table(engine: &PolicyEngine) {
         let mut run_c = || {
             black_box(c_guest.select(&table, &request).unwrap());
         };
-        let t = interleaved(&mut [&mut run_native, &mut run_rust, &mut run_c]);
+        interleaved(&mut [&mut run_native, &mut run_rust, &mut run_c])
+    };
+    println!("\n| workers | native | Rust guest | C guest | C/Rust |");
+    println!("| ---: | ---: | ---: | ---: | ---: |");
+    for &n in &SIZES {
+        let t = times(n, "{}", Pool::Aggregated);
         println!("| {n} | {} | {} | {} | {:.3} |", fmt_ns(t[0]), fmt_ns(t[1]), fmt_ns(t[2]), t[2] / t[1]);
+    }
+    // The C policy has fewer loops than the Rust one (a smaller component): what that
+    // costs where the two differ.
+    println!("\nOther parameters and pools, 1,024 workers:\n");
+    println!("| parameters | pool | native | Rust guest | C guest | C/Rust |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: |");
+    for (params, pool) in [
+        (r#"{"overlap_score_credit_decay": 1}"#, Pool::Aggregated),
+        (r#"{"decode_active_request_weight": 1}"#, Pool::Aggregated),
+        ("{}", Pool::Decode),
+        (r#"{"overlap_score_credit": 0}"#, Pool::Decode),
+    ] {
+        let t = times(1_024, params, pool);
+        println!(
+            "| `{params}` | {pool:?} | {} | {} | {} | {:.3} |",
+            fmt_ns(t[0]),
+            fmt_ns(t[1]),
+            fmt_ns(t[2]),
+            t[2] / t[1]
+        );
     }
 }
 

@@ -35,6 +35,15 @@ fn cached_tokens(id: u64) -> u32 {
 
 /// The fixture for Switchyard: the worker table and one request.
 pub fn switchyard_fixture(workers: usize, temperature: f64) -> (WorkerTable, SelectionRequest) {
+    switchyard_fixture_in(Pool::Aggregated, workers, temperature)
+}
+
+/// [`switchyard_fixture`] for a request of `pool`.
+pub fn switchyard_fixture_in(
+    pool: Pool,
+    workers: usize,
+    temperature: f64,
+) -> (WorkerTable, SelectionRequest) {
     let table = WorkerTable::new((0..workers as u64).map(|id| Worker::new(id, 1, 131_072, None)).collect())
         .expect("unique ids");
     let ids: Vec<u64> = (0..workers as u64).collect();
@@ -51,7 +60,7 @@ pub fn switchyard_fixture(workers: usize, temperature: f64) -> (WorkerTable, Sel
         request_blocks: PROMPT_TOKENS.div_ceil(BLOCK_SIZE),
         expected_output_tokens: Some(256),
         pinned: None,
-        pool: Pool::Aggregated,
+        pool,
         seed: 7,
     };
     let options = RequestOptions {

@@ -86,10 +86,10 @@ static inline __attribute__((always_inline)) double credit(const struct paramete
     return device * (double)r->dev[i] + q->host * (double)r->host[i] + q->disk * (double)r->disk[i];
 }
 
-/* Two loops, where the Rust policy has five: each vectorised loop is ~1.1 KB of the
- * component, and this one is built to stay small (issue 18's 10 KB). Dynamo's defaults
- * with a power-of-two block in an aggregated or prefill pool, nearly every request, run
- * a vectorised loop of their own; every other case runs one scalar loop.
+/* Three loops, where the Rust policy has five: each vectorised loop is ~1 KB of the
+ * component, built here to stay small. Dynamo's defaults (a power-of-two block) in an
+ * aggregated or prefill pool, and in a decode pool, have a loop each; every other case
+ * shares one loop that computes what each case needs and selects.
  *
  * The common loop does less, bit-identically: tokens / B is tokens · (1/B), 1/B being
  * exact (the same real number, rounded once the same way; a multiplication where the
@@ -106,25 +106,29 @@ static void score_common(const rows *r, size_t n, double *restrict costs) {
     }
 }
 
-/* Every other case, compiled for size (`minsize`: not vectorised, and the loop-invariant
- * branches not unswitched into a loop each). A pool that tracks no prefill (the decode
- * pool without credit) has a prefill term of 0. */
-__attribute__((minsize)) static void score_general(const rows *r, size_t n, double *restrict costs,
-                                                   bool decode, bool tracks_prefill, bool decays) {
+/* The decode pool with credit: no prefill term, and no decay (it tracks no prefill). */
+static void score_decode(const rows *r, size_t n, double *restrict costs) {
     const struct parameters q = p;
+    WIDE_LOOP
+    for (size_t i = 0; i < n; i++)
+        costs[i] = positive_part((double)r->decode[i] - credit(&q, r, i, false)) + q.request * (double)r->requests[i];
+}
+
+/* Every other case: the decay, a request weight, a block that is not a power of two, a
+ * decode pool without credit (no prefill term: 0). Compiled for size (`minsize`: the
+ * loop-invariant branches are not unswitched into a loop each), vectorised all the same
+ * (the pragma); each select picks a value computed as the case's own loop would. */
+__attribute__((minsize)) static void score_general(const rows *r, size_t n, double *restrict costs,
+                                                   bool tracks_prefill, bool decays) {
+    const struct parameters q = p;
+    _Pragma("clang loop vectorize(enable) vectorize_width(4) interleave_count(1)")
     for (size_t i = 0; i < n; i++) {
-        double cr = credit(&q, r, i, decays);
-        double decode_blocks = (double)r->decode[i];
+        /* Dynamo's (pf + max(isl − cached, 0)) + cached is pf + max(isl, cached): the
+         * terms are integers below 2^53, which doubles add exactly in any order. */
+        double prefill =
+            tracks_prefill ? ((double)r->pf[i] + (double)max_u32(r->isl, r->cached[i])) / r->block_size : 0.0;
         double request_cost = q.request * (double)r->requests[i];
-        if (decode) {
-            costs[i] = positive_part(decode_blocks - cr) + request_cost;
-        } else {
-            /* Dynamo's (pf + max(isl − cached, 0)) + cached is pf + max(isl, cached): the
-             * terms are integers below 2^53, which doubles add exactly in any order. */
-            double prefill =
-                tracks_prefill ? ((double)r->pf[i] + (double)max_u32(r->isl, r->cached[i])) / r->block_size : 0.0;
-            costs[i] = q.scale * positive_part(prefill - cr) + decode_blocks + request_cost;
-        }
+        costs[i] = q.scale * positive_part(prefill - credit(&q, r, i, decays)) + (double)r->decode[i] + request_cost;
     }
 }
 
@@ -141,14 +145,13 @@ bool sy_score(const sy_request *req, const sy_candidates *c, double *costs, sy_e
     bool power_of_two = req->block_size != 0 && (req->block_size & (req->block_size - 1)) == 0;
     bool common = !decays && power_of_two && p.request == 0.0;
     if (decays && n) {
-        /* Scalar, as the loop the decay runs in (~150 bytes less). */
         r.min_pf = r.pf[0];
-        _Pragma("clang loop vectorize(disable) unroll(disable)")
         for (size_t i = 1; i < n; i++)
             if (r.pf[i] < r.min_pf) r.min_pf = r.pf[i];
     }
     if (tracks_prefill && common) score_common(&r, n, costs);
-    else score_general(&r, n, costs, decode, tracks_prefill, decays);
+    else if (decode) score_decode(&r, n, costs);
+    else score_general(&r, n, costs, tracks_prefill, decays);
     if (!req->is_pinned && c->preferred_multiplier) {
         const double *restrict m = c->preferred_multiplier;
         for (size_t i = 0; i < n; i++) costs[i] *= m[i];
