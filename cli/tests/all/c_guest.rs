@@ -154,13 +154,22 @@ fn c_parameters_are_read_as_rust_reads_them_and_bad_ones_name_the_field() {
     let wasm = write(&dir, "default-c.wasm", DEFAULT_POLICY_C);
     // Numbers read by the digits-then-one-scaling rule, not always correctly rounded:
     // 17 digits, 20 digits, exponents, -0, null for the optional field.
-    let params = r#"{ "prefill_load_scale": 0.30000000000000004, "host_cache_hit_weight": 7.5e-1,
+    // Then powers of ten past 10^22 (no longer exact), near both ends of the doubles, a
+    // subnormal, and an exponent past i32 downwards.
+    for params in [
+        r#"{ "prefill_load_scale": 0.30000000000000004, "host_cache_hit_weight": 7.5e-1,
         "disk_cache_hit_weight": 1E-17, "decode_active_request_weight": 12345678901234567890.98765432,
-        "overlap_score_credit": -0, "overlap_score_weight": null }"#;
-    let c = json(&switchyard(&["select", "--policy", &wasm, "--params", params]));
-    let native = json(&switchyard(&["select", "--policy", "default", "--params", params]));
-    assert_eq!(c["costs"], native["costs"], "same doubles from the same text");
-    assert_eq!(c["worker_id"], native["worker_id"]);
+        "overlap_score_credit": -0, "overlap_score_weight": null }"#,
+        r#"{ "prefill_load_scale": 7e23, "host_cache_hit_weight": 1.2345678901234567e-300,
+        "disk_cache_hit_weight": 4.9e-324, "decode_active_request_weight": 9.87654321e300,
+        "overlap_score_credit_decay": 123456789012345678901234567890e-45,
+        "overlap_score_credit": 5e-99999999999 }"#,
+    ] {
+        let c = json(&switchyard(&["select", "--policy", &wasm, "--params", params]));
+        let native = json(&switchyard(&["select", "--policy", "default", "--params", params]));
+        assert_eq!(c["costs"], native["costs"], "same doubles from the same text: {params}");
+        assert_eq!(c["worker_id"], native["worker_id"]);
+    }
     for (bad, field, why) in [
         (r#"{"overlap_score_credit": 1.5}"#, "overlap_score_credit", "1.5 is out of range [0, 1]"),
         (r#"{"prefill_load_scale": -1}"#, "prefill_load_scale", "-1 is out of range [0, ∞)"),
