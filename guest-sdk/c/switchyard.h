@@ -129,8 +129,9 @@ sy_capacity sy_worker_capacity(uint64_t worker_id);
 const sy_capacity *sy_candidate_capacities(size_t *len);
 
 /* One number parameter for `sy_parse_numbers`: its JSON name, where to store it, and
- * the closed range it must lie in (a message names the field otherwise). `present`, if
- * not NULL, says whether the JSON gave it; then `null` is accepted as absent. */
+ * the closed range it must lie in (a message names the field otherwise, and writes the
+ * range when both ends are whole numbers or ±∞). `present`, if not NULL, says whether the
+ * JSON gave it; then `null` is accepted as absent. */
 typedef struct sy_number_param {
     const char *name;
     double *value;

@@ -146,7 +146,14 @@ static const char *number(reader *r, double *v) {
     return NULL;
 }
 
-/* A range end: an integer, or ∞. */
+/* Whether a range end is one `bound` writes exactly: ±∞, or a whole number below 2^63 in
+ * magnitude. (Writing any double as the Rust SDK does, shortest round trip, would take a
+ * float printer the size of the reader.) */
+static bool writable(double v) {
+    return v > 1.7e308 || v < -1.7e308 || (v > -9.2e18 && v < 9.2e18 && v == (double)(int64_t)v);
+}
+
+/* A range end that is `writable`. */
 static void bound(sy_text *t, double v) {
     if (v > 1.7e308 || v < -1.7e308) {
         sy_text_str(t, v < 0 ? "-∞" : "∞");
@@ -225,12 +232,17 @@ fail:;
     if (why) {
         sy_text_str(&t, why);
     } else {
+        /* The range only when both ends can be written exactly: a fractional end would
+         * otherwise be written as another number. */
         sy_text_bytes(&t, r.s + value_start, r.at - value_start);
-        sy_text_str(&t, " is out of range [");
-        bound(&t, p->min);
-        sy_text_str(&t, ", ");
-        bound(&t, p->max);
-        sy_text_str(&t, p->max > 1.7e308 ? ")" : "]");
+        sy_text_str(&t, " is out of range");
+        if (writable(p->min) && writable(p->max)) {
+            sy_text_str(&t, " [");
+            bound(&t, p->min);
+            sy_text_str(&t, ", ");
+            bound(&t, p->max);
+            sy_text_str(&t, p->max > 1.7e308 ? ")" : "]");
+        }
     }
     return sy_text_fail(&t, err, SY_INVALID_PARAMETERS);
 }

@@ -306,3 +306,38 @@ fn a_hand_built_c_policy_answers_batch_after_batch_as_the_sdk_build_does() {
         assert_eq!(bits(&by_hand), bits(&built), "selection {i}: the costs differ");
     }
 }
+
+/// A range end the C reader's message cannot write exactly is not written: a fractional
+/// or huge bound used to come out as another number (`[0, 0]` for a range of [0, 0.5],
+/// 2^63 for 1e300).
+#[test]
+fn an_out_of_range_message_writes_no_bound_it_cannot_write_exactly() {
+    let dir = temp_dir("bounds");
+    let policy = r#"#include "switchyard.h"
+static double x, y, z;
+bool sy_configure(const char *json, size_t len, sy_error *err) {
+    const sy_number_param params[] = {{"x", &x, 0.0, 0.5, 0}, {"y", &y, -5.0, 1e300, 0}, {"z", &z, -3.0, 7.0, 0}};
+    return sy_parse_numbers(json, len, params, 3, err);
+}
+sy_info sy_describe(void) { return (sy_info){.inputs = SY_LOAD}; }
+bool sy_score(const sy_request *r, const sy_candidates *c, double *costs, sy_error *err) {
+    (void)r, (void)err;
+    for (size_t i = 0; i < c->len; i++) costs[i] = x + y + z + (double)c->decode_blocks[i];
+    return true;
+}
+"#;
+    let source = PathBuf::from(write(&dir, "bounds.c", policy.as_bytes()));
+    let component = switchyard_guest_sdk::build::c::build_c_guest(&dir.join("build"), "bounds", &[source])
+        .expect("builds");
+    let wasm = write(&dir, "bounds.wasm", &component);
+    for (params, want) in [
+        (r#"{"x": 0.7}"#, "field `x`: 0.7 is out of range"),
+        (r#"{"y": -6}"#, "field `y`: -6 is out of range"),
+        (r#"{"z": 8}"#, "field `z`: 8 is out of range [-3, 7]"),
+    ] {
+        let out = switchyard(&["policy", "check", &wasm, "--params", params]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.trim_end().ends_with(want), "{params}: {stderr}");
+    }
+    json(&switchyard(&["policy", "check", &wasm, "--params", r#"{"x": 0.5, "y": 1e300, "z": -3}"#]));
+}
