@@ -201,8 +201,8 @@ fn readme_policy() -> String {
 }
 
 /// The README's path to a component: `policy bindings` into `dir/sdk`, the README's
-/// `mine.c` built by clang with the flags it printed, in one command as the README shows.
-/// Returns the core module's path.
+/// `mine.c` built by clang with the flags it printed, in one command as the README shows,
+/// then `policy wrap`. Returns the component's path.
 fn build_readme_policy(dir: &Path) -> String {
     let sdk = dir.join("sdk");
     let written = json(&switchyard(&["policy", "bindings", "--lang", "c", "-o", &sdk.display().to_string()]));
@@ -233,15 +233,21 @@ fn build_readme_policy(dir: &Path) -> String {
         .output()
         .unwrap();
     assert!(out.status.success(), "clang: {}", String::from_utf8_lossy(&out.stderr));
-    core
+    let wasm = dir.join("mine.wasm").display().to_string();
+    json(&switchyard(&["policy", "wrap", &core, "-o", &wasm]));
+    wasm
+}
+
+/// `source`, a C policy, written into `dir` and built by the SDK's build (`build::c`).
+fn build_c_policy(dir: &Path, name: &str, source: &str) -> Vec<u8> {
+    let path = PathBuf::from(write(dir, &format!("{name}.c"), source.as_bytes()));
+    switchyard_guest_sdk::build::c::build_c_guest(&dir.join("build"), name, &[path]).expect("builds")
 }
 
 #[test]
 fn a_c_policy_from_an_empty_folder_gets_bindings_builds_wraps_checks_and_selects() {
     let dir = temp_dir("guide");
-    let core = build_readme_policy(&dir);
-    let wasm = dir.join("mine.wasm").display().to_string();
-    json(&switchyard(&["policy", "wrap", &core, "-o", &wasm]));
+    let wasm = build_readme_policy(&dir);
     let check = json(&switchyard(&["policy", "check", &wasm, "--params", r#"{"request_weight": 2}"#]));
     assert_eq!(check["inputs"], serde_json::json!({"cache": false, "load": true, "affinity": false}));
     let picked = json(&switchyard(&["select", "--policy", &wasm, "--params", r#"{"request_weight": 2}"#]));
@@ -283,14 +289,10 @@ fn the_c_sdk_hands_over_the_lazy_facts_once_per_call() {
 #[test]
 fn a_hand_built_c_policy_answers_batch_after_batch_as_the_sdk_build_does() {
     let dir = temp_dir("by-hand");
-    let core = build_readme_policy(&dir);
-    let wasm = dir.join("mine.wasm").display().to_string();
-    json(&switchyard(&["policy", "wrap", &core, "-o", &wasm]));
+    let wasm = build_readme_policy(&dir);
     let load = |bytes: &[u8]| switchyard::PolicyComponent::load(engine(), bytes).expect("loads");
     let by_hand_component = load(&std::fs::read(&wasm).unwrap());
-    let built_bytes =
-        switchyard_guest_sdk::build::c::build_c_guest(&dir.join("built"), "mine", &[dir.join("mine.c")])
-            .expect("the SDK's build of the same policy");
+    let built_bytes = build_c_policy(&dir, "mine-built", &readme_policy());
     let params = r#"{"request_weight": 2}"#;
     let guest = |c: &switchyard::PolicyComponent| {
         Selector::new(Box::new(GuestScorer::new("mine", c.clone(), params).unwrap()))
@@ -326,10 +328,7 @@ bool sy_score(const sy_request *r, const sy_candidates *c, double *costs, sy_err
     return true;
 }
 "#;
-    let source = PathBuf::from(write(&dir, "bounds.c", policy.as_bytes()));
-    let component = switchyard_guest_sdk::build::c::build_c_guest(&dir.join("build"), "bounds", &[source])
-        .expect("builds");
-    let wasm = write(&dir, "bounds.wasm", &component);
+    let wasm = write(&dir, "bounds.wasm", &build_c_policy(&dir, "bounds", policy));
     for (params, want) in [
         (r#"{"x": 0.7}"#, "field `x`: 0.7 is out of range"),
         (r#"{"y": -6}"#, "field `y`: -6 is out of range"),
@@ -403,10 +402,8 @@ bool sy_score(const sy_request *r, const sy_candidates *c, double *costs, sy_err
     return true;
 }
 "#;
-    let source = PathBuf::from(write(&dir, "echo.c", policy.as_bytes()));
-    let bytes =
-        switchyard_guest_sdk::build::c::build_c_guest(&dir.join("build"), "echo", &[source]).expect("builds");
-    let echo = switchyard::PolicyComponent::load(engine(), &bytes).expect("loads");
+    let echo =
+        switchyard::PolicyComponent::load(engine(), &build_c_policy(&dir, "echo", policy)).expect("loads");
     #[derive(serde::Deserialize)]
     struct Parameters {
         x: f64,
