@@ -20,8 +20,10 @@
 //!    (versions load in the background after start-up).
 //!
 //! Prints RSS after the uploads, after the selections and of the restarted server,
-//! onboarding rates early and late, latencies (client-side, over loopback HTTP), compile
-//! time per upload (as the server reports it), start-up.
+//! onboarding rates early and late, latencies (client-side, over loopback HTTP), the CPU
+//! time a request costs the server and the bench's own client threads (which the
+//! scheduler's waits do not move), compile time per upload (as the server reports it),
+//! start-up.
 //!
 //! Run: `cargo bench -p switchyard-cli --bench scale` (several minutes: most of it is
 //! compiling the distinct components, one at a time as `compile_concurrency` allows);
@@ -126,10 +128,14 @@ fn main() {
     let rss_evicted = rss_mib(server.pid());
     let loads_before = load_buckets(&client);
     let single_before = select_one(&server, &tokens[0], 0, 2_000);
+    let first_round_trips = Cpu::now(server.pid());
     let mut round_trip = round_trips(&server, 2_000);
+    let mut round_trip_cpu = first_round_trips.take(server.pid());
     let (cold, warm) = select_random(&server, &tokens, selections);
     let single_after = select_one(&server, &tokens[0], 0, 2_000);
+    let second_round_trips = Cpu::now(server.pid());
     round_trip.extend(round_trips(&server, 2_000));
+    round_trip_cpu.add(&second_round_trips.take(server.pid()));
     let rss_selections = rss_mib(server.pid());
     let loads = delta(&load_buckets(&client), &loads_before);
     let metrics_bytes = Client::new(&server).metrics().len();
@@ -141,12 +147,16 @@ fn main() {
     wait_until_cold(&client);
     let loads_before = load_buckets(&client);
     let inside_before = inside_buckets(&client);
+    let cold_again_cpu = Cpu::now(server.pid());
     let cold_again = select_each_once(&server, &tokens);
+    let cold_again_cpu = cold_again_cpu.take(server.pid());
     let loads_again = delta(&load_buckets(&client), &loads_before);
     let inside_cold = delta(&inside_buckets(&client), &inside_before);
     // And once more, each now loaded: the same round warm, for the service's own time.
     let inside_before = inside_buckets(&client);
+    let warm_again_cpu = Cpu::now(server.pid());
     let warm_again = select_each_once(&server, &tokens);
+    let warm_again_cpu = warm_again_cpu.take(server.pid());
     let inside_warm = delta(&inside_buckets(&client), &inside_before);
 
     // 3. Restart on the data dir.
@@ -213,6 +223,12 @@ fn main() {
         "| the HTTP round trip alone (`GET /healthz`, same 2 threads), p50 / p99 ({}) | {} |",
         round_trip.len(),
         pair(&round_trip, 1e3, "µs")
+    );
+    println!(
+        "| CPU per request, user + system, the server's / the bench's own (its 2 client threads): `/healthz`; cold again; warm again | {}; {}; {} |",
+        round_trip_cpu.per_request(round_trip.len()),
+        cold_again_cpu.per_request(cold_again.len()),
+        warm_again_cpu.per_request(warm_again.len())
     );
     println!("| restart: listening after | {:.2} s |", restarted.listening.as_secs_f64());
     println!(
@@ -503,6 +519,68 @@ fn onboarding_rates(finished: &[Duration], distinct: usize) -> (f64, f64) {
     };
     let early = distinct.min(n - tenth.min(n));
     (rate(early, early + tenth.min(n - early)), rate(n - tenth, n))
+}
+
+/// CPU time used (seconds): the server's in user and system mode, and this bench
+/// process's own (its client threads), from `/proc/<pid>/stat`: every thread's,
+/// those that have exited included, in ticks of 10 ms (`USER_HZ`, 100 on Linux).
+/// Beside the latencies, a figure the scheduler does not move: what a request costs,
+/// not how long it waited for a core.
+#[derive(Clone, Copy)]
+struct Cpu {
+    server_user: f64,
+    server_system: f64,
+    bench_user: f64,
+    bench_system: f64,
+}
+
+impl Cpu {
+    fn now(server: u32) -> Self {
+        let (server_user, server_system) = cpu_seconds(&format!("/proc/{server}/stat"));
+        let (bench_user, bench_system) = cpu_seconds("/proc/self/stat");
+        Cpu { server_user, server_system, bench_user, bench_system }
+    }
+
+    /// The CPU used since `self` was taken.
+    fn take(self, server: u32) -> Self {
+        let now = Cpu::now(server);
+        Cpu {
+            server_user: now.server_user - self.server_user,
+            server_system: now.server_system - self.server_system,
+            bench_user: now.bench_user - self.bench_user,
+            bench_system: now.bench_system - self.bench_system,
+        }
+    }
+
+    fn add(&mut self, more: &Cpu) {
+        self.server_user += more.server_user;
+        self.server_system += more.server_system;
+        self.bench_user += more.bench_user;
+        self.bench_system += more.bench_system;
+    }
+
+    /// "user + system (server) / user + system (bench) µs" per request of `n`.
+    fn per_request(&self, n: usize) -> String {
+        let per = |s: f64| s * 1e6 / n.max(1) as f64;
+        format!(
+            "{:.0} + {:.0} / {:.0} + {:.0} µs",
+            per(self.server_user),
+            per(self.server_system),
+            per(self.bench_user),
+            per(self.bench_system)
+        )
+    }
+}
+
+/// (user, system) seconds of a `/proc/<pid>/stat` (fields 14 and 15, after the
+/// parenthesised command name, which may hold spaces).
+fn cpu_seconds(stat: &str) -> (f64, f64) {
+    let text = std::fs::read_to_string(stat).unwrap_or_default();
+    let after_name = text.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let field =
+        |n: usize| after_name.split_whitespace().nth(n).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // After the name: state is field 3, so utime (14) and stime (15) are the 12th and 13th.
+    (field(11) / 100.0, field(12) / 100.0)
 }
 
 /// The server's resident set, MiB.
