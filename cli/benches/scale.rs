@@ -129,14 +129,12 @@ fn main() {
     let rss_evicted = rss_mib(server.pid());
     let loads_before = load_buckets(&client);
     let single_before = select_one(&server, &tokens[0], 0, 2_000);
-    let first_round_trips = Cpu::now(server.pid());
-    let mut round_trip = round_trips(&server, 2_000);
-    let mut round_trip_cpu = first_round_trips.take(server.pid());
+    let (mut round_trip, mut round_trip_cpu) = measured(server.pid(), || round_trips(&server, 2_000));
     let (cold, warm) = select_random(&server, &tokens, selections);
     let single_after = select_one(&server, &tokens[0], 0, 2_000);
-    let second_round_trips = Cpu::now(server.pid());
-    round_trip.extend(round_trips(&server, 2_000));
-    round_trip_cpu.add(&second_round_trips.take(server.pid()));
+    let (more_round_trips, more_cpu) = measured(server.pid(), || round_trips(&server, 2_000));
+    round_trip.extend(more_round_trips);
+    round_trip_cpu.add(&more_cpu);
     let rss_selections = rss_mib(server.pid());
     let loads = delta(&load_buckets(&client), &loads_before);
     let metrics_bytes = Client::new(&server).metrics().len();
@@ -148,16 +146,12 @@ fn main() {
     wait_until_cold(&client);
     let loads_before = load_buckets(&client);
     let inside_before = inside_buckets(&client);
-    let cold_again_cpu = Cpu::now(server.pid());
-    let cold_again = select_each_once(&server, &tokens);
-    let cold_again_cpu = cold_again_cpu.take(server.pid());
+    let (cold_again, cold_again_cpu) = measured(server.pid(), || select_each_once(&server, &tokens));
     let loads_again = delta(&load_buckets(&client), &loads_before);
     let inside_cold = delta(&inside_buckets(&client), &inside_before);
     // And once more, each now loaded: the same round warm, for the service's own time.
     let inside_before = inside_buckets(&client);
-    let warm_again_cpu = Cpu::now(server.pid());
-    let warm_again = select_each_once(&server, &tokens);
-    let warm_again_cpu = warm_again_cpu.take(server.pid());
+    let (warm_again, warm_again_cpu) = measured(server.pid(), || select_each_once(&server, &tokens));
     let inside_warm = delta(&inside_buckets(&client), &inside_before);
 
     // 3. Restart on the data dir.
@@ -529,7 +523,6 @@ fn onboarding_rates(finished: &[Duration], distinct: usize) -> (f64, f64) {
 /// those that have exited included, in ticks of 10 ms (`USER_HZ`, 100 on Linux).
 /// Beside the latencies, a figure the scheduler does not move: what a request costs,
 /// not how long it waited for a core.
-#[derive(Clone, Copy)]
 struct Cpu {
     server_user: f64,
     server_system: f64,
@@ -544,14 +537,13 @@ impl Cpu {
         Cpu { server_user, server_system, bench_user, bench_system }
     }
 
-    /// The CPU used since `self` was taken.
-    fn take(self, server: u32) -> Self {
-        let now = Cpu::now(server);
+    /// What was used between `before` and `self`.
+    fn since(&self, before: &Cpu) -> Cpu {
         Cpu {
-            server_user: now.server_user - self.server_user,
-            server_system: now.server_system - self.server_system,
-            bench_user: now.bench_user - self.bench_user,
-            bench_system: now.bench_system - self.bench_system,
+            server_user: self.server_user - before.server_user,
+            server_system: self.server_system - before.server_system,
+            bench_user: self.bench_user - before.bench_user,
+            bench_system: self.bench_system - before.bench_system,
         }
     }
 
@@ -575,13 +567,24 @@ impl Cpu {
     }
 }
 
+/// `round`'s result, and the CPU the server (`server`, its pid) and this process used
+/// while it ran.
+fn measured<T>(server: u32, round: impl FnOnce() -> T) -> (T, Cpu) {
+    let before = Cpu::now(server);
+    let result = round();
+    (result, Cpu::now(server).since(&before))
+}
+
 /// (user, system) seconds of a `/proc/<pid>/stat` (fields 14 and 15, after the
-/// parenthesised command name, which may hold spaces).
+/// parenthesised command name, which may hold spaces). Panics if it cannot be read: a
+/// figure of zero would be printed as a measurement.
 fn cpu_seconds(stat: &str) -> (f64, f64) {
-    let text = std::fs::read_to_string(stat).unwrap_or_default();
+    let text = std::fs::read_to_string(stat).unwrap_or_else(|e| panic!("{stat}: {e}"));
     let after_name = text.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let field =
-        |n: usize| after_name.split_whitespace().nth(n).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let field = |n: usize| -> f64 {
+        let value = after_name.split_whitespace().nth(n).and_then(|v| v.parse().ok());
+        value.unwrap_or_else(|| panic!("{stat}: no field {} in `{text}`", n + 3))
+    };
     // After the name: state is field 3, so utime (14) and stime (15) are the 12th and 13th.
     (field(11) / 100.0, field(12) / 100.0)
 }
