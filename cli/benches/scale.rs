@@ -20,7 +20,9 @@
 //!    (versions load in the background after start-up).
 //!
 //! Prints RSS after the uploads, after the selections and of the restarted server,
-//! onboarding rates early and late, latencies (client-side, over loopback HTTP), the CPU
+//! onboarding rates early and late, latencies (client-side, over loopback HTTP; the timed
+//! rounds send bytes built beforehand on one keep-alive connection per thread, `raw_http`,
+//! so that the client's own work is a small part of them), the CPU
 //! time a request costs the server and the bench's own client threads (which the
 //! scheduler's waits do not move), compile time per upload (as the server reports it),
 //! start-up.
@@ -35,6 +37,7 @@
 #[path = "../tests/all/server.rs"]
 mod server;
 
+mod raw_http;
 mod stats;
 
 use std::io::{BufRead, BufReader};
@@ -47,7 +50,10 @@ use rand_core::{RngCore, SeedableRng};
 use serde_json::json;
 use switchyard_test_guests::DEFAULT_POLICY;
 
-use crate::server::{ADMIN, Body, Client, Server, serve_command, temp_dir, variant, write_config};
+use crate::raw_http::{Connection, find, request};
+use crate::server::{
+    ADMIN, Body, Client, Server, select_body, serve_command, temp_dir, variant, write_config,
+};
 use crate::stats::quantile;
 
 /// Every write a tenant makes here is one upload and one assignment; the service's
@@ -119,6 +125,7 @@ fn main() {
     let tiered_after = started.elapsed() - upload_time;
     let tiered = tier_client.try_metric("switchyard_tier_ups_total").unwrap_or(0.0);
     let tokens: Vec<String> = uploads.into_iter().map(|(_, o, _)| o.token).collect();
+    let selects: Vec<Vec<u8>> = tokens.iter().enumerate().map(|(i, t)| select_request(t, i)).collect();
 
     // 2. Every version evicted; then selections: the single tenant first, then every
     // tenant at random, then the single tenant again (its figure is the median of both).
@@ -128,10 +135,12 @@ fn main() {
     let components_evicted = client.try_metric("switchyard_components_loaded").unwrap_or(f64::NAN);
     let rss_evicted = rss_mib(server.pid());
     let loads_before = load_buckets(&client);
-    let single_before = select_one(&server, &tokens[0], 0, 2_000);
+    let single_before = select_one(&server, &selects[0], 0, 2_000);
     let (mut round_trip, mut round_trip_cpu) = measured(server.pid(), || round_trips(&server, 2_000));
-    let (cold, warm) = select_random(&server, &tokens, selections);
-    let single_after = select_one(&server, &tokens[0], 0, 2_000);
+    let (cold, warm) = select_random(&server, &selects, selections);
+    let inside_before = inside_buckets(&client);
+    let single_after = select_one(&server, &selects[0], 0, 2_000);
+    let inside_single = delta(&inside_buckets(&client), &inside_before);
     let (more_round_trips, more_cpu) = measured(server.pid(), || round_trips(&server, 2_000));
     round_trip.extend(more_round_trips);
     round_trip_cpu.add(&more_cpu);
@@ -146,12 +155,12 @@ fn main() {
     wait_until_cold(&client);
     let loads_before = load_buckets(&client);
     let inside_before = inside_buckets(&client);
-    let (cold_again, cold_again_cpu) = measured(server.pid(), || select_each_once(&server, &tokens));
+    let (cold_again, cold_again_cpu) = measured(server.pid(), || select_each_once(&server, &selects));
     let loads_again = delta(&load_buckets(&client), &loads_before);
     let inside_cold = delta(&inside_buckets(&client), &inside_before);
     // And once more, each now loaded: the same round warm, for the service's own time.
     let inside_before = inside_buckets(&client);
-    let (warm_again, warm_again_cpu) = measured(server.pid(), || select_each_once(&server, &tokens));
+    let (warm_again, warm_again_cpu) = measured(server.pid(), || select_each_once(&server, &selects));
     let inside_warm = delta(&inside_buckets(&client), &inside_before);
 
     // 3. Restart on the data dir.
@@ -208,10 +217,11 @@ fn main() {
         pair(&warm_again, 1e3, "µs")
     );
     println!(
-        "| inside the service (`switchyard_selection_seconds`), share ≤ {} µs: cold again; warm again | {}; {} |",
+        "| inside the service (`switchyard_selection_seconds`), share ≤ {} µs: cold again; warm again; the single tenant (its second round) | {}; {}; {} |",
         INSIDE_BOUNDS.iter().map(|b| format!("{:.0}", b * 1e6)).collect::<Vec<_>>().join(" / "),
         shares(&inside_cold),
-        shares(&inside_warm)
+        shares(&inside_warm),
+        shares(&inside_single)
     );
     println!("| warm selection, p50 / p99 ({}) | {} |", warm.len(), pair(&warm, 1e3, "µs"));
     println!("| single tenant warm, p50 / p99 ({}) | {} |", single.len(), pair(&single, 1e3, "µs"));
@@ -269,12 +279,21 @@ fn load_buckets(client: &Client) -> [f64; 5] {
 /// Bucket bounds of the service's selection latency read back (a subset of its own).
 const INSIDE_BOUNDS: [f64; 5] = [2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4];
 
-/// Selections the service timed at or under each of [`INSIDE_BOUNDS`], and in all,
-/// summed over every tenant's series of `switchyard_selection_seconds`.
+/// Selections the service timed at or under each of [`INSIDE_BOUNDS`], in all, and the
+/// seconds they took (the last two entries), summed over every tenant's series of
+/// `switchyard_selection_seconds`.
 fn inside_buckets(client: &Client) -> Vec<f64> {
     let text = client.metrics();
-    let mut sums = vec![0.0; INSIDE_BOUNDS.len() + 1];
-    for line in text.lines().filter(|l| l.starts_with("switchyard_selection_seconds_bucket{")) {
+    let mut sums = vec![0.0; INSIDE_BOUNDS.len() + 2];
+    for line in text.lines() {
+        if let Some(seconds) = line.strip_prefix("switchyard_selection_seconds_sum{") {
+            let seconds = seconds.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok());
+            sums[INSIDE_BOUNDS.len() + 1] += seconds.unwrap_or(0.0);
+            continue;
+        }
+        if !line.starts_with("switchyard_selection_seconds_bucket{") {
+            continue;
+        }
         let Some((series, value)) = line.rsplit_once(' ') else { continue };
         let Ok(value) = value.parse::<f64>() else { continue };
         let Some((_, le)) = series.rsplit_once("le=\"") else { continue };
@@ -306,11 +325,13 @@ fn delta(after: &[f64], before: &[f64]) -> Vec<f64> {
     after.iter().zip(before).map(|(a, b)| a - b).collect()
 }
 
-/// Each bound's cumulative bucket as a share of all, in percent.
-fn shares(buckets: &[f64]) -> String {
-    let (bounded, all) = buckets.split_at(buckets.len() - 1);
-    let all = all.first().copied().unwrap_or(0.0).max(1.0);
-    bounded.iter().map(|n| format!("{:.0} %", n / all * 100.0)).collect::<Vec<_>>().join(" / ")
+/// Each bound's cumulative bucket as a share of all, in percent, and the mean (of
+/// [`inside_buckets`] over a round).
+fn shares(inside: &[f64]) -> String {
+    let (bounded, rest) = inside.split_at(INSIDE_BOUNDS.len());
+    let (all, seconds) = (rest[0].max(1.0), rest[1]);
+    let shares: Vec<String> = bounded.iter().map(|n| format!("{:.0} %", n / all * 100.0)).collect();
+    format!("{}, mean {:.1} µs", shares.join(" / "), seconds / all * 1e6)
 }
 
 /// Tenant `i`: created, one upload (a distinct component for `i < distinct`, else
@@ -345,26 +366,36 @@ struct Onboarded {
     to_first_answer_ms: f64,
 }
 
-/// One selection of tenant `t{i}`'s class, timed (seconds); asserts it is the guest's.
-fn timed_select(client: &Client, token: &str, i: usize) -> f64 {
+/// The bytes of tenant `t{i}`'s selection (the sample request, class `latency`), built
+/// once, before any round is timed.
+fn select_request(token: &str, i: usize) -> Vec<u8> {
+    let body = select_body(&format!("t{i}"), Some("latency")).to_string();
+    request("POST", "/v1/select", Some(token), Some(&body))
+}
+
+/// One selection (`select`, tenant `t{i}`'s request), timed (seconds); asserts the
+/// guest answered it.
+fn timed_select(connection: &mut Connection, select: &[u8], i: usize) -> f64 {
     let started = Instant::now();
-    let (status, v) = client.select(token, &format!("t{i}"), Some("latency"));
+    let (status, body) = connection.exchange(select);
     let took = started.elapsed().as_secs_f64();
-    assert!(status == 200 && v["build"] == "guest", "tenant t{i}: {status} {v}");
+    let by_guest = find(body, br#""build":"guest""#).is_some();
+    assert!(status == 200 && by_guest, "tenant t{i}: {status} {}", String::from_utf8_lossy(body));
     took
 }
 
 /// `n` selections of tenant `i` alone, from 2 threads; their times (ms).
-fn select_one(server: &Server, token: &str, i: usize, n: usize) -> Vec<f64> {
-    from_two_threads(server, n, |client| timed_select(client, token, i))
+fn select_one(server: &Server, select: &[u8], i: usize, n: usize) -> Vec<f64> {
+    from_two_threads(server, n, |connection| timed_select(connection, select, i))
 }
 
 /// `n` requests that do no work (`GET /healthz`), from 2 threads; their times (ms): the
 /// HTTP round trip alone, beside which the selections' times are read.
 fn round_trips(server: &Server, n: usize) -> Vec<f64> {
-    from_two_threads(server, n, |client| {
+    let healthz = request("GET", "/healthz", None, None);
+    from_two_threads(server, n, |connection| {
         let started = Instant::now();
-        let (status, _) = client.call("GET", "/healthz", None, Body::None);
+        let (status, _) = connection.exchange(&healthz);
         let took = started.elapsed().as_secs_f64();
         assert_eq!(status, 200, "/healthz");
         took
@@ -373,13 +404,13 @@ fn round_trips(server: &Server, n: usize) -> Vec<f64> {
 
 /// `n` requests made by `request` (which times one, in seconds) from 2 threads, each with
 /// its own connection; their times (ms).
-fn from_two_threads(server: &Server, n: usize, request: impl Fn(&Client) -> f64 + Sync) -> Vec<f64> {
+fn from_two_threads(server: &Server, n: usize, timed: impl Fn(&mut Connection) -> f64 + Sync) -> Vec<f64> {
     std::thread::scope(|s| {
         let threads: Vec<_> = (0..2)
             .map(|_| {
                 s.spawn(|| {
-                    let client = Client::new(server);
-                    (0..n / 2).map(|_| request(&client) * 1e3).collect::<Vec<_>>()
+                    let mut connection = Connection::open(&server.addr());
+                    (0..n / 2).map(|_| timed(&mut connection) * 1e3).collect::<Vec<_>>()
                 })
             })
             .collect();
@@ -388,21 +419,21 @@ fn from_two_threads(server: &Server, n: usize, request: impl Fn(&Client) -> f64 
 }
 
 /// `n` selections of uniformly random tenants from 2 threads: (cold, warm) times (ms).
-fn select_random(server: &Server, tokens: &[String], n: usize) -> (Vec<f64>, Vec<f64>) {
-    let seen: Vec<AtomicUsize> = (0..tokens.len()).map(|_| AtomicUsize::new(0)).collect();
+fn select_random(server: &Server, selects: &[Vec<u8>], n: usize) -> (Vec<f64>, Vec<f64>) {
+    let seen: Vec<AtomicUsize> = (0..selects.len()).map(|_| AtomicUsize::new(0)).collect();
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
     std::thread::scope(|s| {
         let threads: Vec<_> = (0..2u64)
             .map(|seed| {
                 let seen = &seen;
                 s.spawn(move || {
-                    let client = Client::new(server);
+                    let mut connection = Connection::open(&server.addr());
                     let mut rng = ChaCha8Rng::seed_from_u64(seed);
                     let (mut cold, mut warm) = (Vec::new(), Vec::new());
                     for _ in 0..n / 2 {
-                        let i = (rng.next_u64() % tokens.len() as u64) as usize;
+                        let i = (rng.next_u64() % selects.len() as u64) as usize;
                         let first = seen[i].fetch_add(1, Ordering::Relaxed) == 0;
-                        let ms = timed_select(&client, &tokens[i], i) * 1e3;
+                        let ms = timed_select(&mut connection, &selects[i], i) * 1e3;
                         if first { cold.push(ms) } else { warm.push(ms) }
                     }
                     (cold, warm)
@@ -420,11 +451,11 @@ fn select_random(server: &Server, tokens: &[String], n: usize) -> (Vec<f64>, Vec
 
 /// Every tenant selected once, in a random order, from 2 threads (or
 /// `SCALE_AGAIN_THREADS`): their times (ms).
-fn select_each_once(server: &Server, tokens: &[String]) -> Vec<f64> {
+fn select_each_once(server: &Server, selects: &[Vec<u8>]) -> Vec<f64> {
     // `SCALE_AGAIN_THREADS=1`: these two rounds from one client thread (the server's CPU
     // then shared with one client, not two).
     let threads = env("SCALE_AGAIN_THREADS", 2).max(1);
-    let mut order: Vec<usize> = (0..tokens.len()).collect();
+    let mut order: Vec<usize> = (0..selects.len()).collect();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     for i in (1..order.len()).rev() {
         order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
@@ -434,10 +465,10 @@ fn select_each_once(server: &Server, tokens: &[String]) -> Vec<f64> {
         let threads: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
-                    let client = Client::new(server);
+                    let mut connection = Connection::open(&server.addr());
                     let mut times = Vec::new();
                     while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        times.push(timed_select(&client, &tokens[i], i) * 1e3);
+                        times.push(timed_select(&mut connection, &selects[i], i) * 1e3);
                     }
                     times
                 })
@@ -487,7 +518,7 @@ fn restart(
     }
     let first_answer = started.elapsed();
     let loaded = || {
-        let (_, text) = client.call("GET", "/metrics", None, server::Body::None);
+        let (_, text) = client.call("GET", "/metrics", None, Body::None);
         let text = text.as_str().unwrap_or_default().to_string();
         let series = text.lines().filter(|l| l.starts_with("switchyard_versions_loaded{"));
         series.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>() as u64
@@ -507,12 +538,14 @@ fn restart(
 /// Tenants onboarded per minute over the tenth of them right after the distinct uploads
 /// (whose compiles would hide the writes' cost) and over the last tenth, from when each
 /// finished (in tenant order): how a write's cost grows with the tenants there are.
+/// (Two uploaders finish out of tenant order: with few tenants a span can be negative,
+/// read as none.)
 fn onboarding_rates(finished: &[Duration], distinct: usize) -> (f64, f64) {
     let n = finished.len();
     let tenth = (n / 10).max(1);
     let rate = |from: usize, to: usize| {
         let start = if from == 0 { Duration::ZERO } else { finished[from - 1] };
-        (to - from) as f64 / (finished[to - 1] - start).as_secs_f64().max(1e-9) * 60.0
+        (to - from) as f64 / finished[to - 1].saturating_sub(start).as_secs_f64().max(1e-9) * 60.0
     };
     let early = distinct.min(n - tenth.min(n));
     (rate(early, early + tenth.min(n - early)), rate(n - tenth, n))
