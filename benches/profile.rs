@@ -17,7 +17,10 @@
 //! all three print the median time to a fresh instance ready. `load-cached N [K] [FILE.wasm] [busy]`
 //! prints the median and p99 load of a component from the artifact cache (as an evicted
 //! version's is, its digest known), cycling over K distinct ones. `idle-rss K` prints the
-//! resident memory of an idle default-policy instance. `compile N [c | FILE.wasm] [winch]`
+//! resident memory of an idle default-policy instance. `warm-many N K` prints the median
+//! 64-worker selection on one instance, then cycling over K instances kept between calls
+//! (as a server's idle instances of K tenants' versions: each call's instance is the one
+//! used longest ago). `compile N [c | FILE.wasm] [winch]`
 //! prints the median compile of the default policy (or its C version). `code <file> [c]` writes the
 //! default policy's (or its C version's) compiled code (an ELF object) for `objdump -d`.
 
@@ -181,6 +184,47 @@ fn main() {
                 );
             }
             drop(black_box(idle));
+        }
+        "warm-many" => {
+            // `warm-many N K`: K instances of the default policy, each with its own
+            // parameters, all configured and called once first; then N calls on the first
+            // alone and N cycling over all K. What a warm selection costs when its
+            // instance's state (Store, guest memory, tables) is not in the caches.
+            let kept: usize = args.get(2).and_then(|k| k.parse().ok()).unwrap_or(1_000);
+            let engine = PolicyEngine::new(Limits { max_instances: kept as u32 + 4, ..Limits::default() })
+                .expect("engine");
+            let component = PolicyComponent::load(&engine, default.component).expect("loads");
+            let mut scorers: Vec<GuestScorer> = (0..kept)
+                .map(|k| {
+                    let params = format!(r#"{{"prefill_load_scale": {}}}"#, 1.0 + k as f64 / 1e5);
+                    GuestScorer::new("warm", component.clone(), &params).expect("instantiates")
+                })
+                .collect();
+            // Each in a selector, as a server's idle instances are: its own column buffers.
+            let (table, request) = switchyard_fixture(64, 0.0);
+            let mut selectors: Vec<Selector> =
+                scorers.drain(..).map(|scorer| Selector::new(Box::new(scorer))).collect();
+            for selector in &mut selectors {
+                black_box(selector.select(&table, &request).expect("selects"));
+            }
+            let mut timed = |pick: &mut dyn FnMut(u64) -> usize| {
+                let mut took: Vec<std::time::Duration> = (0..iterations)
+                    .map(|i| {
+                        let selector = &mut selectors[pick(i)];
+                        let started = std::time::Instant::now();
+                        black_box(selector.select(&table, &request).expect("selects"));
+                        started.elapsed()
+                    })
+                    .collect();
+                took.sort();
+                (took[took.len() / 2], took[took.len() * 99 / 100])
+            };
+            let one = timed(&mut |_| 0);
+            let many = timed(&mut |i| i as usize % kept);
+            eprintln!(
+                "warm 64-worker selection, median / p99: one instance {:?} / {:?}; cycling over {kept} {:?} / {:?}",
+                one.0, one.1, many.0, many.1
+            );
         }
         "load-cached" => {
             // `load-cached N [K] [FILE.wasm] [busy]`: loads the default policy (or FILE)
