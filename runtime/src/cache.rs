@@ -15,7 +15,10 @@
 //! load's path); the file must be a regular file (symlinks are never followed), owned by
 //! this process's user and accessible to no one else. A file this process checked
 //! before is not hashed again while it is provably unchanged (see `Identity`): an
-//! evicted version's reload then takes 40–48 % less time (BENCHMARKS.md). An artifact
+//! evicted version's reload then takes 40–48 % less time (BENCHMARKS.md). The artifacts
+//! this cache wrote can be checked that way ahead of any load
+//! ([`ArtifactCache::check_written`], which the service's eviction pass calls), so not
+//! even the first reload hashes on a selection's path. An artifact
 //! that fails a check is not run: it is removed, counted ([`ArtifactCache::rejected`]),
 //! logged, and the component is compiled again. The helpers for owner-only files and directories are
 //! public: the service's data directory uses them too.
@@ -26,7 +29,7 @@
 //! loaded from here holds its file open while it lives: one descriptor per loaded
 //! component (`switchyard serve` raises its soft descriptor limit to the hard one).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
@@ -57,6 +60,11 @@ const MAX_REMEMBERED: usize = 100_000;
 /// change made after the check stamps a later time than one this old.
 const SETTLED: Duration = Duration::from_secs(1);
 
+/// How many artifacts written and not yet checked are kept for
+/// [`ArtifactCache::check_written`]; past it the oldest are forgotten (their first load
+/// checks them instead).
+const MAX_WRITTEN: usize = 4_096;
+
 /// A directory of compiled components this process owns.
 #[derive(Clone)]
 pub struct ArtifactCache {
@@ -68,6 +76,9 @@ pub struct ArtifactCache {
     /// The identity of each artifact whose digest a load checked and whose component
     /// deserialized, by path, across clones.
     checked: Arc<Mutex<HashMap<PathBuf, Identity>>>,
+    /// Artifacts `store` wrote that no check has remembered yet, oldest first, across
+    /// clones (see [`ArtifactCache::check_written`]).
+    written: Arc<Mutex<VecDeque<PathBuf>>>,
 }
 
 impl std::fmt::Debug for ArtifactCache {
@@ -135,7 +146,13 @@ impl ArtifactCache {
                 let _ = std::fs::remove_file(path);
             }
         }
-        Ok(Self { dir, rejected: Arc::default(), digests_checked: Arc::default(), checked: Arc::default() })
+        Ok(Self {
+            dir,
+            rejected: Arc::default(),
+            digests_checked: Arc::default(),
+            checked: Arc::default(),
+            written: Arc::default(),
+        })
     }
 
     /// The cache's directory.
@@ -157,6 +174,84 @@ impl ArtifactCache {
 
     fn checked(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Identity>> {
         self.checked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn written(&self) -> std::sync::MutexGuard<'_, VecDeque<PathBuf>> {
+        self.written.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers `identity` as the state of `path` whose digest was just checked.
+    fn remember(&self, path: PathBuf, identity: Identity) {
+        let mut checked = self.checked();
+        if checked.len() >= MAX_REMEMBERED {
+            checked.clear();
+        }
+        checked.insert(path, identity);
+    }
+
+    /// Checks the artifacts [`ArtifactCache::store`] wrote whose last change has settled
+    /// (over a second ago), as their first load would (the same digest check, on the
+    /// same kind of mapping), and remembers each that passes: its loads then skip the
+    /// digest, the first reload of an evicted version included, which would otherwise
+    /// hash the whole artifact on a selection's path. One that fails is rejected like
+    /// a load's. Those not settled yet stay for a later call. Returns how many were
+    /// checked. Blocking (hashes each artifact once); meant to be called now and then,
+    /// off any request's path.
+    pub fn check_written(&self) -> usize {
+        let due: Vec<PathBuf> = std::mem::take(&mut *self.written()).into();
+        let mut checked = 0;
+        let mut later = Vec::new();
+        for path in due {
+            let Ok(file) = open_private(&path) else { continue };
+            let Some(identity) = Identity::of(&file) else { continue };
+            if self.checked().get(&path) == Some(&identity) {
+                continue;
+            }
+            if !identity.settled() {
+                later.push(path);
+                continue;
+            }
+            checked += 1;
+            if self.checked_mapping(&path, file).is_some() {
+                self.remember(path, identity);
+            }
+        }
+        let mut written = self.written();
+        for path in later.into_iter().rev() {
+            written.push_front(path);
+        }
+        while written.len() > MAX_WRITTEN {
+            written.pop_front();
+        }
+        checked
+    }
+
+    /// Maps `file` (opened from `path`) and checks its digest against the one recorded
+    /// beside it: the mapping if they match; else the artifact is rejected (or, if it did
+    /// not map, treated as [`ArtifactCache::unopened`]) and there is none.
+    fn checked_mapping(&self, path: &Path, file: File) -> Option<MappedFile> {
+        let mapped = match MappedFile::new(file, MAX_ARTIFACT_BYTES) {
+            Ok(mapped) => mapped,
+            Err(e) => {
+                self.unopened(path, e);
+                return None;
+            }
+        };
+        let (recorded, actual) = match Self::digests(path, mapped.bytes()) {
+            Ok(digests) => digests,
+            Err(why) => {
+                self.reject(path, &why);
+                return None;
+            }
+        };
+        if actual != recorded {
+            self.reject(
+                path,
+                &format!("its digest is {actual}, not the {recorded} recorded when it was written"),
+            );
+            return None;
+        }
+        Some(mapped)
     }
 
     /// The file an artifact for `bytes` compiled by `engine` lives in.
@@ -238,25 +333,8 @@ impl ArtifactCache {
             }
         }
         let remember = identity.filter(Identity::settled);
-        let mapped = match MappedFile::new(file, MAX_ARTIFACT_BYTES) {
-            Ok(mapped) => mapped,
-            Err(e) => return self.unopened(&path, e),
-        };
         self.digests_checked.fetch_add(1, Ordering::Relaxed);
-        let (recorded, actual) = match Self::digests(&path, mapped.bytes()) {
-            Ok(digests) => digests,
-            Err(why) => {
-                self.reject(&path, &why);
-                return None;
-            }
-        };
-        if actual != recorded {
-            self.reject(
-                &path,
-                &format!("its digest is {actual}, not the {recorded} recorded when it was written"),
-            );
-            return None;
-        }
+        let mapped = self.checked_mapping(&path, file)?;
         // SAFETY: `deserialize_file` and `deserialize` trust their input to be wasmtime's
         // own output. These are the bytes whose digest `store` recorded when it wrote
         // `Component::serialize` of a component this process compiled, just checked on
@@ -277,11 +355,7 @@ impl ArtifactCache {
         match component {
             Ok(component) => {
                 if let Some(identity) = remember {
-                    let mut checked = self.checked();
-                    if checked.len() >= MAX_REMEMBERED {
-                        checked.clear();
-                    }
-                    checked.insert(path, identity);
+                    self.remember(path, identity);
                 }
                 Some(component)
             }
@@ -321,7 +395,13 @@ impl ArtifactCache {
         let digest = blake3::hash(&serialized).to_hex();
         let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         write_private(&self.dir, &name(&Self::digest_path(&path)), format!("{digest}\n").as_bytes())?;
-        write_private(&self.dir, &name(&path), &serialized)
+        write_private(&self.dir, &name(&path), &serialized)?;
+        let mut written = self.written();
+        if written.len() >= MAX_WRITTEN {
+            written.pop_front();
+        }
+        written.push_back(path);
+        Ok(())
     }
 
     fn reject(&self, path: &Path, why: &str) {

@@ -369,11 +369,16 @@ async fn metrics(State(http): Svc) -> Response {
     let mut registry = Registry::default();
     http.service.register_metrics(&mut registry);
     http.gate.register_metrics(&mut registry);
-    let rejected = http.service.loader.engine.artifact_cache().map_or(0, |cache| cache.rejected());
+    let cache = http.service.loader.engine.artifact_cache();
     registry.register(
         "switchyard_artifacts_rejected",
         "Cached compiled artifacts refused (digest, owner, mode or symlink check) and recompiled instead",
-        ConstCounter::new(rejected),
+        ConstCounter::new(cache.map_or(0, |cache| cache.rejected())),
+    );
+    registry.register(
+        "switchyard_artifact_load_digests",
+        "Digests of compiled artifacts computed on a load's path (none for an artifact checked before and unchanged: by an earlier load, or by the eviction pass after it was written)",
+        ConstCounter::new(cache.map_or(0, |cache| cache.digests_checked())),
     );
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::encode(&registry)).into_response()
 }

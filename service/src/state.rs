@@ -432,5 +432,18 @@ pub async fn evict(service: Arc<Service>) {
         // some later pass evicted something (never, on a quiet server).
         let in_use: HashSet<&str> = snapshot.versions().filter(|v| v.is_loaded()).map(|v| v.blob()).collect();
         service.loader.keep_only(&in_use);
+        drop(snapshot);
+        // The artifacts compiled since the last pass, checked now (off any selection's
+        // path) rather than by the first reload of each after its version's eviction:
+        // every version evicted on a later pass then reloads without hashing its
+        // artifact. A pass comes at least every quarter of the idle time, so an artifact
+        // is checked before any version using it can be evicted (but one written under a
+        // second before a pass waits for the next).
+        if let Some(cache) = service.loader.engine.artifact_cache().cloned() {
+            let checked = tokio::task::spawn_blocking(move || cache.check_written()).await.unwrap_or(0);
+            if checked > 0 {
+                tracing::debug!(checked, "artifacts written since the last pass checked");
+            }
+        }
     }
 }

@@ -89,6 +89,42 @@ fn an_unchanged_artifact_is_hashed_once_and_a_changed_one_is_checked_again() {
     assert_eq!((cache.digests_checked(), cache.rejected()), (4, 1));
 }
 
+/// An artifact `store` wrote is checked by `check_written` once it has settled (what the
+/// service's eviction pass calls), so its next load computes no digest; before it has
+/// settled it is left for a later call.
+#[test]
+fn a_written_artifact_is_checked_once_settled_and_its_load_then_hashes_nothing() {
+    let dir = temp("check-written");
+    let (engine, cache) = engine(&dir);
+    assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache(), "compiled and stored");
+    assert_eq!(cache.check_written(), 0, "just written: not settled, left for later");
+    std::thread::sleep(Duration::from_millis(1_100));
+    assert_eq!(cache.check_written(), 1);
+    assert_eq!(cache.check_written(), 0, "checked once");
+    assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+    assert_eq!(cache.digests_checked(), 0, "the load found it checked: no digest on its path");
+    assert_eq!(cache.rejected(), 0);
+}
+
+/// An artifact changed in place after it was written and before `check_written` looked
+/// at it is refused by that check (removed, counted): the load after it compiles again.
+#[test]
+fn an_artifact_changed_before_its_check_is_refused_by_the_check() {
+    let dir = temp("check-written-tampered");
+    let (engine, cache) = engine(&dir);
+    PolicyComponent::load(&engine, policy()).unwrap();
+    let path = cache.path_for(engine.engine(), policy());
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle..middle + 64].fill(0xCC);
+    std::fs::write(&path, &bytes).unwrap();
+    std::thread::sleep(Duration::from_millis(1_100));
+    assert_eq!(cache.check_written(), 1);
+    assert_eq!(cache.rejected(), 1, "refused");
+    assert!(!path.exists(), "and removed");
+    assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache(), "compiled again");
+}
+
 /// Artifacts written before digests were BLAKE3 have a sha256 recorded beside them:
 /// still checked (and loaded when it matches, refused when not), never recompiled only
 /// for their age.

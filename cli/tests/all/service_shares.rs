@@ -454,6 +454,28 @@ fn an_evicted_version_loads_again_from_its_artifact_alone_never_from_a_tampered_
     selected_by_its_version("artifact tampered with, compiled again");
 }
 
+/// The artifact an upload compiled is checked by the eviction pass once it has settled,
+/// off any selection's path, so its version's first reload after an eviction computes no
+/// digest (before, that reload hashed the whole artifact while its selection waited).
+#[test]
+fn an_evicted_version_reloads_without_hashing_an_artifact_the_eviction_pass_checked() {
+    let (server, _) = evicting_server("service-shares-checked");
+    let c = Client::new(&server);
+    let (token, version) = mine_on_gold(&c);
+    assert!(c.wait_for_metric("switchyard_versions_evicted_total", 1.0), "evicted");
+    // A pass every second: the one after the artifact settled (a second after it was
+    // written) has checked it.
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    let (status, v) = c.select(&token, "acme", Some("gold"));
+    assert_eq!(
+        (status, v["build"].as_str(), v["version"].as_str()),
+        (200, Some("guest"), Some(version.as_str())),
+        "{v}"
+    );
+    assert_eq!(c.metric("switchyard_compile_seconds_count"), 1.0, "loaded from the artifact");
+    assert_eq!(c.metric("switchyard_artifact_load_digests_total"), 0.0, "no digest on the reload's path");
+}
+
 /// Each component loaded from the compiled cache holds its mapped file open, so `serve`
 /// raises its soft limit on descriptors to the hard one: under a soft limit of 64 a
 /// server with 64 components loaded could no longer accept a connection.
