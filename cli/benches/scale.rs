@@ -160,8 +160,10 @@ fn main() {
     let inside_cold = delta(&inside_buckets(&client), &inside_before);
     // And once more, each now loaded: the same round warm, for the service's own time.
     let inside_before = inside_buckets(&client);
+    let misses_before = client.try_metric("switchyard_idle_misses_total").unwrap_or(0.0);
     let (warm_again, warm_again_cpu) = measured(server.pid(), || select_each_once(&server, &selects));
     let inside_warm = delta(&inside_buckets(&client), &inside_before);
+    let warm_again_misses = client.try_metric("switchyard_idle_misses_total").unwrap_or(0.0) - misses_before;
 
     // 3. Restart on the data dir.
     drop(server);
@@ -212,7 +214,7 @@ fn main() {
         per_bucket(&loads_again)
     );
     println!(
-        "| then each tenant once more (loaded: warm), p50 / p99 ({}) | {} |",
+        "| then each tenant once more (loaded: warm), p50 / p99 ({}); of which found no idle instance | {}; {warm_again_misses} |",
         warm_again.len(),
         pair(&warm_again, 1e3, "µs")
     );

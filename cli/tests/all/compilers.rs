@@ -221,9 +221,12 @@ fn a_tiered_up_component_nobody_selects_is_dropped_by_the_next_eviction_pass() {
     let dropped =
         c.wait_for_metric_within("switchyard_components_loaded", 0.0, std::time::Duration::from_secs(30));
     assert!(dropped, "the tiered-up component is still kept: {}", c.metric("switchyard_components_loaded"));
-    // Selected again: loaded from Cranelift's cached artifact.
+    // Selected again: loaded from Cranelift's cached artifact, which an eviction pass (one
+    // a second) has checked once it settled: the reload computes no digest.
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
     c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
     let (status, v) = c.select(&token, "acme", Some("gold"));
     assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
     assert_eq!(c.metric("switchyard_components_from_cache_total"), 1.0);
+    assert_eq!(c.metric("switchyard_artifact_load_digests_total"), 0.0, "the tier-up's artifact, checked");
 }
