@@ -201,18 +201,44 @@ fn main() {
                 })
                 .collect();
             // Each in a selector, as a server's idle instances are: its own column buffers.
-            let (table, request) = switchyard_fixture(64, 0.0);
-            let mut selectors: Vec<Selector> =
-                scorers.drain(..).map(|scorer| Selector::new(Box::new(scorer))).collect();
-            for selector in &mut selectors {
-                black_box(selector.select(&table, &request).expect("selects"));
+            // `guarded` (after K): the service's shape instead, each in a guarded selector
+            // (containment, fallback) selecting for the sample request and committing.
+            let guarded = args.get(3).is_some_and(|a| a == "guarded");
+            let (table, request) = if guarded {
+                let parsed: switchyard::selection::wire::RequestJson =
+                    serde_json::from_str(switchyard::selection::wire::SAMPLE_REQUEST)
+                        .expect("the sample parses");
+                parsed.into_parts_within(&Default::default()).expect("the sample is valid")
+            } else {
+                switchyard_fixture(64, 0.0)
+            };
+            let mut selectors: Vec<Box<dyn FnMut() -> u64>> = scorers
+                .drain(..)
+                .map(|scorer| -> Box<dyn FnMut() -> u64> {
+                    let (table, request) = (table.clone(), request.clone());
+                    if guarded {
+                        let config = switchyard::GuardConfig::default();
+                        let mut g = builtin::guarded(Box::new(scorer), switchyard::FailMode::Open, config);
+                        Box::new(move || {
+                            let decision = g.select(&table, &request).expect("selects");
+                            g.commit(&table, &request, decision.selection.chosen).expect("commits");
+                            decision.selection.chosen.worker_id
+                        })
+                    } else {
+                        let mut selector = Selector::new(Box::new(scorer));
+                        Box::new(move || selector.select(&table, &request).expect("selects").chosen.worker_id)
+                    }
+                })
+                .collect();
+            for select in &mut selectors {
+                black_box(select());
             }
             let mut timed = |pick: &mut dyn FnMut(u64) -> usize| {
                 let mut took: Vec<std::time::Duration> = (0..iterations)
                     .map(|i| {
-                        let selector = &mut selectors[pick(i)];
+                        let select = &mut selectors[pick(i)];
                         let started = std::time::Instant::now();
-                        black_box(selector.select(&table, &request).expect("selects"));
+                        black_box(select());
                         started.elapsed()
                     })
                     .collect();
