@@ -57,8 +57,9 @@ const MAX_REMEMBERED: usize = 100_000;
 
 /// A file's change must be this much older than the check for its identity to be
 /// remembered: the kernel stamps a change with a coarse clock (one tick, ≤ 10 ms), so a
-/// change made after the check stamps a later time than one this old.
-const SETTLED: Duration = Duration::from_secs(1);
+/// change made after the check stamps a later time than one this old. An artifact
+/// written is left by [`ArtifactCache::check_written`] until it is this old.
+pub const SETTLED: Duration = Duration::from_secs(1);
 
 /// How many artifacts written and not yet checked are kept for
 /// [`ArtifactCache::check_written`]; past it the oldest are forgotten (their first load
@@ -73,6 +74,8 @@ pub struct ArtifactCache {
     rejected: Arc<AtomicU64>,
     /// Digests computed by loads (the others found their file checked before).
     digests_checked: Arc<AtomicU64>,
+    /// Artifacts checked by [`ArtifactCache::check_written`] (ahead of any load).
+    checked_ahead: Arc<AtomicU64>,
     /// The identity of each artifact whose digest a load checked and whose component
     /// deserialized, by path, across clones.
     checked: Arc<Mutex<HashMap<PathBuf, Identity>>>,
@@ -150,6 +153,7 @@ impl ArtifactCache {
             dir,
             rejected: Arc::default(),
             digests_checked: Arc::default(),
+            checked_ahead: Arc::default(),
             checked: Arc::default(),
             written: Arc::default(),
         })
@@ -170,6 +174,11 @@ impl ArtifactCache {
     /// and unchanged since computes none.
     pub fn digests_checked(&self) -> u64 {
         self.digests_checked.load(Ordering::Relaxed)
+    }
+
+    /// Artifacts [`ArtifactCache::check_written`] has checked so far, across clones.
+    pub fn checked_ahead(&self) -> u64 {
+        self.checked_ahead.load(Ordering::Relaxed)
     }
 
     fn checked(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Identity>> {
@@ -212,6 +221,7 @@ impl ArtifactCache {
                 continue;
             }
             checked += 1;
+            self.checked_ahead.fetch_add(1, Ordering::Relaxed);
             if self.checked_mapping(&path, file).is_some() {
                 self.remember(path, identity);
             }

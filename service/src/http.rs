@@ -380,6 +380,11 @@ async fn metrics(State(http): Svc) -> Response {
         "Digests of compiled artifacts computed on a load's path (none for an artifact checked before and unchanged: by an earlier load, or by the eviction pass after it was written)",
         ConstCounter::new(cache.map_or(0, |cache| cache.digests_checked())),
     );
+    registry.register(
+        "switchyard_artifacts_checked_ahead",
+        "Compiled artifacts this server wrote, checked once settled ahead of any load (by the eviction pass, or just after a tier-up)",
+        ConstCounter::new(cache.map_or(0, |cache| cache.checked_ahead())),
+    );
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::encode(&registry)).into_response()
 }
 

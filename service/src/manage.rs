@@ -383,6 +383,14 @@ impl Service {
                 }
                 Err(e) => tracing::warn!(error = %e, "the tier-up thread"),
             }
+            // The artifact Cranelift just wrote, checked as soon as it has settled rather
+            // than by the next eviction pass (up to a minute away): the tier-up made its
+            // versions cold, that pass drops their component, and a reload before the
+            // following pass would hash the artifact on its selection's path.
+            tokio::time::sleep(switchyard::cache::SETTLED + std::time::Duration::from_millis(100)).await;
+            if let Some(cache) = service.loader.engine.artifact_cache().cloned() {
+                let _ = tokio::task::spawn_blocking(move || cache.check_written()).await;
+            }
         });
     }
 

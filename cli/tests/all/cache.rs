@@ -37,10 +37,7 @@ fn a_tampered_artifact_is_rejected_counted_and_recompiled_never_loaded() {
     assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
     let path = cache.path_for(engine.engine(), policy());
     assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle..middle + 64].fill(0xCC);
-    std::fs::write(&path, &bytes).unwrap();
+    overwrite_middle(&path);
     let reloaded = PolicyComponent::load(&engine, policy()).unwrap();
     assert!(!reloaded.from_cache(), "recompiled, not loaded");
     assert_eq!(cache.rejected(), 1);
@@ -73,10 +70,7 @@ fn an_unchanged_artifact_is_hashed_once_and_a_changed_one_is_checked_again() {
 
     let path = cache.path_for(engine.engine(), policy());
     let before = std::fs::metadata(&path).unwrap();
-    let mut bytes = std::fs::read(&path).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle..middle + 64].fill(0xCC);
-    std::fs::write(&path, &bytes).unwrap();
+    overwrite_middle(&path);
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     file.set_modified(before.modified().unwrap()).unwrap();
     drop(file);
@@ -114,15 +108,20 @@ fn an_artifact_changed_before_its_check_is_refused_by_the_check() {
     let (engine, cache) = engine(&dir);
     PolicyComponent::load(&engine, policy()).unwrap();
     let path = cache.path_for(engine.engine(), policy());
-    let mut bytes = std::fs::read(&path).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle..middle + 64].fill(0xCC);
-    std::fs::write(&path, &bytes).unwrap();
+    overwrite_middle(&path);
     std::thread::sleep(Duration::from_millis(1_100));
     assert_eq!(cache.check_written(), 1);
     assert_eq!(cache.rejected(), 1, "refused");
     assert!(!path.exists(), "and removed");
     assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache(), "compiled again");
+}
+
+/// Changes 64 bytes in the middle of the file at `path` in place (same inode, same size).
+fn overwrite_middle(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle..middle + 64].fill(0xCC);
+    std::fs::write(path, &bytes).unwrap();
 }
 
 /// Artifacts written before digests were BLAKE3 have a sha256 recorded beside them:

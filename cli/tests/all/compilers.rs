@@ -201,6 +201,25 @@ fn tiered_without_a_deadline_is_refused() {
     assert!(stderr.contains("limits.compiler") && stderr.contains("deadline"), "{stderr}");
 }
 
+/// The artifact a tier-up writes is checked as soon as it has settled, not left to the
+/// next eviction pass (up to a minute away; none at all here, eviction being off): a
+/// version made cold by the tier-up and reloaded from it meanwhile would otherwise hash
+/// it on its selection's path.
+#[test]
+fn a_tier_up_checks_its_artifact_once_it_has_settled() {
+    let dir = temp_dir("compilers-tiered-check");
+    let server =
+        Server::with_config(&dir, "[service]\nevict_after_secs = 0\n[limits]\ncompiler = \"tiered\"\n");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    let within = std::time::Duration::from_secs(120);
+    assert!(c.wait_for_metric_within("switchyard_tier_ups_total", 1.0, within), "never tiered up");
+    let within = std::time::Duration::from_secs(30);
+    let checked = c.wait_for_metric_within("switchyard_artifacts_checked_ahead_total", 1.0, within);
+    assert!(checked, "not checked ahead: {}", c.metric("switchyard_artifacts_checked_ahead_total"));
+}
+
 /// A tier-up makes its versions cold (they reload onto Cranelift's code when next
 /// selected), and the component kept for a version nobody selects since is dropped by the
 /// next eviction pass. Before, only a pass that evicted something dropped components: a
