@@ -135,6 +135,7 @@ fn main() {
     let components_evicted = client.try_metric("switchyard_components_loaded").unwrap_or(f64::NAN);
     let rss_evicted = rss_mib(server.pid());
     let loads_before = load_buckets(&client);
+    let digests_before = load_digests(&client);
     let single_before = select_one(&server, &selects[0], 0, 2_000);
     let (mut round_trip, mut round_trip_cpu) = measured(server.pid(), || round_trips(&server, 2_000));
     let (cold, warm) = select_random(&server, &selects, selections);
@@ -146,6 +147,7 @@ fn main() {
     round_trip_cpu.add(&more_cpu);
     let rss_selections = rss_mib(server.pid());
     let loads = delta(&load_buckets(&client), &loads_before);
+    let digests = load_digests(&client) - digests_before;
     let metrics_bytes = Client::new(&server).metrics().len();
     let mut single = single_before;
     single.extend(single_after);
@@ -154,9 +156,11 @@ fn main() {
     // now from artifacts this server checked before (their digests are not computed again).
     wait_until_cold(&client);
     let loads_before = load_buckets(&client);
+    let digests_before = load_digests(&client);
     let inside_before = inside_buckets(&client);
     let (cold_again, cold_again_cpu) = measured(server.pid(), || select_each_once(&server, &selects));
     let loads_again = delta(&load_buckets(&client), &loads_before);
+    let digests_again = load_digests(&client) - digests_before;
     let inside_cold = delta(&inside_buckets(&client), &inside_before);
     // And once more, each now loaded: the same round warm, for the service's own time.
     let inside_before = inside_buckets(&client);
@@ -201,7 +205,7 @@ fn main() {
         pair(&cold, 1e3, "µs")
     );
     println!(
-        "| of which versions loaded in the server within 0.1 / 0.25 / 0.5 / 1 ms / longer | {} |",
+        "| of which versions loaded in the server within 0.1 / 0.25 / 0.5 / 1 ms / longer; artifact digests computed on a load's path | {}; {digests} |",
         per_bucket(&loads)
     );
     println!(
@@ -210,7 +214,7 @@ fn main() {
         pair(&cold_again, 1e3, "µs")
     );
     println!(
-        "| of which versions loaded in the server within 0.1 / 0.25 / 0.5 / 1 ms / longer | {} |",
+        "| of which versions loaded in the server within 0.1 / 0.25 / 0.5 / 1 ms / longer; artifact digests computed on a load's path | {}; {digests_again} |",
         per_bucket(&loads_again)
     );
     println!(
@@ -276,6 +280,12 @@ fn load_buckets(client: &Client) -> [f64; 5] {
     let series = "switchyard_version_load_seconds_bucket{le=";
     let bucket = |le: &str| client.try_metric(&format!("{series}\"{le}\"}}")).unwrap_or(0.0);
     [bucket("0.0001"), bucket("0.00025"), bucket("0.0005"), bucket("0.001"), bucket("+Inf")]
+}
+
+/// Artifact digests the server's loads have computed so far (those it had not checked
+/// ahead).
+fn load_digests(client: &Client) -> f64 {
+    client.try_metric("switchyard_artifact_load_digests_total").unwrap_or(f64::NAN)
 }
 
 /// Bucket bounds of the service's selection latency read back (a subset of its own).
