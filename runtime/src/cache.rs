@@ -74,7 +74,7 @@ pub struct ArtifactCache {
     rejected: Arc<AtomicU64>,
     /// Digests computed by loads (the others found their file checked before).
     digests_checked: Arc<AtomicU64>,
-    /// Artifacts checked by [`ArtifactCache::check_written`] (ahead of any load).
+    /// Digests computed by [`ArtifactCache::check_written`] (ahead of any load).
     checked_ahead: Arc<AtomicU64>,
     /// The identity of each artifact whose digest a load checked and whose component
     /// deserialized, by path, across clones.
@@ -176,7 +176,8 @@ impl ArtifactCache {
         self.digests_checked.load(Ordering::Relaxed)
     }
 
-    /// Artifacts [`ArtifactCache::check_written`] has checked so far, across clones.
+    /// Artifacts whose digest [`ArtifactCache::check_written`] has computed so far,
+    /// across clones.
     pub fn checked_ahead(&self) -> u64 {
         self.checked_ahead.load(Ordering::Relaxed)
     }
@@ -204,8 +205,8 @@ impl ArtifactCache {
     /// digest, the first reload of an evicted version included, which would otherwise
     /// hash the whole artifact on a selection's path. One that fails is rejected like
     /// a load's. Those not settled yet stay for a later call. Returns how many were
-    /// checked. Blocking (hashes each artifact once); meant to be called now and then,
-    /// off any request's path.
+    /// checked. Blocking (hashes each artifact once: a small part of what compiling it
+    /// took); meant to be called now and then, off any request's path.
     pub fn check_written(&self) -> usize {
         let due: Vec<PathBuf> = std::mem::take(&mut *self.written()).into();
         let mut checked = 0;
@@ -221,8 +222,7 @@ impl ArtifactCache {
                 continue;
             }
             checked += 1;
-            self.checked_ahead.fetch_add(1, Ordering::Relaxed);
-            if self.checked_mapping(&path, file).is_some() {
+            if self.checked_mapping(&path, file, &self.checked_ahead).is_some() {
                 self.remember(path, identity);
             }
         }
@@ -237,9 +237,10 @@ impl ArtifactCache {
     }
 
     /// Maps `file` (opened from `path`) and checks its digest against the one recorded
-    /// beside it: the mapping if they match; else the artifact is rejected (or, if it did
-    /// not map, treated as [`ArtifactCache::unopened`]) and there is none.
-    fn checked_mapping(&self, path: &Path, file: File) -> Option<MappedFile> {
+    /// beside it, counting the digest in `computed`: the mapping if they match; else the
+    /// artifact is rejected (or, if it did not map, treated as
+    /// [`ArtifactCache::unopened`], no digest computed) and there is none.
+    fn checked_mapping(&self, path: &Path, file: File, computed: &AtomicU64) -> Option<MappedFile> {
         let mapped = match MappedFile::new(file, MAX_ARTIFACT_BYTES) {
             Ok(mapped) => mapped,
             Err(e) => {
@@ -247,6 +248,7 @@ impl ArtifactCache {
                 return None;
             }
         };
+        computed.fetch_add(1, Ordering::Relaxed);
         let (recorded, actual) = match Self::digests(path, mapped.bytes()) {
             Ok(digests) => digests,
             Err(why) => {
@@ -343,8 +345,7 @@ impl ArtifactCache {
             }
         }
         let remember = identity.filter(Identity::settled);
-        self.digests_checked.fetch_add(1, Ordering::Relaxed);
-        let mapped = self.checked_mapping(&path, file)?;
+        let mapped = self.checked_mapping(&path, file, &self.digests_checked)?;
         // SAFETY: `deserialize_file` and `deserialize` trust their input to be wasmtime's
         // own output. These are the bytes whose digest `store` recorded when it wrote
         // `Component::serialize` of a component this process compiled, just checked on
