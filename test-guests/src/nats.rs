@@ -4,10 +4,11 @@
 //! build of the server), installed once into the tests' temp dir with
 //! `python3 -m pip install --target`.
 
+use std::collections::HashSet;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A running `nats-server`.
@@ -42,11 +43,17 @@ impl NatsServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {} ({e})", binary.display()));
-        let server = Self { child, port, store, tmp: tmp.to_path_buf() };
+        let mut server = Self { child, port, store, tmp: tmp.to_path_buf() };
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "nats-server did not listen on {port}");
             std::thread::sleep(Duration::from_millis(20));
+        }
+        // Something listens on the port; it must be this server, not one that got there
+        // first (a server that cannot bind exits at once).
+        std::thread::sleep(Duration::from_millis(50));
+        if let Ok(Some(status)) = server.child.try_wait() {
+            panic!("nats-server on {port} exited ({status}): was the port taken?");
         }
         server
     }
@@ -83,9 +90,22 @@ impl Drop for NatsServer {
     }
 }
 
-/// A loopback port nothing listens on now.
+/// A loopback port nothing listens on now and that this process has not handed out
+/// before. The kernel may give a port it just gave again once its listener is closed,
+/// and the tests run in parallel: two servers racing for one port, or a test starting
+/// its server on the port of another test's server that is down for a restart, made a
+/// client connect to the wrong server (CI: "Connection refused" once the other test
+/// ended). Handed-out ports stay reserved for the life of the process.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    let handed_out = handed_out.get_or_insert_with(HashSet::new);
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// The nats-server release the tests run.
@@ -126,4 +146,17 @@ fn binary(tmp: &Path) -> &'static PathBuf {
         assert!(binary.is_file(), "{} is missing after the install", binary.display());
         binary
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_port_never_hands_out_a_port_twice() {
+        // 2,000 draws from ~28,000 ephemeral ports: the kernel alone repeats some.
+        let ports: Vec<u16> = (0..2_000).map(|_| free_port()).collect();
+        let distinct: HashSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len());
+    }
 }
