@@ -4,7 +4,7 @@
 //! build of the server), installed once into the tests' temp dir with
 //! `python3 -m pip install --target`.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -97,9 +97,8 @@ impl Drop for NatsServer {
 /// client connect to the wrong server (CI: "Connection refused" once the other test
 /// ended). Handed-out ports stay reserved for the life of the process.
 pub fn free_port() -> u16 {
-    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-    let handed_out = handed_out.get_or_insert_with(HashSet::new);
     loop {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         if handed_out.insert(port) {
@@ -156,7 +155,7 @@ mod tests {
     fn free_port_never_hands_out_a_port_twice() {
         // 2,000 draws from ~28,000 ephemeral ports: the kernel alone repeats some.
         let ports: Vec<u16> = (0..2_000).map(|_| free_port()).collect();
-        let distinct: HashSet<u16> = ports.iter().copied().collect();
+        let distinct: BTreeSet<u16> = ports.iter().copied().collect();
         assert_eq!(distinct.len(), ports.len());
     }
 }
