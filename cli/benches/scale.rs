@@ -9,7 +9,8 @@
 //!    `SCALE_SELECTIONS` selections (default 100,000) from 2 threads, each of a tenant
 //!    drawn uniformly at random; a tenant's first is "cold" (its version evicted: loaded
 //!    again from the compiled cache and configured), the others "warm" (loaded; an idle
-//!    instance or a fresh one). Beside them, in the same run, one tenant alone: the
+//!    instance or a fresh one). Beside them, in the same run, one tenant alone (before
+//!    the round, after it, and between its ten parts, both threads on it): the
 //!    single-tenant warm figure the warm selections are compared with, and requests
 //!    that do no work (`GET /healthz`): the HTTP round trip alone, on the same threads.
 //!    Then every version evicted again and each tenant selected once: cold again, from
@@ -136,11 +137,15 @@ fn main() {
     let rss_evicted = rss_mib(server.pid());
     let loads_before = load_buckets(&client);
     let digests_before = load_digests(&client);
-    let single_before = select_one(&server, &selects[0], 0, 2_000);
+    let (single_before, mut single_cpu) =
+        measured(server.pid(), || select_one(&server, &selects[0], 0, 2_000));
     let (mut round_trip, mut round_trip_cpu) = measured(server.pid(), || round_trips(&server, 2_000));
-    let (cold, warm) = select_random(&server, &selects, selections);
+    let (round, random_cpu) = measured(server.pid(), || select_random(&server, &selects, 0, selections));
+    let RandomRound { cold, warm, late: warm_late, single: single_between } = round;
     let inside_before = inside_buckets(&client);
-    let single_after = select_one(&server, &selects[0], 0, 2_000);
+    let (single_after, more_single_cpu) =
+        measured(server.pid(), || select_one(&server, &selects[0], 0, 2_000));
+    single_cpu.add(&more_single_cpu);
     let inside_single = delta(&inside_buckets(&client), &inside_before);
     let (more_round_trips, more_cpu) = measured(server.pid(), || round_trips(&server, 2_000));
     round_trip.extend(more_round_trips);
@@ -151,6 +156,8 @@ fn main() {
     let metrics_bytes = Client::new(&server).metrics().len();
     let mut single = single_before;
     single.extend(single_after);
+    let single_outside = single.clone();
+    single.extend(&single_between);
 
     // 2b. Every version evicted again, then each tenant selected once: cold again, but
     // now from artifacts this server checked before (their digests are not computed again).
@@ -230,7 +237,23 @@ fn main() {
         shares(&inside_single)
     );
     println!("| warm selection, p50 / p99 ({}) | {} |", warm.len(), pair(&warm, 1e3, "µs"));
-    println!("| single tenant warm, p50 / p99 ({}) | {} |", single.len(), pair(&single, 1e3, "µs"));
+    println!(
+        "| of which in each thread's second half of the round (few cold ones beside them), p50 / p99 ({}) | {} |",
+        warm_late.len(),
+        pair(&warm_late, 1e3, "µs")
+    );
+    println!(
+        "| single tenant warm, p50 / p99 ({}: before and after the random round, and between its parts) | {} |",
+        single.len(),
+        pair(&single, 1e3, "µs")
+    );
+    println!(
+        "| of which before and after / between the parts, p50 ({} / {}) | {:.1} / {:.1} µs |",
+        single_outside.len(),
+        single_between.len(),
+        quantile(&single_outside, 0.5) * 1e3,
+        quantile(&single_between, 0.5) * 1e3
+    );
     println!("| warm p50 / single-tenant p50 | {:.2} |", quantile(&warm, 0.5) / quantile(&single, 0.5));
     println!(
         "| the HTTP round trip alone (`GET /healthz`, same 2 threads), p50 / p99 ({}) | {} |",
@@ -238,10 +261,12 @@ fn main() {
         pair(&round_trip, 1e3, "µs")
     );
     println!(
-        "| CPU per request, user + system, the server's / the bench's own (its 2 client threads): `/healthz`; cold again; warm again | {}; {}; {} |",
+        "| CPU per request, user + system, the server's / the bench's own (its 2 client threads), and the server's page faults: `/healthz`; cold again; warm again; the random round (every selection of it); the single tenant (before and after it) | {}; {}; {}; {}; {} |",
         round_trip_cpu.per_request(round_trip.len()),
         cold_again_cpu.per_request(cold_again.len()),
-        warm_again_cpu.per_request(warm_again.len())
+        warm_again_cpu.per_request(warm_again.len()),
+        random_cpu.per_request(cold.len() + warm.len() + single_between.len()),
+        single_cpu.per_request(single_outside.len())
     );
     println!("| restart: listening after | {:.2} s |", restarted.listening.as_secs_f64());
     println!(
@@ -430,35 +455,82 @@ fn from_two_threads(server: &Server, n: usize, timed: impl Fn(&mut Connection) -
     })
 }
 
-/// `n` selections of uniformly random tenants from 2 threads: (cold, warm) times (ms).
-fn select_random(server: &Server, selects: &[Vec<u8>], n: usize) -> (Vec<f64>, Vec<f64>) {
+/// The random round's parts; between two parts both threads select the single tenant
+/// alone, [`SINGLE_BETWEEN`] times in all.
+const PARTS: usize = 10;
+/// Selections of the single tenant between two parts of the random round (both threads).
+const SINGLE_BETWEEN: usize = 200;
+
+/// The times (ms) of the random round ([`select_random`]).
+struct RandomRound {
+    /// Each tenant's first selection.
+    cold: Vec<f64>,
+    /// The others.
+    warm: Vec<f64>,
+    /// The warm ones of each thread's second half. Most cold selections come early (by
+    /// half way each tenant has been drawn ~n / 2 / tenants times), so these say how much
+    /// the cold loads beside them slow the others.
+    late: Vec<f64>,
+    /// The single tenant alone, between the parts: sampled side by side with the warm
+    /// ones, through whatever the machine did meanwhile, not only before and after.
+    single: Vec<f64>,
+}
+
+/// `n` selections of uniformly random tenants from 2 threads, in [`PARTS`] parts with
+/// [`SINGLE_BETWEEN`] selections of tenant `single` alone between two parts (both
+/// threads on it, between barriers, so that no other tenant's selection runs beside
+/// them).
+fn select_random(server: &Server, selects: &[Vec<u8>], single: usize, n: usize) -> RandomRound {
     let seen: Vec<AtomicUsize> = (0..selects.len()).map(|_| AtomicUsize::new(0)).collect();
-    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    let barrier = std::sync::Barrier::new(2);
+    let mut round = RandomRound { cold: Vec::new(), warm: Vec::new(), late: Vec::new(), single: Vec::new() };
     std::thread::scope(|s| {
         let threads: Vec<_> = (0..2u64)
             .map(|seed| {
-                let seen = &seen;
+                let (seen, barrier) = (&seen, &barrier);
                 s.spawn(move || {
                     let mut connection = Connection::open(&server.addr());
                     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-                    let (mut cold, mut warm) = (Vec::new(), Vec::new());
-                    for _ in 0..n / 2 {
+                    let mut mine = RandomRound {
+                        cold: Vec::new(),
+                        warm: Vec::new(),
+                        late: Vec::new(),
+                        single: Vec::new(),
+                    };
+                    for k in 0..n / 2 {
+                        if k > 0 && k % (n / 2 / PARTS).max(1) == 0 {
+                            barrier.wait();
+                            for _ in 0..SINGLE_BETWEEN / 2 {
+                                mine.single
+                                    .push(timed_select(&mut connection, &selects[single], single) * 1e3);
+                            }
+                            barrier.wait();
+                        }
                         let i = (rng.next_u64() % selects.len() as u64) as usize;
                         let first = seen[i].fetch_add(1, Ordering::Relaxed) == 0;
                         let ms = timed_select(&mut connection, &selects[i], i) * 1e3;
-                        if first { cold.push(ms) } else { warm.push(ms) }
+                        if first {
+                            mine.cold.push(ms);
+                        } else {
+                            mine.warm.push(ms);
+                            if k >= n / 4 {
+                                mine.late.push(ms);
+                            }
+                        }
                     }
-                    (cold, warm)
+                    mine
                 })
             })
             .collect();
         for t in threads {
-            let (c, w) = t.join().expect("a selecting thread");
-            cold.extend(c);
-            warm.extend(w);
+            let mine = t.join().expect("a selecting thread");
+            round.cold.extend(mine.cold);
+            round.warm.extend(mine.warm);
+            round.late.extend(mine.late);
+            round.single.extend(mine.single);
         }
     });
-    (cold, warm)
+    round
 }
 
 /// Every tenant selected once, in a random order, from 2 threads (or
@@ -573,13 +645,18 @@ struct Cpu {
     server_system: f64,
     bench_user: f64,
     bench_system: f64,
+    /// The server's minor page faults (`minflt`, field 10): a fault a selection takes
+    /// (memory first touched, or given back and touched again) costs ~1 µs or more.
+    server_faults: f64,
 }
 
 impl Cpu {
     fn now(server: u32) -> Self {
-        let (server_user, server_system) = cpu_seconds(&format!("/proc/{server}/stat"));
+        let stat = format!("/proc/{server}/stat");
+        let (server_user, server_system) = cpu_seconds(&stat);
         let (bench_user, bench_system) = cpu_seconds("/proc/self/stat");
-        Cpu { server_user, server_system, bench_user, bench_system }
+        let server_faults = stat_field(&stat, 10);
+        Cpu { server_user, server_system, bench_user, bench_system, server_faults }
     }
 
     /// What was used between `before` and `self`.
@@ -589,6 +666,7 @@ impl Cpu {
             server_system: self.server_system - before.server_system,
             bench_user: self.bench_user - before.bench_user,
             bench_system: self.bench_system - before.bench_system,
+            server_faults: self.server_faults - before.server_faults,
         }
     }
 
@@ -597,17 +675,20 @@ impl Cpu {
         self.server_system += more.server_system;
         self.bench_user += more.bench_user;
         self.bench_system += more.bench_system;
+        self.server_faults += more.server_faults;
     }
 
-    /// "user + system (server) / user + system (bench) µs" per request of `n`.
+    /// "user + system (server) / user + system (bench) µs, page faults (server)" per
+    /// request of `n`.
     fn per_request(&self, n: usize) -> String {
         let per = |s: f64| s * 1e6 / n.max(1) as f64;
         format!(
-            "{:.0} + {:.0} / {:.0} + {:.0} µs",
+            "{:.0} + {:.0} / {:.0} + {:.0} µs, {:.2} faults",
             per(self.server_user),
             per(self.server_system),
             per(self.bench_user),
-            per(self.bench_system)
+            per(self.bench_system),
+            self.server_faults / n.max(1) as f64
         )
     }
 }
@@ -624,14 +705,17 @@ fn measured<T>(server: u32, round: impl FnOnce() -> T) -> (T, Cpu) {
 /// parenthesised command name, which may hold spaces). Panics if it cannot be read: a
 /// figure of zero would be printed as a measurement.
 fn cpu_seconds(stat: &str) -> (f64, f64) {
+    (stat_field(stat, 14) / 100.0, stat_field(stat, 15) / 100.0)
+}
+
+/// Field `n` (numbered from 1, as in proc(5)) of a `/proc/<pid>/stat`, read after the
+/// parenthesised command name, which may hold spaces. Panics if it cannot be read.
+fn stat_field(stat: &str, n: usize) -> f64 {
     let text = std::fs::read_to_string(stat).unwrap_or_else(|e| panic!("{stat}: {e}"));
     let after_name = text.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let field = |n: usize| -> f64 {
-        let value = after_name.split_whitespace().nth(n).and_then(|v| v.parse().ok());
-        value.unwrap_or_else(|| panic!("{stat}: no field {} in `{text}`", n + 3))
-    };
-    // After the name: state is field 3, so utime (14) and stime (15) are the 12th and 13th.
-    (field(11) / 100.0, field(12) / 100.0)
+    // After the name the first field is the state, field 3.
+    let value = after_name.split_whitespace().nth(n - 3).and_then(|v| v.parse().ok());
+    value.unwrap_or_else(|| panic!("{stat}: no field {n} in `{text}`"))
 }
 
 /// The server's resident set, MiB.
