@@ -20,7 +20,9 @@
 //! resident memory of an idle default-policy instance. `warm-many N K` prints the median
 //! 64-worker selection on one instance, then cycling over K instances kept between calls
 //! (as a server's idle instances of K tenants' versions: each call's instance is the one
-//! used longest ago). `compile N [c | FILE.wasm] [winch]`
+//! used longest ago), then picking one of the K at random each call (as a server's
+//! tenants come); `PROFILE_RESERVATION_MIB` sets each pool slot's memory reservation
+//! for these two. `compile N [c | FILE.wasm] [winch]`
 //! prints the median compile of the default policy (or its C version). `code <file> [c]` writes the
 //! default policy's (or its C version's) compiled code (an ELF object) for `objdump -d`.
 
@@ -162,8 +164,7 @@ fn main() {
             // after one 64-candidate call, kept alive as a server keeps idle ones; prints
             // the resident memory they added, per instance (`/proc/self/status`).
             let kept: usize = args.get(1).and_then(|k| k.parse().ok()).unwrap_or(1_000);
-            let engine = PolicyEngine::new(Limits { max_instances: kept as u32 + 4, ..Limits::default() })
-                .expect("engine");
+            let engine = engine_for(kept);
             let component = PolicyComponent::load(&engine, default.component).expect("loads");
             let template =
                 GuestScorer::new("idle", component, r#"{"prefill_load_scale": 1.5}"#).expect("instantiates");
@@ -191,8 +192,7 @@ fn main() {
             // alone and N cycling over all K. What a warm selection costs when its
             // instance's state (Store, guest memory, tables) is not in the caches.
             let kept: usize = args.get(2).and_then(|k| k.parse().ok()).unwrap_or(1_000);
-            let engine = PolicyEngine::new(Limits { max_instances: kept as u32 + 4, ..Limits::default() })
-                .expect("engine");
+            let engine = engine_for(kept);
             let component = PolicyComponent::load(&engine, default.component).expect("loads");
             let mut scorers: Vec<GuestScorer> = (0..kept)
                 .map(|k| {
@@ -247,9 +247,18 @@ fn main() {
             };
             let one = timed(&mut |_| 0);
             let many = timed(&mut |i| i as usize % kept);
+            // In the order they were made, neighbours in memory follow each other (the
+            // caches' and the TLB's best case); a server's tenants come in any order.
+            let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+            let random = timed(&mut |_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state % kept as u64) as usize
+            });
             eprintln!(
-                "warm 64-worker selection, median / p99: one instance {:?} / {:?}; cycling over {kept} {:?} / {:?}",
-                one.0, one.1, many.0, many.1
+                "warm 64-worker selection, median / p99: one instance {:?} / {:?}; cycling over {kept} {:?} / {:?}; {kept} in random order {:?} / {:?}",
+                one.0, one.1, many.0, many.1, random.0, random.1
             );
         }
         "load-cached" => {
@@ -400,4 +409,17 @@ fn resident_kib() -> Option<i64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
     line.trim().strip_suffix("kB")?.trim().parse().ok()
+}
+
+/// An engine whose pool holds `kept` instances and a few more, each slot's memory
+/// reservation `PROFILE_RESERVATION_MIB` (default 4 GiB): how far apart the instances'
+/// memories lie in the address space.
+fn engine_for(kept: usize) -> PolicyEngine {
+    let reservation = std::env::var("PROFILE_RESERVATION_MIB")
+        .ok()
+        .and_then(|m| m.parse::<u64>().ok())
+        .map_or(Limits::default().memory_reservation_bytes, |m| m << 20);
+    let limits =
+        Limits { max_instances: kept as u32 + 4, memory_reservation_bytes: reservation, ..Limits::default() };
+    PolicyEngine::new(limits).expect("engine")
 }
