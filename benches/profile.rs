@@ -31,6 +31,8 @@ mod common;
 use std::hint::black_box;
 
 use common::{IMPORTS, NOOP, ScoreOnly, median_compile, switchyard_fixture};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
 use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 use switchyard_builtins as builtin;
 use switchyard_test_guests::variant;
@@ -249,13 +251,8 @@ fn main() {
             let many = timed(&mut |i| i as usize % kept);
             // In the order they were made, neighbours in memory follow each other (the
             // caches' and the TLB's best case); a server's tenants come in any order.
-            let mut state = 0x9E37_79B9_7F4A_7C15_u64;
-            let random = timed(&mut |_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state % kept as u64) as usize
-            });
+            let mut rng = ChaCha8Rng::seed_from_u64(0);
+            let random = timed(&mut |_| (rng.next_u64() % kept as u64) as usize);
             eprintln!(
                 "warm 64-worker selection, median / p99: one instance {:?} / {:?}; cycling over {kept} {:?} / {:?}; {kept} in random order {:?} / {:?}",
                 one.0, one.1, many.0, many.1, random.0, random.1
@@ -413,12 +410,18 @@ fn resident_kib() -> Option<i64> {
 
 /// An engine whose pool holds `kept` instances and a few more, each slot's memory
 /// reservation `PROFILE_RESERVATION_MIB` (default 4 GiB): how far apart the instances'
-/// memories lie in the address space.
+/// memories lie in the address space. A value that is not a number of MiB is refused,
+/// not read as the default (its figures would be printed as the value's).
 fn engine_for(kept: usize) -> PolicyEngine {
-    let reservation = std::env::var("PROFILE_RESERVATION_MIB")
-        .ok()
-        .and_then(|m| m.parse::<u64>().ok())
-        .map_or(Limits::default().memory_reservation_bytes, |m| m << 20);
+    let reservation = std::env::var("PROFILE_RESERVATION_MIB").ok().map_or(
+        Limits::default().memory_reservation_bytes,
+        |m| {
+            m.parse::<u64>()
+                .ok()
+                .and_then(|m| m.checked_mul(1 << 20))
+                .unwrap_or_else(|| panic!("PROFILE_RESERVATION_MIB={m}: not a number of MiB"))
+        },
+    );
     let limits =
         Limits { max_instances: kept as u32 + 4, memory_reservation_bytes: reservation, ..Limits::default() };
     PolicyEngine::new(limits).expect("engine")

@@ -154,10 +154,8 @@ fn main() {
     let loads = delta(&load_buckets(&client), &loads_before);
     let digests = load_digests(&client) - digests_before;
     let metrics_bytes = Client::new(&server).metrics().len();
-    let mut single = single_before;
-    single.extend(single_after);
-    let single_outside = single.clone();
-    single.extend(&single_between);
+    let single_outside = [single_before, single_after].concat();
+    let single = [single_outside.as_slice(), &single_between].concat();
 
     // 2b. Every version evicted again, then each tenant selected once: cold again, but
     // now from artifacts this server checked before (their digests are not computed again).
@@ -462,6 +460,7 @@ const PARTS: usize = 10;
 const SINGLE_BETWEEN: usize = 200;
 
 /// The times (ms) of the random round ([`select_random`]).
+#[derive(Default)]
 struct RandomRound {
     /// Each tenant's first selection.
     cold: Vec<f64>,
@@ -483,7 +482,7 @@ struct RandomRound {
 fn select_random(server: &Server, selects: &[Vec<u8>], single: usize, n: usize) -> RandomRound {
     let seen: Vec<AtomicUsize> = (0..selects.len()).map(|_| AtomicUsize::new(0)).collect();
     let barrier = std::sync::Barrier::new(2);
-    let mut round = RandomRound { cold: Vec::new(), warm: Vec::new(), late: Vec::new(), single: Vec::new() };
+    let mut round = RandomRound::default();
     std::thread::scope(|s| {
         let threads: Vec<_> = (0..2u64)
             .map(|seed| {
@@ -491,12 +490,7 @@ fn select_random(server: &Server, selects: &[Vec<u8>], single: usize, n: usize) 
                 s.spawn(move || {
                     let mut connection = Connection::open(&server.addr());
                     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-                    let mut mine = RandomRound {
-                        cold: Vec::new(),
-                        warm: Vec::new(),
-                        late: Vec::new(),
-                        single: Vec::new(),
-                    };
+                    let mut mine = RandomRound::default();
                     for k in 0..n / 2 {
                         if k > 0 && k % (n / 2 / PARTS).max(1) == 0 {
                             barrier.wait();
@@ -523,11 +517,11 @@ fn select_random(server: &Server, selects: &[Vec<u8>], single: usize, n: usize) 
             })
             .collect();
         for t in threads {
-            let mine = t.join().expect("a selecting thread");
-            round.cold.extend(mine.cold);
-            round.warm.extend(mine.warm);
-            round.late.extend(mine.late);
-            round.single.extend(mine.single);
+            let RandomRound { cold, warm, late, single } = t.join().expect("a selecting thread");
+            round.cold.extend(cold);
+            round.warm.extend(warm);
+            round.late.extend(late);
+            round.single.extend(single);
         }
     });
     round
@@ -652,11 +646,17 @@ struct Cpu {
 
 impl Cpu {
     fn now(server: u32) -> Self {
-        let stat = format!("/proc/{server}/stat");
-        let (server_user, server_system) = cpu_seconds(&stat);
-        let (bench_user, bench_system) = cpu_seconds("/proc/self/stat");
-        let server_faults = stat_field(&stat, 10);
-        Cpu { server_user, server_system, bench_user, bench_system, server_faults }
+        // One read of each file: its fields are of one moment.
+        let [server_faults, server_user, server_system] =
+            stat_fields(&format!("/proc/{server}/stat"), [10, 14, 15]);
+        let [bench_user, bench_system] = stat_fields("/proc/self/stat", [14, 15]);
+        Cpu {
+            server_user: server_user / USER_HZ,
+            server_system: server_system / USER_HZ,
+            bench_user: bench_user / USER_HZ,
+            bench_system: bench_system / USER_HZ,
+            server_faults,
+        }
     }
 
     /// What was used between `before` and `self`.
@@ -701,21 +701,21 @@ fn measured<T>(server: u32, round: impl FnOnce() -> T) -> (T, Cpu) {
     (result, Cpu::now(server).since(&before))
 }
 
-/// (user, system) seconds of a `/proc/<pid>/stat` (fields 14 and 15, after the
-/// parenthesised command name, which may hold spaces). Panics if it cannot be read: a
-/// figure of zero would be printed as a measurement.
-fn cpu_seconds(stat: &str) -> (f64, f64) {
-    (stat_field(stat, 14) / 100.0, stat_field(stat, 15) / 100.0)
-}
+/// Clock ticks a second in `/proc/<pid>/stat`'s `utime` and `stime` (`USER_HZ`, 100 on Linux).
+const USER_HZ: f64 = 100.0;
 
-/// Field `n` (numbered from 1, as in proc(5)) of a `/proc/<pid>/stat`, read after the
-/// parenthesised command name, which may hold spaces. Panics if it cannot be read.
-fn stat_field(stat: &str, n: usize) -> f64 {
+/// Fields `N` (numbered from 1, as in proc(5)) of one read of a `/proc/<pid>/stat`, read
+/// after the parenthesised command name, which may hold spaces. Panics if one cannot be
+/// read: a figure of zero would be printed as a measurement.
+fn stat_fields<const N: usize>(stat: &str, fields: [usize; N]) -> [f64; N] {
     let text = std::fs::read_to_string(stat).unwrap_or_else(|e| panic!("{stat}: {e}"));
-    let after_name = text.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let after_name: Vec<&str> =
+        text.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
     // After the name the first field is the state, field 3.
-    let value = after_name.split_whitespace().nth(n - 3).and_then(|v| v.parse().ok());
-    value.unwrap_or_else(|| panic!("{stat}: no field {n} in `{text}`"))
+    fields.map(|n| {
+        let value = after_name.get(n - 3).and_then(|v| v.parse().ok());
+        value.unwrap_or_else(|| panic!("{stat}: no field {n} in `{text}`"))
+    })
 }
 
 /// The server's resident set, MiB.
