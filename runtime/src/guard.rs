@@ -528,6 +528,14 @@ impl GuardedSelector {
         }
     }
 
+    /// Lets go of what the policy and the fallback hold of the last selection
+    /// ([`Selector::release`]): call it before keeping the selector idle. Afterwards
+    /// [`GuardedSelector::last_candidates`] and [`GuardedSelector::last_costs`] are empty.
+    pub fn release(&mut self) {
+        self.policy.release();
+        self.fallback.release();
+    }
+
     /// The costs of the last decision, one per row of [`GuardedSelector::last_candidates`].
     pub fn last_costs(&self) -> &[f64] {
         self.last_selector().last_costs()

@@ -107,6 +107,20 @@ impl ColumnBuffers {
         }
     }
 
+    /// Lets go of the last selection's rows: the request's own (when they were shared)
+    /// and the gathered ones. Reused buffers keep their capacity.
+    ///
+    /// Why: a selector kept idle between selections (one per tenant version, thousands in
+    /// a server) would otherwise keep its last request's rows resident until its next
+    /// selection: up to `max_slots` rows of every column, pinned outside any guest's
+    /// memory by each idle instance. Released here, they are freed with the request.
+    pub fn release(&mut self) {
+        self.shared = None;
+        self.worker_id.clear();
+        self.packed.clear();
+        self.preferred_multiplier.clear();
+    }
+
     /// Keeps only the rows where `keep` is true (after a policy's filter).
     pub fn retain(&mut self, keep: &[bool]) {
         if let Some(inputs) = self.shared.take() {
@@ -291,6 +305,31 @@ mod tests {
         assert_eq!(dense.worker_ids(), &[1, 2, 5]);
         assert_eq!(dense.worker_rank(1), WorkerRank { worker_id: 2, dp_rank: 1 });
         assert_eq!(dense.view().unwrap().cached_tokens(), &[16, 48, 64]);
+    }
+
+    #[test]
+    fn released_columns_hold_nothing_of_the_request() {
+        let table = WorkerTable::new(vec![Worker::new(1, 1, 0, None), Worker::new(2, 1, 0, None)]).unwrap();
+        let inputs = WorkerInputs::new(vec![1, 2]).with(Column::DecodeBlocks, vec![3, 4]);
+        let request = SelectionRequest::new(&table, facts(), RequestOptions::default(), inputs).unwrap();
+        let rows = request.shared_inputs();
+        let mut buffers = ColumnBuffers::default();
+        buffers.materialise(&table, &request, InputGroups::ALL);
+        // The request, `rows` and the shared columns.
+        assert_eq!(std::sync::Arc::strong_count(&rows), 3, "dense: the request's rows are shared");
+        buffers.release();
+        assert_eq!(std::sync::Arc::strong_count(&rows), 2, "released: no longer held");
+        assert!(buffers.is_empty() && buffers.worker_ids().is_empty());
+        // Gathered rows (the merge path) are let go of too, and the buffers reused after.
+        let options = RequestOptions { allowed_workers: Some(vec![2]), ..Default::default() };
+        let inputs = WorkerInputs::new(vec![1, 2]).with(Column::DecodeBlocks, vec![3, 4]);
+        let allowed = SelectionRequest::new(&table, facts(), options, inputs).unwrap();
+        buffers.materialise(&table, &allowed, InputGroups::ALL);
+        assert_eq!(buffers.worker_ids(), &[2]);
+        buffers.release();
+        assert!(buffers.is_empty());
+        buffers.materialise(&table, &allowed, InputGroups::ALL);
+        assert_eq!(buffers.view().unwrap().decode_blocks(), &[4]);
     }
 
     /// The multiplier as it was computed before it was linear: a scan of the worker's

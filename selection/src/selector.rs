@@ -174,6 +174,18 @@ impl Selector {
         self.scorers.iter_mut().for_each(|(_, s)| s.reset());
     }
 
+    /// Lets go of what the selector holds of its last selection (the request's rows, the
+    /// costs and flags a scorer answered), so that a selector kept idle holds no request
+    /// and its next selection frees nothing out of the caches ([`ColumnBuffers::release`]).
+    /// Afterwards [`Selector::last_candidates`] and [`Selector::last_costs`] are empty.
+    /// For a selector set aside between selections; one reused back to back (a thread's
+    /// own) need not: a native scorer's cost buffer is allocated again after this.
+    pub fn release(&mut self) {
+        self.columns.release();
+        self.costs = Vec::new();
+        self.keep = Vec::new();
+    }
+
     /// The costs of the last selection, one per row of [`Selector::last_candidates`].
     pub fn last_costs(&self) -> &[f64] {
         &self.costs

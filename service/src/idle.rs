@@ -8,8 +8,10 @@
 //!
 //! Counted slots alone do not bound memory: an idle instance keeps whatever its guest
 //! touched (~38 KiB for the default policy, up to `max_memory_bytes` for a guest that
-//! fills its memory). So the idle instances are also shed, longest idle first, while the
-//! process's resident memory is over `idle_rss_limit_mb`, and none is kept until it is
+//! fills its memory), though nothing of its last request (`GuardedSelector::release` at
+//! check-in: a request's rows, up to `max_slots` of them, would otherwise stay with it).
+//! So the idle instances are also shed, longest idle first, while the process's resident
+//! memory is over `idle_rss_limit_mb`, and none is kept until it is
 //! back under (read at most every [`RSS_CHECK_EVERY`]): however much memory guests touch,
 //! idle instances do not hold the process above that limit for more than a few
 //! check-ins. (Those shed are the longest idle, not the largest: a guest that fills its

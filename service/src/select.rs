@@ -103,7 +103,7 @@ impl Service {
 fn run_guest(
     tenant: &str,
     v: &LoadedVersion,
-    (mut guarded, generation): (GuardedSelector, Generation),
+    (mut guarded, generation): (Box<GuardedSelector>, Generation),
     table: &WorkerTable,
     request: &SelectionRequest,
 ) -> Result<SelectionAnswer, ApiError> {

@@ -87,8 +87,9 @@ pub struct LoadedVersion {
     clock: Clock,
     /// Idle guarded selectors, each owning one guest instance (a Store is
     /// single-threaded, so a concurrent selection takes its own) and the idle slot it
-    /// holds.
-    idle: Mutex<Vec<(GuardedSelector, IdleSlot)>>,
+    /// holds. Boxed, so that taking one out and putting it back moves a pointer, not the
+    /// whole selector (~1 KB, out of the caches when a version has been idle).
+    idle: Mutex<Vec<(Box<GuardedSelector>, IdleSlot)>>,
     max_idle: usize,
     /// Whether a route uses this version; a retired version keeps no idle instances
     /// (they hold slots of the engine's instance pool). Written and read under `idle`'s
@@ -231,7 +232,7 @@ impl LoadedVersion {
     /// the selection's own slot of the engine's pool); a component the artifact cache
     /// lacks is not compiled here but in the background ([`Compile::Later`]), and this
     /// selection is answered without it. `Err`: the version does not load, and why.
-    pub fn checkout(&self, mode: FailMode) -> Result<(GuardedSelector, Generation), Arc<str>> {
+    pub fn checkout(&self, mode: FailMode) -> Result<(Box<GuardedSelector>, Generation), Arc<str>> {
         self.last_used.store(self.clock.now(), Ordering::Relaxed);
         let generation = Generation(self.generation.load(Ordering::Acquire));
         // The idle slot goes back as the entry is taken apart.
@@ -250,8 +251,10 @@ impl LoadedVersion {
 
     /// Returns a selector for reuse, or drops it (and its instance, freeing its slot and
     /// its tenant's share) when the version is retired, the idle pools are full, or it
-    /// was reloaded since `generation` (the instance runs code it no longer uses).
-    pub fn checkin(&self, selector: GuardedSelector, generation: Generation) {
+    /// was reloaded since `generation` (the instance runs code it no longer uses). A
+    /// selector kept holds nothing of its last request (`GuardedSelector::release`).
+    pub fn checkin(&self, mut selector: Box<GuardedSelector>, generation: Generation) {
+        selector.release();
         let room = |idle: &Vec<_>| {
             self.routed.load(Ordering::Acquire)
                 && idle.len() < self.max_idle
@@ -271,12 +274,14 @@ impl LoadedVersion {
         }
     }
 
-    fn wrap(&self, scorer: GuestScorer) -> GuardedSelector {
+    fn wrap(&self, scorer: GuestScorer) -> Box<GuardedSelector> {
         let short = self.version.get(..12).unwrap_or(&self.version);
         let scorer = Metered { inner: scorer, metrics: self.metrics.clone() };
-        switchyard_builtins::guarded(Box::new(scorer), FailMode::Open, self.guard.clone())
-            .with_breaker(Arc::clone(&self.breaker))
-            .with_label(format!("`{}` version {short}", self.policy))
+        Box::new(
+            switchyard_builtins::guarded(Box::new(scorer), FailMode::Open, self.guard.clone())
+                .with_breaker(Arc::clone(&self.breaker))
+                .with_label(format!("`{}` version {short}", self.policy)),
+        )
     }
 
     /// Evicts the version if it is loaded and was not checked out in the last `idle`

@@ -105,6 +105,28 @@ fn a_policy_error_is_reported_and_counted_as_its_own_kind() {
     assert_eq!(selector.counters().faults.get(&FaultKind::InvalidOutput), None);
 }
 
+/// A selector kept idle (the service's, between a version's selections) lets go of its
+/// last request at check-in: it answers nothing of it afterwards, its instance is kept,
+/// and its next selection is the same as the first.
+#[test]
+fn a_released_selector_holds_nothing_of_its_last_request_and_selects_alike() {
+    let (table, request) = sample();
+    let guest = GuestScorer::new("tenant", component(DEFAULT_POLICY), "{}").expect("instantiates");
+    let stats = guest.stats();
+    let mut selector = switchyard_builtins::guarded(Box::new(guest), FailMode::Open, GuardConfig::default());
+    let first = selector.select(&table, &request).unwrap();
+    let costs = selector.last_costs().to_vec();
+    assert_eq!(selector.last_candidates().count(), costs.len());
+    assert!(!costs.is_empty());
+    selector.release();
+    assert_eq!(selector.last_candidates().count(), 0, "no candidate kept");
+    assert!(selector.last_costs().is_empty(), "no cost kept");
+    let again = selector.select(&table, &request).unwrap();
+    assert_eq!((again.selection, again.decided_by), (first.selection, Decider::Policy));
+    assert_eq!(selector.last_costs(), costs.as_slice());
+    assert_eq!(stats.instantiations(), 1, "the instance itself is kept");
+}
+
 #[test]
 fn recovery_after_a_trap_is_a_fresh_instance_whose_cost_is_measured() {
     let (table, request) = sample();
