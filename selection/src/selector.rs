@@ -176,7 +176,7 @@ impl Selector {
 
     /// Lets go of what the selector holds of its last selection (the request's rows, the
     /// costs and flags a scorer answered), so that a selector kept idle holds no request
-    /// and its next selection frees nothing out of the caches ([`ColumnBuffers::release`]).
+    /// ([`ColumnBuffers::release`]).
     /// Afterwards [`Selector::last_candidates`] and [`Selector::last_costs`] are empty.
     /// For a selector set aside between selections; one reused back to back (a thread's
     /// own) need not: a native scorer's cost buffer is allocated again after this.

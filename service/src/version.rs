@@ -88,7 +88,7 @@ pub struct LoadedVersion {
     /// Idle guarded selectors, each owning one guest instance (a Store is
     /// single-threaded, so a concurrent selection takes its own) and the idle slot it
     /// holds. Boxed, so that taking one out and putting it back moves a pointer, not the
-    /// whole selector (~1 KB, out of the caches when a version has been idle).
+    /// whole selector (hundreds of bytes, out of the caches when a version has been idle).
     idle: Mutex<Vec<(Box<GuardedSelector>, IdleSlot)>>,
     max_idle: usize,
     /// Whether a route uses this version; a retired version keeps no idle instances
