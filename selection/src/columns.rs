@@ -107,18 +107,18 @@ impl ColumnBuffers {
         }
     }
 
-    /// Lets go of the last selection's rows: the request's own (when they were shared)
-    /// and the gathered ones. Reused buffers keep their capacity.
+    /// Lets go of the last selection's rows: the request's own (when they were shared),
+    /// and the buffers they were gathered into, capacity and all.
     ///
     /// Why: a selector kept idle between selections (one per tenant version, thousands in
     /// a server) would otherwise keep its last request's rows resident until its next
-    /// selection: up to `max_slots` rows of every column, pinned outside any guest's
-    /// memory by each idle instance. Released here, they are freed with the request.
+    /// selection, and its buffers sized for its largest request for good: up to
+    /// `max_slots` rows of every column (~400 KB at the default 10,000), pinned outside
+    /// any guest's memory by each idle instance, whatever size the tenant's requests
+    /// chose. Released here, the shared rows are freed with the request; the buffers are
+    /// allocated again by the next selection that gathers rows.
     pub fn release(&mut self) {
-        self.shared = None;
-        self.worker_id.clear();
-        self.packed.clear();
-        self.preferred_multiplier.clear();
+        *self = Self::default();
     }
 
     /// Keeps only the rows where `keep` is true (after a policy's filter).
@@ -320,7 +320,8 @@ mod tests {
         buffers.release();
         assert_eq!(std::sync::Arc::strong_count(&rows), 2, "released: no longer held");
         assert!(buffers.is_empty() && buffers.worker_ids().is_empty());
-        // Gathered rows (the merge path) are let go of too, and the buffers reused after.
+        // Gathered rows (the merge path) are let go of too, with the buffers' memory (a
+        // large request's capacity would otherwise stay), and gathered again after.
         let options = RequestOptions { allowed_workers: Some(vec![2]), ..Default::default() };
         let inputs = WorkerInputs::new(vec![1, 2]).with(Column::DecodeBlocks, vec![3, 4]);
         let allowed = SelectionRequest::new(&table, facts(), options, inputs).unwrap();
@@ -328,6 +329,8 @@ mod tests {
         assert_eq!(buffers.worker_ids(), &[2]);
         buffers.release();
         assert!(buffers.is_empty());
+        let held = [buffers.worker_id.capacity(), buffers.packed.capacity(), buffers.rows.capacity()];
+        assert_eq!(held, [0; 3], "no gathered row's memory kept");
         buffers.materialise(&table, &allowed, InputGroups::ALL);
         assert_eq!(buffers.view().unwrap().decode_blocks(), &[4]);
     }

@@ -175,14 +175,15 @@ impl Selector {
     }
 
     /// Lets go of what the selector holds of its last selection (the request's rows, the
-    /// costs and flags a scorer answered), so that a selector kept idle holds no request
-    /// ([`ColumnBuffers::release`]).
+    /// costs and flags its scorers answered, each buffer's memory), so that a selector
+    /// kept idle holds nothing sized by a request ([`ColumnBuffers::release`]).
     /// Afterwards [`Selector::last_candidates`] and [`Selector::last_costs`] are empty.
     /// For a selector set aside between selections; one reused back to back (a thread's
-    /// own) need not: a native scorer's cost buffer is allocated again after this.
+    /// own) need not: its buffers are allocated again after this.
     pub fn release(&mut self) {
         self.columns.release();
         self.costs = Vec::new();
+        self.scratch = Vec::new();
         self.keep = Vec::new();
     }
 
