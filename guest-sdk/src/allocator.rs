@@ -1,192 +1,318 @@
-//! The guest's global allocator: the system allocator (dlmalloc on wasm32) with a small
-//! cache of recently freed blocks.
+//! The guest's global allocator: small blocks in power-of-two size classes, each with its
+//! own free list; large ones in whole pages. Carved from memory the instance grows with
+//! `memory.grow`. No dlmalloc.
 //!
-//! Why: every `score` call allocates the same few blocks: the host's copies of the three
-//! column lists (through `cabi_realloc`) and the returned costs, and frees them all when
-//! the call ends. Those sizes repeat call after call, so handing the last freed block of
-//! exactly that layout back costs a few compares instead of a dlmalloc search and split.
+//! Why: every `score` call allocates the same few blocks (the host's copies of the column
+//! lists, through `cabi_realloc`, and the returned costs) and frees them when the call
+//! ends. Those sizes repeat call after call, so a freed block goes onto its class's list
+//! and the next request of that class pops it: a few instructions, and the heap of a
+//! steady workload stops growing after its first call. And size: dlmalloc was ~9 KB of
+//! the default policy's code (its `malloc` alone 5.1 KB), every byte of which Cranelift
+//! compiles at each upload; this is ~1 KB. Its small blocks are the C SDK's allocator
+//! (`guest-sdk/c/switchyard_alloc.c`) without the header: Rust passes the layout back on
+//! `dealloc`, so the class is computed, not stored.
 //!
-//! Bounds: at most [`SLOTS`] blocks are cached, each at most [`MAX_CACHED`] bytes, so the
-//! cache holds no more than 8 MiB that the policy is not using (counted against the
-//! instance's memory limit like any allocation). Small blocks are cached too: the
-//! one-candidate call, whose blocks are all small, went from 5,700 to 5,050 instructions
-//! (callgrind, `benches/profile.rs one`).
+//! Bounds: a small block (up to a 64 KiB page) is rounded up to a power of two and is
+//! never split or merged, so a policy holds at most twice its peak use of each class. A
+//! large one is rounded up to whole pages (a 40 MB buffer takes 40 MB, not 64 MiB); a
+//! freed one is split for smaller requests, given back to the heap's end when it lies
+//! there, and the block carved last grows and shrinks in place (a buffer doubling needs
+//! no second copy). Memory is never returned to the host, and stays within the
+//! instance's limit (`max_memory_bytes`): growth past it traps (the host's setting) or,
+//! without that setting, `alloc` returns null and the guest aborts.
 //!
 //! A policy with its own `#[global_allocator]` turns this off with
 //! `default-features = false` on the SDK.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::cell::UnsafeCell;
+use std::ptr::null_mut;
 
-/// Cached blocks: one per distinct layout in a call is plenty (3 lists + costs + keep).
-/// A miss scans them all, so more would slow every allocation.
-const SLOTS: usize = 8;
-/// Largest block cached, bytes: 1 MiB holds a 32,768-row u64 column.
-const MAX_CACHED: usize = 1 << 20;
+/// A WebAssembly page: the unit `memory.grow` counts in.
+pub const PAGE: usize = 65536;
+/// Small blocks of class `k` hold `2^k` bytes; the smallest holds 16 (two words of any
+/// WIT list element, and a vector's alignment for the lists the host copies in).
+const MIN_CLASS: u32 = 4;
+/// The largest small class holds a page; anything bigger is a large block of whole pages.
+const MAX_SMALL_CLASS: u32 = 16;
+/// Every block starts on this boundary (see `MIN_CLASS`).
+const MIN_ALIGN: usize = 1 << MIN_CLASS;
 
-pub struct RecyclingAllocator<A = System> {
-    inner: A,
-    cache: UnsafeCell<Cache>,
+/// Where fresh memory comes from: the instance's linear memory on wasm32, an arena in the
+/// native tests.
+pub trait Memory {
+    /// Grows the memory by `pages` pages; the address where the new pages start, or
+    /// `None` if the memory cannot grow.
+    fn grow(&self, pages: usize) -> Option<usize>;
 }
 
-struct Cache {
-    /// Freed blocks kept for reuse (null: empty slot).
-    slots: [(*mut u8, Layout); SLOTS],
-    /// The slot to evict next when all are full: round robin, so the cache follows the
-    /// layouts the policy uses now rather than keeping stale ones.
+/// Linear memory 0 of the instance.
+#[cfg(target_arch = "wasm32")]
+pub struct LinearMemory;
+
+#[cfg(target_arch = "wasm32")]
+impl Memory for LinearMemory {
+    fn grow(&self, pages: usize) -> Option<usize> {
+        match core::arch::wasm32::memory_grow(0, pages) {
+            usize::MAX => None,
+            old_pages => Some(old_pages * PAGE),
+        }
+    }
+}
+
+/// The allocator. Single-threaded: see its `Sync` impl.
+pub struct SizeClassAllocator<M> {
+    memory: M,
+    heap: UnsafeCell<Heap>,
+}
+
+struct Heap {
+    /// Free small blocks of each class, linked through their first word.
+    small: [*mut u8; MAX_SMALL_CLASS as usize + 1],
+    /// Free large blocks, each starting with its [`FreeLarge`].
+    large: *mut FreeLarge,
+    /// The memory between the last block carved and the end of what was grown.
     next: usize,
+    end: usize,
+}
+
+/// The head of a free large block.
+struct FreeLarge {
+    next: *mut FreeLarge,
+    pages: usize,
+}
+
+/// What serves a layout: a small block of a power-of-two class, or a large block of
+/// whole pages (page-aligned, so a 40 MB buffer takes 40 MB, not 64 MiB).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Block {
+    Small(usize),
+    Large(usize),
+}
+
+impl Block {
+    /// `None` for an alignment over a page (no allocation of ours asks for one).
+    fn of(layout: Layout) -> Option<Self> {
+        if layout.align() > PAGE {
+            return None;
+        }
+        let bytes = layout.size().max(layout.align()).max(MIN_ALIGN);
+        Some(if bytes <= 1 << MAX_SMALL_CLASS {
+            Self::Small(bytes.next_power_of_two().trailing_zeros() as usize)
+        } else {
+            Self::Large(bytes.div_ceil(PAGE))
+        })
+    }
 }
 
 // SAFETY: guests are built without the threads proposal, so the global allocator is
 // only ever used by the instance's single thread (the native unit tests use their own
-// instance from one thread).
-unsafe impl<A: Sync> Sync for RecyclingAllocator<A> {}
+// allocator from one thread).
+unsafe impl<M: Sync> Sync for SizeClassAllocator<M> {}
 
-impl RecyclingAllocator<System> {
-    pub const fn new() -> Self {
-        Self::with_inner(System)
+impl<M> SizeClassAllocator<M> {
+    /// An allocator that has carved nothing yet.
+    pub const fn new(memory: M) -> Self {
+        let heap =
+            Heap { small: [null_mut(); MAX_SMALL_CLASS as usize + 1], large: null_mut(), next: 0, end: 0 };
+        Self { memory, heap: UnsafeCell::new(heap) }
     }
 }
 
-impl<A> RecyclingAllocator<A> {
-    pub const fn with_inner(inner: A) -> Self {
-        const EMPTY: (*mut u8, Layout) = (std::ptr::null_mut(), Layout::new::<u8>());
-        Self { inner, cache: UnsafeCell::new(Cache { slots: [EMPTY; SLOTS], next: 0 }) }
-    }
-
-    fn cacheable(layout: Layout) -> bool {
-        layout.size() <= MAX_CACHED
-    }
-}
-
-impl Default for RecyclingAllocator<System> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-// SAFETY: a block is handed out either fresh from `inner` or from the cache, where it
-// sits only after `dealloc` with the same layout; each is owned by one caller at a
-// time, and everything else forwards to `inner` with the caller's own arguments.
-unsafe impl<A: GlobalAlloc> GlobalAlloc for RecyclingAllocator<A> {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if Self::cacheable(layout) {
-            // SAFETY: single-threaded (see `Sync`), and no reference to the cache
-            // outlives this function, so this is the only live borrow.
-            let cache = unsafe { &mut *self.cache.get() };
-            if let Some(slot) = cache.slots.iter_mut().find(|(p, l)| !p.is_null() && *l == layout) {
-                return std::mem::replace(&mut slot.0, std::ptr::null_mut());
+impl<M: Memory> SizeClassAllocator<M> {
+    /// A fresh block of `bytes` aligned to `align` from the end of the heap, growing the
+    /// memory when needed; null if it cannot grow.
+    #[inline(never)]
+    fn carve(&self, heap: &mut Heap, bytes: usize, align: usize) -> *mut u8 {
+        loop {
+            let start = heap.next.next_multiple_of(align);
+            let Some(end) = start.checked_add(bytes) else { return null_mut() };
+            if end <= heap.end {
+                heap.next = end;
+                return start as *mut u8;
             }
+            let pages = (end - heap.end).div_ceil(PAGE);
+            let Some(grown) = self.memory.grow(pages) else { return null_mut() };
+            if grown != heap.end {
+                // Not contiguous with what was left (the first grow, or a policy's own
+                // `memory.grow`): carve from the new pages, and round again.
+                heap.next = grown;
+            }
+            heap.end = grown + pages * PAGE;
         }
-        // SAFETY: forwarded with the caller's layout (non-zero size, per GlobalAlloc).
-        unsafe { self.inner.alloc(layout) }
+    }
+}
+
+impl Heap {
+    /// The smallest free large block of at least `pages` pages, unlinked, with what it has
+    /// beyond `pages` linked back as a block of its own; null if none is big enough.
+    ///
+    /// # Safety
+    /// Every block on the large list is free, starts with its `FreeLarge`, and spans its
+    /// `pages` pages.
+    // Out of line, as are `free_large`, `carve` and `dealloc`: LTO inlines `dealloc` into
+    // every `drop` of a Vec or String. The default policy's code: 70,892 bytes with all of
+    // them inlined, 65,104 with the first three out of line, 58,081 with `dealloc` too
+    // (69,323 with dlmalloc).
+    #[inline(never)]
+    unsafe fn take_large(&mut self, pages: usize) -> *mut u8 {
+        let mut best: *mut *mut FreeLarge = null_mut();
+        let mut link: *mut *mut FreeLarge = &raw mut self.large;
+        // SAFETY: every node is a free block's head (the precondition), and `link` and
+        // `best` point at the list's head or at a node's `next`.
+        unsafe {
+            while !(*link).is_null() {
+                let node = *link;
+                if (*node).pages >= pages && (best.is_null() || (*node).pages < (**best).pages) {
+                    best = link;
+                }
+                link = &raw mut (*node).next;
+            }
+            if best.is_null() {
+                return null_mut();
+            }
+            let node = *best;
+            *best = (*node).next;
+            let spare = (*node).pages - pages;
+            if spare > 0 {
+                self.free_large(node.cast::<u8>().add(pages * PAGE), spare);
+            }
+            node.cast()
+        }
     }
 
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if Self::cacheable(layout) {
-            // SAFETY: as in `alloc`.
-            let cache = unsafe { &mut *self.cache.get() };
-            // The block stays allocated in dlmalloc's view; the next `alloc` of exactly
-            // this layout gets it back. With every slot full, the oldest goes back to
-            // dlmalloc.
-            let slot = match cache.slots.iter().position(|(p, _)| p.is_null()) {
-                Some(free) => free,
-                None => {
-                    let victim = cache.next;
-                    cache.next = (victim + 1) % SLOTS;
-                    let (old, old_layout) = cache.slots[victim];
-                    // SAFETY: a cached block is live in dlmalloc and owned by the cache.
-                    unsafe { self.inner.dealloc(old, old_layout) };
-                    victim
+    /// Gives back a large block of `pages` pages at `block`: to the unused end of the
+    /// heap if it lies at that end (with any free block that then does), else to the list.
+    ///
+    /// # Safety
+    /// `block` is a page-aligned block of `pages` pages that nothing uses any more, and
+    /// the list's precondition holds (see [`Heap::take_large`]).
+    #[inline(never)]
+    unsafe fn free_large(&mut self, block: *mut u8, pages: usize) {
+        if block as usize + pages * PAGE == self.next {
+            self.next = block as usize;
+            // A free block that now ends at the heap's end goes back too.
+            let mut link: *mut *mut FreeLarge = &raw mut self.large;
+            // SAFETY: every node is a free block's head (the precondition).
+            unsafe {
+                while !(*link).is_null() {
+                    let node = *link;
+                    if node as usize + (*node).pages * PAGE == self.next {
+                        *link = (*node).next;
+                        self.next = node as usize;
+                        link = &raw mut self.large;
+                    } else {
+                        link = &raw mut (*node).next;
+                    }
                 }
-            };
-            cache.slots[slot] = (ptr, layout);
+            }
             return;
         }
-        // SAFETY: `ptr` came from this allocator with `layout`; cached blocks are only
-        // ever handed out again by `alloc`, never freed twice.
-        unsafe { self.inner.dealloc(ptr, layout) }
+        let node = block.cast::<FreeLarge>();
+        // SAFETY: the block is free, page-aligned and at least a page: room for its head.
+        unsafe { node.write(FreeLarge { next: self.large, pages }) };
+        self.large = node;
+    }
+}
+
+// SAFETY: a block is handed out either freshly carved (never handed out before) or taken
+// from a free list, where it sits only after `dealloc`; each is owned by one caller at a
+// time. A small block of class `k` holds `2^k` bytes, at least the size and alignment of
+// every layout of that class (checked on pop for alignments over `MIN_ALIGN`, which
+// carving guarantees only for the first owner). A large block holds exactly the pages
+// `Block::of` computes for its layout: carved so, split so when taken from the list, and
+// resized in place only to the pages of its new layout.
+unsafe impl<M: Memory> GlobalAlloc for SizeClassAllocator<M> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: single-threaded (see `Sync`), and no reference to the heap outlives
+        // this function, so this is the only live borrow.
+        let heap = unsafe { &mut *self.heap.get() };
+        match Block::of(layout) {
+            None => null_mut(),
+            Some(Block::Small(class)) => {
+                let block = heap.small[class];
+                if !block.is_null() && (block as usize).is_multiple_of(layout.align()) {
+                    // SAFETY: a free block holds at least a word, the link written by `dealloc`.
+                    heap.small[class] = unsafe { block.cast::<*mut u8>().read() };
+                    return block;
+                }
+                self.carve(heap, 1 << class, layout.align().max(MIN_ALIGN))
+            }
+            Some(Block::Large(pages)) => {
+                // SAFETY: the large list holds only free blocks' heads (`free_large`).
+                let block = unsafe { heap.take_large(pages) };
+                if !block.is_null() {
+                    return block;
+                }
+                pages.checked_mul(PAGE).map_or(null_mut(), |bytes| self.carve(heap, bytes, PAGE))
+            }
+        }
+    }
+
+    // One copy, called (see `Heap::take_large`).
+    #[inline(never)]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as in `alloc`.
+        let heap = unsafe { &mut *self.heap.get() };
+        // `layout` is the one `ptr` was allocated with (GlobalAlloc's contract), so it
+        // names the block `alloc` returned.
+        match Block::of(layout) {
+            None => {}
+            Some(Block::Small(class)) => {
+                // SAFETY: the caller gives up `ptr`, a block of `2^class` ≥ 16 bytes
+                // aligned to at least 16: room for the link, the only thing written.
+                unsafe { ptr.cast::<*mut u8>().write(heap.small[class]) };
+                heap.small[class] = ptr;
+            }
+            // SAFETY: the caller gives up `ptr`, a large block of exactly `pages` pages.
+            Some(Block::Large(pages)) => unsafe { heap.free_large(ptr, pages) },
+        }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // dlmalloc grows in place when it can; a cached block could not.
-        // SAFETY: forwarded with the caller's arguments; `ptr` is live (cached blocks are
-        // never handed to callers until `alloc` returns them).
-        unsafe { self.inner.realloc(ptr, layout, new_size) }
+        // SAFETY: `new_size` with `layout`'s alignment is a valid layout (the caller's
+        // guarantee under GlobalAlloc::realloc).
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        let (old, new) = (Block::of(layout), Block::of(new_layout));
+        if old == new {
+            // Same block: a Vec growing or shrinking within its class stays put.
+            return ptr;
+        }
+        if let (Some(Block::Large(pages)), Some(Block::Large(new_pages))) = (old, new) {
+            // SAFETY: as in `alloc`.
+            let heap = unsafe { &mut *self.heap.get() };
+            // The last block carved (a buffer growing while nothing else is carved) grows
+            // or shrinks where it is: no copy, and no second block beside it.
+            if ptr as usize + pages * PAGE == heap.next {
+                let end = ptr as usize + new_pages * PAGE;
+                if end > heap.end {
+                    let missing = (end - heap.end).div_ceil(PAGE);
+                    match self.memory.grow(missing) {
+                        Some(grown) if grown == heap.end => heap.end += missing * PAGE,
+                        // Not contiguous (a policy's own `memory.grow`): carve from there.
+                        Some(grown) => (heap.next, heap.end) = (grown, grown + missing * PAGE),
+                        None => return null_mut(),
+                    }
+                }
+                if ptr as usize + pages * PAGE == heap.next {
+                    heap.next = end;
+                    return ptr;
+                }
+            }
+        }
+        // SAFETY: a valid, non-zero layout, as above.
+        let moved = unsafe { self.alloc(new_layout) };
+        if !moved.is_null() {
+            // SAFETY: both blocks are live, distinct, and hold at least the bytes copied;
+            // `ptr` is freed once, with the layout it was allocated with.
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        moved
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::cell::Cell;
-
-    use super::{MAX_CACHED, RecyclingAllocator, SLOTS};
-
-    /// The system allocator, counting what reaches it.
-    #[derive(Default)]
-    struct Counting {
-        allocs: Cell<usize>,
-        frees: Cell<usize>,
-    }
-
-    // SAFETY: every method forwards to `System` with the caller's own arguments, so
-    // `System`'s guarantees are this allocator's; the counters are test bookkeeping.
-    unsafe impl GlobalAlloc for Counting {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            self.allocs.set(self.allocs.get() + 1);
-            // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract for `layout`.
-            unsafe { System.alloc(layout) }
-        }
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            self.frees.set(self.frees.get() + 1);
-            // SAFETY: `ptr` came from `System.alloc(layout)` above, as the caller guarantees.
-            unsafe { System.dealloc(ptr, layout) }
-        }
-    }
-
-    #[test]
-    fn a_freed_block_is_handed_back_for_the_same_layout_only() {
-        let a = RecyclingAllocator::with_inner(Counting::default());
-        let costs = Layout::array::<f64>(1024).unwrap();
-        // SAFETY: each block is freed once, with the layout it was allocated with.
-        unsafe {
-            let first = a.alloc(costs);
-            a.dealloc(first, costs);
-            // While `first` is cached: the same size with another alignment misses it.
-            let other = a.alloc(Layout::array::<u32>(2048).unwrap());
-            assert_ne!(other, first, "same size, other alignment: not the cached block");
-            assert_eq!(a.alloc(costs), first, "same layout: the cached block");
-            assert_eq!(a.inner.allocs.get(), 2, "the reuse never reached the system allocator");
-            a.dealloc(first, costs);
-            a.dealloc(other, Layout::array::<u32>(2048).unwrap());
-        }
-    }
-
-    #[test]
-    fn the_cache_is_bounded_in_blocks_and_in_size() {
-        let a = RecyclingAllocator::with_inner(Counting::default());
-        // SAFETY: each block is freed once, with the layout it was allocated with.
-        unsafe {
-            // One more distinct layout than there are slots: the oldest goes back.
-            let layouts: Vec<Layout> =
-                (1..=SLOTS + 1).map(|i| Layout::from_size_align(i * 64, 8).unwrap()).collect();
-            let blocks: Vec<*mut u8> = layouts.iter().map(|&l| a.alloc(l)).collect();
-            for (&p, &l) in blocks.iter().zip(&layouts) {
-                a.dealloc(p, l);
-            }
-            assert_eq!(a.inner.frees.get(), 1, "exactly one block evicted");
-            // A block over the size cap is never cached.
-            let huge = Layout::from_size_align(MAX_CACHED + 1, 8).unwrap();
-            a.dealloc(a.alloc(huge), huge);
-            assert_eq!(a.inner.frees.get(), 2);
-            // Everything cached is still live and reusable: hand each back once.
-            for &l in &layouts[1..] {
-                let p = a.alloc(l);
-                std::ptr::write_bytes(p, 0xAB, l.size());
-                a.dealloc(p, l);
-            }
-            assert_eq!(a.inner.allocs.get(), SLOTS + 2, "the survivors were reused");
-        }
-    }
-}
+mod tests;

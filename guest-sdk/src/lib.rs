@@ -43,7 +43,8 @@ mod allocator;
 /// Every guest's allocator unless the policy opts out (see `allocator.rs`).
 #[cfg(all(target_arch = "wasm32", feature = "recycling-allocator"))]
 #[global_allocator]
-static ALLOCATOR: allocator::RecyclingAllocator = allocator::RecyclingAllocator::new();
+static ALLOCATOR: allocator::SizeClassAllocator<allocator::LinearMemory> =
+    allocator::SizeClassAllocator::new(allocator::LinearMemory);
 
 pub use candidates::{Candidates, Column, ColumnLengthError, Columns};
 pub use error::{ErrorKind, PolicyError};
