@@ -138,7 +138,8 @@ impl<M: Memory> SizeClassAllocator<M> {
                 // `memory.grow`): carve from the new pages, and round again.
                 heap.next = grown;
             }
-            heap.end = grown + pages * PAGE;
+            // Saturating: a 32-bit memory grown to its full 4 GiB ends at 2^32.
+            heap.end = grown.saturating_add(pages * PAGE);
         }
     }
 }
@@ -189,7 +190,9 @@ impl Heap {
     /// the list's precondition holds (see [`Heap::take_large`]).
     #[inline(never)]
     unsafe fn free_large(&mut self, block: *mut u8, pages: usize) {
-        if block as usize + pages * PAGE == self.next {
+        // Differences, not sums: every block lies below `next`, and a sum could wrap at
+        // the top of a full 32-bit memory.
+        if self.next - block as usize == pages * PAGE {
             self.next = block as usize;
             // A free block that now ends at the heap's end goes back too.
             let mut link: *mut *mut FreeLarge = &raw mut self.large;
@@ -197,7 +200,7 @@ impl Heap {
             unsafe {
                 while !(*link).is_null() {
                     let node = *link;
-                    if node as usize + (*node).pages * PAGE == self.next {
+                    if self.next - node as usize == (*node).pages * PAGE {
                         *link = (*node).next;
                         self.next = node as usize;
                         link = &raw mut self.large;
@@ -283,18 +286,26 @@ unsafe impl<M: Memory> GlobalAlloc for SizeClassAllocator<M> {
             let heap = unsafe { &mut *self.heap.get() };
             // The last block carved (a buffer growing while nothing else is carved) grows
             // or shrinks where it is: no copy, and no second block beside it.
-            if ptr as usize + pages * PAGE == heap.next {
-                let end = ptr as usize + new_pages * PAGE;
-                if end > heap.end {
+            let end = (ptr as usize).checked_add(new_pages * PAGE);
+            if let Some(end) = end.filter(|_| heap.next - ptr as usize == pages * PAGE) {
+                let room = end <= heap.end || {
                     let missing = (end - heap.end).div_ceil(PAGE);
                     match self.memory.grow(missing) {
-                        Some(grown) if grown == heap.end => heap.end += missing * PAGE,
-                        // Not contiguous (a policy's own `memory.grow`): carve from there.
-                        Some(grown) => (heap.next, heap.end) = (grown, grown + missing * PAGE),
-                        None => return null_mut(),
+                        Some(grown) if grown == heap.end => {
+                            heap.end = grown.saturating_add(missing * PAGE);
+                            true
+                        }
+                        // Not contiguous (a policy's own `memory.grow`): later blocks are
+                        // carved from there, and this one moves.
+                        Some(grown) => {
+                            (heap.next, heap.end) = (grown, grown.saturating_add(missing * PAGE));
+                            false
+                        }
+                        // No memory to grow in place: a free block may still hold it.
+                        None => false,
                     }
-                }
-                if ptr as usize + pages * PAGE == heap.next {
+                };
+                if room {
                     heap.next = end;
                     return ptr;
                 }

@@ -161,6 +161,27 @@ fn a_freed_large_block_is_split_for_smaller_ones_and_the_last_one_grows_in_place
 }
 
 #[test]
+fn the_last_block_that_cannot_grow_in_place_moves_into_a_free_one() {
+    let a = SizeClassAllocator::new(Arena::new(16));
+    // SAFETY: each block is live when used, and freed once with its current layout.
+    unsafe {
+        let ten = layout(10 * PAGE, 8);
+        let free = a.alloc(ten);
+        let small = a.alloc(layout(64, 8));
+        let last = a.alloc(layout(4 * PAGE, 8));
+        a.dealloc(free, ten);
+        std::ptr::write_bytes(last, 3, 4 * PAGE);
+        // Growing in place would need 20 pages of a 16-page memory.
+        let moved = a.realloc(last, layout(4 * PAGE, 8), 9 * PAGE);
+        assert_eq!(moved, free, "into the freed ten pages");
+        assert!(std::slice::from_raw_parts(moved, 4 * PAGE).iter().all(|&b| b == 3));
+        assert_eq!(a.alloc(layout(4 * PAGE, 8)), last, "its old place given back to the heap's end");
+        assert!(a.alloc(layout(PAGE + 1, 8)).is_null(), "16 pages in use or carved: no more");
+        a.dealloc(small, layout(64, 8));
+    }
+}
+
+#[test]
 fn a_memory_that_cannot_grow_gives_null_and_smaller_blocks_still_come() {
     let a = SizeClassAllocator::new(Arena::new(4));
     // SAFETY: each block is live when written, and freed once with its layout.
