@@ -83,7 +83,7 @@ pub struct ServiceConfig {
     pub idle_instances_per_version: usize,
     /// Idle instances across all versions (→ beyond it the instance idle longest is
     /// dropped). 10,240: one for every recently used version of ten thousand tenants. An
-    /// idle default-policy instance keeps ~38 KiB resident, while making a fresh one
+    /// idle default-policy instance keeps ~34 KiB resident, while making a fresh one
     /// costs each selection ~100 µs of CPU (instantiate, configure, and the memory reset
     /// when it is dropped); `idle_rss_limit_mb` bounds what idle instances keep whatever
     /// their guests touch. `serve` sizes the engine's pool (`[limits] max_instances`) to
