@@ -11,7 +11,7 @@
 //! compiles at each upload; this is ~1 KB. Its small blocks are the C SDK's allocator
 //! (`guest-sdk/c/switchyard_alloc.c`) without the header: Rust passes the layout back on
 //! `dealloc`, so the class is computed, not stored. (The ecosystem's wasm allocator,
-//! `talc`, measured 4.7 KB more code and a 10 % slower compile of the default policy:
+//! `talc`, measured 4.7 KB more code and an 8 % slower compile of the default policy:
 //! BENCHMARKS.md, "the SDK's own allocator".)
 //!
 //! Bounds: a small block (up to a 64 KiB page) is rounded up to a power of two and is
