@@ -21,7 +21,9 @@
 //! 64-worker selection on one instance, then cycling over K instances kept between calls
 //! (as a server's idle instances of K tenants' versions: each call's instance is the one
 //! used longest ago), then picking one of the K at random each call (as a server's
-//! tenants come); `PROFILE_RESERVATION_MIB` sets each pool slot's memory reservation
+//! tenants come); `guarded` after K: in guarded selectors, as the service runs them;
+//! `distinct=D`: the K instances spread over D distinct components; `c`: the C default
+//! policy; `PROFILE_RESERVATION_MIB` sets each pool slot's memory reservation
 //! for these two. `compile N [c | FILE.wasm] [winch]`
 //! prints the median compile of the default policy (or its C version). `code <file> [c]` writes the
 //! default policy's (or its C version's) compiled code (an ELF object) for `objdump -d`.
@@ -193,19 +195,39 @@ fn main() {
             // parameters, all configured and called once first; then N calls on the first
             // alone and N cycling over all K. What a warm selection costs when its
             // instance's state (Store, guest memory, tables) is not in the caches.
+            // `distinct=D` (after K): the K instances spread over D distinct components
+            // (the policy with a custom section appended; instance k of component k % D),
+            // as a server's tenants' versions are, so what is per component (its machine
+            // code, wasmtime's tables for it) is out of the caches too. `c`: the C default
+            // policy instead of the Rust one.
             let kept: usize = args.get(2).and_then(|k| k.parse().ok()).unwrap_or(1_000);
+            let distinct: usize = args
+                .iter()
+                .find_map(|a| a.strip_prefix("distinct=")?.parse().ok())
+                .unwrap_or(1)
+                .clamp(1, kept);
+            let policy = if args.iter().skip(3).any(|a| a == "c") {
+                switchyard_test_guests::DEFAULT_POLICY_C
+            } else {
+                default.component
+            };
             let engine = engine_for(kept);
-            let component = PolicyComponent::load(&engine, default.component).expect("loads");
+            let components: Vec<PolicyComponent> = (0..distinct)
+                .map(|d| {
+                    let bytes = if distinct == 1 { policy.to_vec() } else { variant(policy, d as u32) };
+                    PolicyComponent::load(&engine, &bytes).expect("loads")
+                })
+                .collect();
             let mut scorers: Vec<GuestScorer> = (0..kept)
                 .map(|k| {
                     let params = format!(r#"{{"prefill_load_scale": {}}}"#, 1.0 + k as f64 / 1e5);
-                    GuestScorer::new("warm", component.clone(), &params).expect("instantiates")
+                    GuestScorer::new("warm", components[k % distinct].clone(), &params).expect("instantiates")
                 })
                 .collect();
             // Each in a selector, as a server's idle instances are: its own column buffers.
             // `guarded` (after K): the service's shape instead, each in a guarded selector
             // (containment, fallback) selecting for the sample request and committing.
-            let guarded = args.get(3).is_some_and(|a| a == "guarded");
+            let guarded = args.iter().skip(3).any(|a| a == "guarded");
             let (table, request) = if guarded {
                 let parsed: switchyard::selection::wire::RequestJson =
                     serde_json::from_str(switchyard::selection::wire::SAMPLE_REQUEST)
@@ -254,7 +276,7 @@ fn main() {
             let mut rng = ChaCha8Rng::seed_from_u64(0);
             let random = timed(&mut |_| (rng.next_u64() % kept as u64) as usize);
             eprintln!(
-                "warm 64-worker selection, median / p99: one instance {:?} / {:?}; cycling over {kept} {:?} / {:?}; {kept} in random order {:?} / {:?}",
+                "warm 64-worker selection ({distinct} component(s)), median / p99: one instance {:?} / {:?}; cycling over {kept} {:?} / {:?}; {kept} in random order {:?} / {:?}",
                 one.0, one.1, many.0, many.1, random.0, random.1
             );
         }
