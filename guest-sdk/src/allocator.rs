@@ -8,7 +8,7 @@
 //! and the next request of that class pops it: a few instructions, and the heap of a
 //! steady workload stops growing after its first call. And size: dlmalloc was ~9 KB of
 //! the default policy's code (its `malloc` alone 5.1 KB), every byte of which Cranelift
-//! compiles at each upload; this is ~1 KB. Its small blocks are the C SDK's allocator
+//! compiles at each upload; this is ~1.3 KB. Its small blocks are the C SDK's allocator
 //! (`guest-sdk/c/switchyard_alloc.c`) without the header: Rust passes the layout back on
 //! `dealloc`, so the class is computed, not stored. (The ecosystem's wasm allocator,
 //! `talc`, measured 4.7 KB more code and an 8 % slower compile of the default policy:
