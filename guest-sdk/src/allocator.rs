@@ -11,8 +11,9 @@
 //! compiles at each upload; this is ~1.3 KB. Its small blocks are the C SDK's allocator
 //! (`guest-sdk/c/switchyard_alloc.c`) without the header: Rust passes the layout back on
 //! `dealloc`, so the class is computed, not stored. (The ecosystem's wasm allocator,
-//! `talc`, measured 4.7 KB more code and an 8 % slower compile of the default policy:
-//! BENCHMARKS.md, "the SDK's own allocator".)
+//! `talc`, measured in its place: the same code size and compile, but a fresh instance's
+//! round ~15 % slower and 4 KiB more resident per idle instance; BENCHMARKS.md, "the
+//! SDK's own allocator".)
 //!
 //! Bounds: a small block (up to a 64 KiB page) is rounded up to a power of two and is
 //! never split or merged, so a policy holds at most twice its peak use of each class. A
@@ -155,7 +156,7 @@ impl Heap {
     /// `pages` pages.
     // Out of line, as are `free_large`, `carve` and `dealloc`: LTO inlines `dealloc` into
     // every `drop` of a Vec or String. The default policy's code: 70,892 bytes with all of
-    // them inlined, 65,104 with the first three out of line, 58,081 with `dealloc` too
+    // them inlined, 65,104 with the first three out of line, 62,428 with `dealloc` too
     // (69,323 with dlmalloc).
     #[inline(never)]
     unsafe fn take_large(&mut self, pages: usize) -> *mut u8 {
