@@ -128,7 +128,8 @@ impl<M: Memory> SizeClassAllocator<M> {
     #[inline(never)]
     fn carve(&self, heap: &mut Heap, bytes: usize, align: usize) -> *mut u8 {
         loop {
-            let start = heap.next.next_multiple_of(align);
+            // Checked: at the top of a full 32-bit memory, rounding up would wrap to 0.
+            let Some(start) = heap.next.checked_next_multiple_of(align) else { return null_mut() };
             let Some(end) = start.checked_add(bytes) else { return null_mut() };
             if end <= heap.end {
                 heap.next = end;

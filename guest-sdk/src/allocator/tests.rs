@@ -181,6 +181,35 @@ fn the_last_block_that_cannot_grow_in_place_moves_into_a_free_one() {
     }
 }
 
+/// One page at the very top of the address space (as a full 32-bit memory's last page is on
+/// wasm32), and nothing more. No block is written: only addresses are handed out.
+struct TopPage;
+
+impl Memory for TopPage {
+    fn grow(&self, pages: usize) -> Option<usize> {
+        (pages == 1).then_some(usize::MAX - PAGE + 1)
+    }
+}
+
+#[test]
+fn at_the_top_of_the_address_space_nothing_wraps_around_to_address_zero() {
+    let a = SizeClassAllocator::new(TopPage);
+    // SAFETY: nothing is written or freed; the blocks are only compared.
+    unsafe {
+        // Fill the page but its last 32 bytes: 32 KiB, 16 KiB, …, 32 bytes.
+        for class in (5..16).rev() {
+            assert!(!a.alloc(layout(1 << class, 8)).is_null(), "2^{class} bytes fit");
+        }
+        // Rounding the heap's end up to 4 KiB would wrap to 0, and the block after it
+        // would be handed out at a low address nobody owns.
+        assert!(a.alloc(layout(16, 4096)).is_null(), "no room for a 4 KiB-aligned block");
+        let last = a.alloc(layout(16, 8));
+        assert_eq!(last as usize, usize::MAX - 31, "16 bytes more, still at the top");
+        // The very last 16 bytes end at 2^64, which no address can say: not handed out.
+        assert!(a.alloc(layout(16, 8)).is_null(), "and then nothing");
+    }
+}
+
 #[test]
 fn a_memory_that_cannot_grow_gives_null_and_smaller_blocks_still_come() {
     let a = SizeClassAllocator::new(Arena::new(4));
