@@ -329,9 +329,13 @@ fn main() {
             print_shootdowns(shootdowns, iterations, "a load");
         }
         "compile" => {
-            // `compile N [c | FILE.wasm] [winch]`: compiles the default policy (its C
-            // version, or any component file) N times, with Cranelift or Winch, and prints
-            // the median.
+            // `compile N [c | FILE.wasm] [winch] [cached | after=FILE.wasm]`: compiles the
+            // default policy (its C version, or any component file) N times, with
+            // Cranelift or Winch, and prints the median. Every function compiled each
+            // time, unless `cached`: one engine's function cache, filled by a first
+            // compile (the median is of compiles whose every function is cached); or
+            // `after=FILE.wasm`: each compile on a fresh engine whose cache holds FILE's
+            // functions (what an upload shares with another policy compiled before it).
             let read = file_arg(&args);
             let bytes = match (&read, args.iter().any(|a| a == "c")) {
                 (Some(read), _) => read.as_slice(),
@@ -343,8 +347,48 @@ fn main() {
             } else {
                 Limits::default().compiler
             };
-            let engine = PolicyEngine::new(Limits { compiler, ..Limits::default() }).expect("engine");
-            let median = median_compile(&engine, bytes, iterations as usize);
+            let cached = args.iter().any(|a| a == "cached");
+            let after =
+                args.iter().find_map(|a| a.strip_prefix("after=")).map(|f| std::fs::read(f).expect("reads"));
+            let function_cache_bytes =
+                if cached || after.is_some() { Limits::default().function_cache_bytes } else { 0 };
+            let engine = || {
+                PolicyEngine::new(Limits { compiler, function_cache_bytes, ..Limits::default() })
+                    .expect("engine")
+            };
+            let median = match &after {
+                None => {
+                    let engine = engine();
+                    if cached {
+                        PolicyComponent::load(&engine, bytes).expect("compiles");
+                    }
+                    let median = median_compile(&engine, bytes, iterations as usize);
+                    if let Some(stats) = engine.function_cache_stats() {
+                        eprintln!("function cache: {stats:?}");
+                    }
+                    median
+                }
+                Some(first) => {
+                    let mut took: Vec<_> = (0..iterations.max(1))
+                        .map(|_| {
+                            let engine = engine();
+                            PolicyComponent::load(&engine, first).expect("compiles");
+                            let before = engine.function_cache_stats().unwrap_or_default();
+                            let took =
+                                PolicyComponent::load(&engine, bytes).expect("compiles").compile_time();
+                            let after = engine.function_cache_stats().unwrap_or_default();
+                            eprintln!(
+                                "functions found compiled {} of {}",
+                                after.hits - before.hits,
+                                after.hits + after.misses - before.hits - before.misses
+                            );
+                            took
+                        })
+                        .collect();
+                    took.sort();
+                    took[took.len() / 2]
+                }
+            };
             eprintln!("compile: median {median:?} of {iterations}");
         }
         "code" => {
@@ -419,7 +463,7 @@ fn print_shootdowns(counted: Option<u64>, n: u64, what: &str) {
 
 /// The component file named among `args` (the first ending in `.wasm`), read.
 fn file_arg(args: &[String]) -> Option<Vec<u8>> {
-    let file = args.iter().find(|a| a.ends_with(".wasm"))?;
+    let file = args.iter().find(|a| a.ends_with(".wasm") && !a.starts_with("after="))?;
     Some(std::fs::read(file).expect("reads the component"))
 }
 

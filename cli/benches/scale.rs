@@ -125,6 +125,9 @@ fn main() {
     }
     let tiered_after = started.elapsed() - upload_time;
     let tiered = tier_client.try_metric("switchyard_tier_ups_total").unwrap_or(0.0);
+    // Cranelift's function cache over the uploads (absent when it is off).
+    let functions = ["hits", "misses"]
+        .map(|k| tier_client.try_metric(&format!("switchyard_function_cache_{k}_total")).unwrap_or(f64::NAN));
     let tokens: Vec<String> = uploads.into_iter().map(|(_, o, _)| o.token).collect();
     let selects: Vec<Vec<u8>> = tokens.iter().enumerate().map(|(i, t)| select_request(t, i)).collect();
 
@@ -187,6 +190,10 @@ fn main() {
         "| tenants onboarded per minute, the tenth after the distinct uploads / the last tenth | {first_rate:.0} / {last_rate:.0} |"
     );
     println!("| compile per distinct upload, p50 / p99 | {} |", pair(&compile_ms, 1.0, "ms"));
+    println!(
+        "| functions the uploads' compiles found compiled before / compiled (Cranelift's function cache; the distinct components differ only in a custom section, so after the first they share every function) | {:.0} / {:.0} |",
+        functions[0], functions[1]
+    );
     println!(
         "| upload → its first selection answered (class assigned between; 2 uploaders, so a compile may wait for the other's permit), compiled / parameters only, p50 / p99 | {} / {} |",
         pair(&first_compiled, 1.0, "ms"),

@@ -14,6 +14,7 @@
 //!   crate, re-exported): columns → scorers → validated costs → picker, and the wire types.
 
 pub mod cache;
+pub mod code_cache;
 pub mod component;
 pub mod engine;
 pub mod guard;
@@ -24,6 +25,7 @@ mod lists;
 pub use switchyard_selection as selection;
 
 pub use cache::ArtifactCache;
+pub use code_cache::{FunctionCache, FunctionCacheStats};
 pub use component::{LoadError, LoadErrorKind, PolicyComponent};
 pub use engine::{Budget, Compiler, Limits, PolicyEngine, WorkUnits, lower_thread_priority};
 pub use guard::{

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet, prometheus_text};
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::{MetricType, TypedMetric};
@@ -245,6 +245,8 @@ pub struct State {
     pub components: usize,
     /// Guest instances alive now (idle or running), from the engine's pool.
     pub instances: u64,
+    /// Cranelift's function cache (none when it is off).
+    pub function_cache: Option<switchyard::FunctionCacheStats>,
 }
 
 /// How many versions one tenant has: in the manifest, and loaded in memory.
@@ -378,7 +380,14 @@ impl Metrics {
     /// The names are the exposed ones less what the encoder adds: `_total` to a counter,
     /// and the help text's final period.
     pub fn register(&self, registry: &mut Registry, state: &State) {
-        let State { quarantined, versions, unavailable: unavailable_versions, components, instances } = state;
+        let State {
+            quarantined,
+            versions,
+            unavailable: unavailable_versions,
+            components,
+            instances,
+            function_cache,
+        } = state;
         let f = &self.families;
         registry.register(
             "switchyard_selections",
@@ -490,6 +499,23 @@ impl Metrics {
             "Compiled components held in memory (versions with the same bytes share one)",
             ConstGauge::new(*components),
         );
+        if let Some(cache) = function_cache {
+            registry.register(
+                "switchyard_function_cache_hits",
+                "Functions an upload's compile found compiled before (by any upload) instead of compiling them",
+                ConstCounter::new(cache.hits),
+            );
+            registry.register(
+                "switchyard_function_cache_misses",
+                "Functions compiled because no compile had made them before (or they had been pushed out)",
+                ConstCounter::new(cache.misses),
+            );
+            registry.register(
+                "switchyard_function_cache_bytes",
+                "Bytes the cache of compiled functions holds (at most [limits] function_cache_bytes)",
+                ConstGauge::new(cache.bytes as i64),
+            );
+        }
         registry.register(
             "switchyard_compiles_abandoned",
             "Compiles whose upload was answered compile-timeout and that still run (each holds a compile permit)",

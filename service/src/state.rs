@@ -194,6 +194,7 @@ impl Service {
             unavailable,
             components: self.loader.len(),
             instances: self.loader.instances(),
+            function_cache: self.loader.engine.function_cache_stats(),
         };
         self.metrics.register(registry, &state);
         registry.register(

@@ -11,7 +11,7 @@ use switchyard::{Budget, Compiler, FaultKind, GuestScorer, Limits, PolicyCompone
 use crate::adversarial::assert_contained;
 use crate::equivalence::random_parameters;
 use crate::server::{
-    ADMIN, Body, Client, Server, select_body, serve_command, serve_refused, temp_dir, write_config,
+    ADMIN, Body, Client, Server, select_body, serve_command, serve_refused, temp_dir, variant, write_config,
 };
 use crate::support::{DEFAULT_POLICY, Rng, engine_with, hostile, random_case};
 
@@ -248,4 +248,46 @@ fn a_tiered_up_component_nobody_selects_is_dropped_by_the_next_eviction_pass() {
     assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
     assert_eq!(c.metric("switchyard_components_from_cache_total"), 1.0);
     assert_eq!(c.metric("switchyard_artifact_load_digests_total"), 0.0, "the tier-up's artifact, checked");
+}
+
+/// Cranelift's function cache: an upload of the same code in other bytes (a custom section
+/// appended) compiles few of its functions again, and selects as the first does; with
+/// `function_cache_bytes = 0` there is no cache (and no cache series).
+#[test]
+fn an_upload_whose_functions_were_compiled_before_compiles_few_of_them_again() {
+    const HITS: &str = "switchyard_function_cache_hits_total";
+    const MISSES: &str = "switchyard_function_cache_misses_total";
+    let dir = temp_dir("compilers-function-cache");
+    let server = Server::with_config(&dir, "");
+    let c = Client::new(&server);
+    let (a, b) = (c.add_tenant("a"), c.add_tenant("b"));
+    let (status, first) = c.upload(&a, "a", "mine", DEFAULT_POLICY, None);
+    assert_eq!(status, 201, "{first}");
+    let (hits, misses) = (c.metric(HITS), c.metric(MISSES));
+    assert!(misses >= 100.0, "the default policy's functions were compiled: {misses}");
+    assert!(c.metric("switchyard_function_cache_bytes") > 0.0);
+    let (status, second) = c.upload(&b, "b", "mine", &variant(DEFAULT_POLICY, 1), None);
+    assert_eq!(status, 201, "{second}");
+    assert_ne!(first["sha256"], second["sha256"], "other bytes");
+    // Most are found compiled; not quite all: a few functions' keys differ from one
+    // compile to the next (~8 % of the default policy's in `profile compile … after=`),
+    // and the cache then holds both forms.
+    let (found, compiled) = (c.metric(HITS) - hits, c.metric(MISSES) - misses);
+    assert!(found >= 0.75 * misses && compiled <= 0.25 * misses, "{found} found, {compiled} compiled again");
+    let mut answers = Vec::new();
+    for (token, tenant) in [(&a, "a"), (&b, "b")] {
+        c.assigned(token, tenant, "gold", json!({ "policy": "mine" }));
+        let (status, v) = c.select(token, tenant, Some("gold"));
+        assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
+        answers.push((v["worker_id"].clone(), v["costs"].clone()));
+    }
+    assert_eq!(answers[0], answers[1], "the cached functions decide as the compiled ones");
+    drop(server);
+
+    let dir = temp_dir("compilers-function-cache-off");
+    let server = Server::with_config(&dir, "[limits]\nfunction_cache_bytes = 0\n");
+    let c = Client::new(&server);
+    let a = c.add_tenant("a");
+    assert_eq!(c.upload(&a, "a", "mine", DEFAULT_POLICY, None).0, 201);
+    assert_eq!(c.try_metric(HITS), None, "{}", c.metrics());
 }
