@@ -271,3 +271,38 @@ fn a_background_compile_is_bounded_by_its_cpu_time() {
     let component = PolicyComponent::load_in_background(&tiered(60_000), DEFAULT_POLICY, ()).unwrap();
     assert_eq!(component.compiled_by(), switchyard::Compiler::Cranelift);
 }
+
+/// A compile that takes its functions from Cranelift's function cache writes the very
+/// artifact a compile of every function writes, byte for byte: nothing a cached function
+/// might lack (trap tables, address maps, relocations) can reach a load.
+#[test]
+fn functions_from_the_function_cache_make_the_same_artifact_byte_for_byte() {
+    let artifact = |name: &str, function_cache_bytes: u64| {
+        let dir = temp(name);
+        let cache = ArtifactCache::open(&dir).unwrap();
+        let engine = PolicyEngine::new(Limits { function_cache_bytes, ..Limits::default() })
+            .unwrap()
+            .with_artifact_cache(cache);
+        // Other bytes, the same code first: with the cache on, the second compile finds
+        // its functions compiled.
+        PolicyComponent::load(&engine, &switchyard_test_guests::variant(policy(), 1)).unwrap();
+        let before = engine.function_cache_stats().unwrap_or_default();
+        let component = PolicyComponent::load(&engine, policy()).unwrap();
+        let after = engine.function_cache_stats().unwrap_or_default();
+        let path = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                name.starts_with(component.digest()) && name.ends_with(".cwasm")
+            })
+            .expect("the artifact written");
+        let bytes = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        (bytes, after.hits - before.hits)
+    };
+    let (compiled, _) = artifact("every-function-compiled", 0);
+    let (from_cache, found) = artifact("functions-from-the-cache", 64 << 20);
+    assert!(found >= 100, "the second compile took its functions from the cache: {found}");
+    assert!(compiled == from_cache, "artifacts differ: {} and {} bytes", compiled.len(), from_cache.len());
+}
