@@ -461,9 +461,10 @@ fn print_shootdowns(counted: Option<u64>, n: u64, what: &str) {
     }
 }
 
-/// The component file named among `args` (the first ending in `.wasm`), read.
+/// The component file named among `args` (the first ending in `.wasm` that is not a
+/// `name=value` option, such as `after=FILE.wasm`), read.
 fn file_arg(args: &[String]) -> Option<Vec<u8>> {
-    let file = args.iter().find(|a| a.ends_with(".wasm") && !a.starts_with("after="))?;
+    let file = args.iter().find(|a| a.ends_with(".wasm") && !a.contains('='))?;
     Some(std::fs::read(file).expect("reads the component"))
 }
 

@@ -22,7 +22,6 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes counted for an entry beyond its key and value: the map's and the queue's share.
 const ENTRY_OVERHEAD: usize = 96;
@@ -32,8 +31,6 @@ const ENTRY_OVERHEAD: usize = 96;
 pub struct FunctionCache {
     capacity: usize,
     state: Mutex<State>,
-    hits: AtomicU64,
-    misses: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -42,6 +39,8 @@ struct State {
     /// Keys in the order they are swept: oldest first.
     order: VecDeque<Box<[u8]>>,
     bytes: usize,
+    hits: u64,
+    misses: u64,
 }
 
 #[derive(Debug)]
@@ -67,15 +66,15 @@ pub struct FunctionCacheStats {
 impl FunctionCache {
     /// An empty cache that holds at most `capacity` bytes.
     pub fn new(capacity: usize) -> Self {
-        Self { capacity, state: Mutex::default(), hits: AtomicU64::new(0), misses: AtomicU64::new(0) }
+        Self { capacity, state: Mutex::default() }
     }
 
     /// Counts and sizes, now.
     pub fn stats(&self) -> FunctionCacheStats {
         let state = self.state();
         FunctionCacheStats {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
+            hits: state.hits,
+            misses: state.misses,
             entries: state.entries.len(),
             bytes: state.bytes,
         }
@@ -93,13 +92,13 @@ fn size(key: &[u8], value: &[u8]) -> usize {
 
 impl wasmtime::CacheStore for FunctionCache {
     fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
-        let mut state = self.state();
+        let state = &mut *self.state();
         let Some(entry) = state.entries.get_mut(key) else {
-            self.misses.fetch_add(1, Ordering::Relaxed);
+            state.misses += 1;
             return None;
         };
         entry.used = true;
-        self.hits.fetch_add(1, Ordering::Relaxed);
+        state.hits += 1;
         // Copied out: the lock is not held while Cranelift reads it.
         Some(Cow::Owned(entry.value.to_vec()))
     }

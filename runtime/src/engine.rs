@@ -169,10 +169,10 @@ pub struct Limits {
     /// each version once, in the background.
     pub compiler: Compiler,
     /// Functions Cranelift compiled, kept in memory for later compiles that contain them
-    /// (see [`FunctionCache`]), bytes. 64 MiB: the default policy's ~300 functions take
-    /// ~0.63 MB, and more than half of a Rust policy's functions are the SDK's, shared by
-    /// every one; so the functions of ~100 policies fit, more as they share. 0 turns the
-    /// cache off. Winch's compiles do not use it.
+    /// (see [`FunctionCache`]), bytes. 64 MiB: the default policy's ~270–300 functions
+    /// take 0.5–0.6 MB, and more than half of a Rust policy's functions are the SDK's,
+    /// shared by every one; so the functions of ~100 policies fit, more as they share. 0
+    /// turns the cache off. Winch's compiles do not use it.
     pub function_cache_bytes: u64,
 }
 

@@ -270,7 +270,7 @@ fn an_upload_whose_functions_were_compiled_before_compiles_few_of_them_again() {
     assert_eq!(status, 201, "{second}");
     assert_ne!(first["sha256"], second["sha256"], "other bytes");
     // Most are found compiled; not quite all: a few functions' keys differ from one
-    // compile to the next (~8 % of the default policy's in `profile compile … after=`),
+    // compile to the next (8–10 % of the default policy's in `profile compile … after=`),
     // and the cache then holds both forms.
     let (found, compiled) = (c.metric(HITS) - hits, c.metric(MISSES) - misses);
     assert!(found >= 0.75 * misses && compiled <= 0.25 * misses, "{found} found, {compiled} compiled again");
