@@ -8,7 +8,8 @@
 //! 2. Every version evicted (`evict_after_secs = EVICT_AFTER`, waited for), then
 //!    `SCALE_SELECTIONS` selections (default 100,000) from 2 threads, each of a tenant
 //!    drawn uniformly at random; a tenant's first is "cold" (its version evicted: loaded
-//!    again from the compiled cache and configured), the others "warm" (loaded; an idle
+//!    again, from its component if the server kept it (`max_unused_components`), else
+//!    from the compiled cache, and configured), the others "warm" (loaded; an idle
 //!    instance or a fresh one). Beside them, in the same run, one tenant alone (before
 //!    the round, after it, and between its ten parts, both threads on it): the
 //!    single-tenant warm figure the warm selections are compared with, and requests
@@ -31,7 +32,9 @@
 //! Run: `cargo bench -p switchyard-cli --bench scale` (several minutes: most of it is
 //! compiling the distinct components, one at a time as `compile_concurrency` allows);
 //! `SCALE_TENANTS=1000 SCALE_DISTINCT=100 SCALE_SELECTIONS=10000` for a quick look;
-//! `SCALE_CONFIG` adds to the server's config (e.g. `"[limits]\nmax_instances = 2200\n"`).
+//! `SCALE_CONFIG` adds to the server's config (e.g. `"[limits]\nmax_instances = 2200\n"`;
+//! lines before any table header land in our `[service]` table, e.g.
+//! `"max_unused_components = 0\n"` for cold selections that all load their component).
 
 // The suite's own server helpers, not a copy (see `fleet.rs` in this directory).
 #[allow(dead_code, unused_imports)]
@@ -103,7 +106,7 @@ fn main() {
         workers.into_iter().flat_map(|w| w.join().expect("an upload thread")).collect()
     });
     let upload_time = started.elapsed();
-    let rss_uploads = rss_mib(server.pid());
+    let rss_uploads = rss(server.pid());
     uploads.sort_by_key(|(i, ..)| *i);
     let (first_rate, last_rate) =
         onboarding_rates(&uploads.iter().map(|u| u.2).collect::<Vec<_>>(), distinct);
@@ -137,7 +140,7 @@ fn main() {
     wait_until_cold(&client);
     let evicted = tenants as f64 - versions_loaded(&client);
     let components_evicted = client.try_metric("switchyard_components_loaded").unwrap_or(f64::NAN);
-    let rss_evicted = rss_mib(server.pid());
+    let rss_evicted = rss(server.pid());
     let loads_before = load_buckets(&client);
     let digests_before = load_digests(&client);
     let (single_before, mut single_cpu) =
@@ -153,7 +156,7 @@ fn main() {
     let (more_round_trips, more_cpu) = measured(server.pid(), || round_trips(&server, 2_000));
     round_trip.extend(more_round_trips);
     round_trip_cpu.add(&more_cpu);
-    let rss_selections = rss_mib(server.pid());
+    let rss_selections = rss(server.pid());
     let loads = delta(&load_buckets(&client), &loads_before);
     let digests = load_digests(&client) - digests_before;
     let metrics_bytes = Client::new(&server).metrics().len();
@@ -205,11 +208,11 @@ fn main() {
             tiered_after.as_secs_f64()
         );
     }
-    println!("| RSS after the uploads | {rss_uploads} MiB |");
+    println!("| RSS after the uploads | {rss_uploads} |");
     println!(
-        "| versions cold (evicted), compiled components still held, then RSS | {evicted} of {tenants}, {components_evicted}, {rss_evicted} MiB |"
+        "| versions cold (evicted), compiled components still held, then RSS | {evicted} of {tenants}, {components_evicted}, {rss_evicted} |"
     );
-    println!("| RSS after the selections | {rss_selections} MiB |");
+    println!("| RSS after the selections | {rss_selections} |");
     println!("| /metrics after the selections | {:.1} MB |", metrics_bytes as f64 / 1e6);
     println!(
         "| cold selection (a tenant's first), p50 / p99 ({}) | {} |",
@@ -280,7 +283,7 @@ fn main() {
         restarted.loaded_at_first_answer
     );
     println!("| restart: every version loaded after | {:.2} s |", restarted.all_loaded.as_secs_f64());
-    println!("| RSS of the restarted server, then | {} MiB |", restarted.rss_mib);
+    println!("| RSS of the restarted server, then | {} |", restarted.rss);
 }
 
 /// Waits until no version is loaded (every one evicted), at most four eviction periods.
@@ -572,7 +575,7 @@ struct Restarted {
     loaded_at_first_answer: u64,
     /// All `versions` loaded.
     all_loaded: Duration,
-    rss_mib: u64,
+    rss: Rss,
 }
 
 /// Starts `serve` again on `data`, which holds `versions` versions, and times it.
@@ -614,10 +617,10 @@ fn restart(
         std::thread::sleep(Duration::from_millis(50));
     }
     let all_loaded = started.elapsed();
-    let rss_mib = rss_mib(child.id());
+    let rss = rss(child.id());
     let _ = child.kill();
     let _ = child.wait();
-    Restarted { listening, first_answer, loaded_at_first_answer, all_loaded, rss_mib }
+    Restarted { listening, first_answer, loaded_at_first_answer, all_loaded, rss }
 }
 
 /// Tenants onboarded per minute over the tenth of them right after the distinct uploads
@@ -725,15 +728,31 @@ fn stat_fields<const N: usize>(stat: &str, fields: [usize; N]) -> [f64; N] {
     })
 }
 
-/// The server's resident set, MiB.
-fn rss_mib(pid: u32) -> u64 {
+/// The resident memory of the process `pid`.
+fn rss(pid: u32) -> Rss {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0);
-    kib / 1024
+    let kib = |field: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    Rss { total: kib("VmRSS:") / 1024, file: kib("RssFile:") / 1024 }
+}
+
+/// A process's resident memory, MiB: in all, and the part backed by files (mapped
+/// artifacts' code, the binary), which the kernel may reclaim without swap.
+#[derive(Debug, Clone, Copy)]
+struct Rss {
+    total: u64,
+    file: u64,
+}
+
+impl std::fmt::Display for Rss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} MiB ({} of it file-backed)", self.total, self.file)
+    }
 }
 
 /// "p50 / p99 unit" of `samples` scaled by `scale`.

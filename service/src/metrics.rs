@@ -243,6 +243,8 @@ pub struct State {
     pub unavailable: usize,
     /// Compiled components held.
     pub components: usize,
+    /// Of those, the ones kept for evicted versions alone (at the last eviction pass).
+    pub components_unused: usize,
     /// Guest instances alive now (idle or running), from the engine's pool.
     pub instances: u64,
     /// Cranelift's function cache (none when it is off).
@@ -385,6 +387,7 @@ impl Metrics {
             versions,
             unavailable: unavailable_versions,
             components,
+            components_unused,
             instances,
             function_cache,
         } = state;
@@ -498,6 +501,11 @@ impl Metrics {
             "switchyard_components_loaded",
             "Compiled components held in memory (versions with the same bytes share one)",
             ConstGauge::new(*components),
+        );
+        registry.register(
+            "switchyard_components_unused",
+            "Compiled components held for evicted versions alone, at the last eviction pass (at most max_unused_components)",
+            ConstGauge::new(*components_unused),
         );
         if let Some(cache) = function_cache {
             registry.register(

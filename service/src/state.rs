@@ -193,6 +193,7 @@ impl Service {
             versions,
             unavailable,
             components: self.loader.len(),
+            components_unused: self.loader.unused(),
             instances: self.loader.instances(),
             function_cache: self.loader.engine.function_cache_stats(),
         };
@@ -409,10 +410,11 @@ fn sweep_orphan_blobs(loader: &Loader, writer: &Writer) {
 
 /// Evicts versions unused for `evict_after_secs` until the process ends (never, at 0):
 /// every quarter of that (1 s to 60 s), each loaded version not checked out since is made
-/// cold again, and the components no loaded version uses are dropped (whatever made it
-/// cold). A version evicted
-/// loads again on its next selection (from the compiled cache). The pass looks at every
-/// version: O(versions) every quarter of the idle time, not per selection.
+/// cold again, and of the components no loaded version uses (whatever made it cold) only
+/// the `max_unused_components` selected most recently stay. A version evicted loads again
+/// on its next selection (from its kept component, else from the compiled cache). The
+/// pass looks at every version: O(versions) every quarter of the idle time, not per
+/// selection.
 pub async fn evict(service: Arc<Service>) {
     let idle = service.limits.evict_after_secs;
     if idle == 0 {
@@ -432,7 +434,17 @@ pub async fn evict(service: Arc<Service>) {
         // tier-up reloads them), and a component kept for them alone would stay until
         // some later pass evicted something (never, on a quiet server).
         let in_use: HashSet<&str> = snapshot.versions().filter(|v| v.is_loaded()).map(|v| v.blob()).collect();
-        service.loader.keep_only(&in_use);
+        let mut last_used: HashMap<&str, u64> = HashMap::new();
+        for v in snapshot.versions() {
+            let latest = last_used.entry(v.blob()).or_default();
+            *latest = (*latest).max(v.last_used());
+        }
+        // Over the memory bound, no component is kept for evicted versions: they are the
+        // cheapest memory to give back (each reloads from its artifact, ~0.1–0.5 ms).
+        let limit = service.limits.idle_rss_limit_mb.saturating_mul(1 << 20);
+        let over = limit > 0 && crate::idle::resident_bytes().is_some_and(|rss| rss > limit);
+        let unused = if over { 0 } else { service.limits.max_unused_components };
+        service.loader.keep_only(&in_use, &last_used, unused);
         drop(snapshot);
         // The artifacts compiled since the last pass, checked now (off any selection's
         // path) rather than by the first reload of each after its version's eviction:

@@ -320,6 +320,11 @@ impl LoadedVersion {
         self.make_cold(self.template());
     }
 
+    /// When it was last checked out, in seconds of the service's clock.
+    pub(crate) fn last_used(&self) -> u64 {
+        self.last_used.load(Ordering::Relaxed)
+    }
+
     /// The blob it loads from.
     pub(crate) fn blob(&self) -> &str {
         &self.blob

@@ -222,13 +222,17 @@ fn a_tier_up_checks_its_artifact_once_it_has_settled() {
 
 /// A tier-up makes its versions cold (they reload onto Cranelift's code when next
 /// selected), and the component kept for a version nobody selects since is dropped by the
-/// next eviction pass. Before, only a pass that evicted something dropped components: a
-/// quiet server kept every tiered-up component (230 MiB more at 1,000 of them).
+/// next eviction pass when no component is kept for versions not loaded
+/// (`max_unused_components = 0`). Before, only a pass that evicted something dropped
+/// components: a quiet server kept every tiered-up component (230 MiB more at 1,000 of
+/// them), beyond any bound.
 #[test]
 fn a_tiered_up_component_nobody_selects_is_dropped_by_the_next_eviction_pass() {
     let dir = temp_dir("compilers-tiered-drop");
-    let server =
-        Server::with_config(&dir, "[service]\nevict_after_secs = 4\n[limits]\ncompiler = \"tiered\"\n");
+    let server = Server::with_config(
+        &dir,
+        "[service]\nevict_after_secs = 4\nmax_unused_components = 0\n[limits]\ncompiler = \"tiered\"\n",
+    );
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
     c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);

@@ -325,10 +325,14 @@ fn blobs_no_tenant_names_are_swept_from_the_registry_after_the_grace() {
 
 /// Versions load lazily (on a first selection, or again after an eviction), and a fleet
 /// replica keeps a copy of every blob it reads: a version evicted on B loads again while
-/// NATS is down, and answers. (Read from NATS alone, it failed over to the native default.)
+/// NATS is down, and answers (no component kept for it: `max_unused_components = 0`).
+/// (Read from NATS alone, it failed over to the native default.)
 #[test]
 fn an_evicted_version_loads_again_while_nats_is_down() {
-    let mut fleet = Fleet::start_with("fleet-evict", Some("[service]\nevict_after_secs = 1\n"));
+    let mut fleet = Fleet::start_with(
+        "fleet-evict",
+        Some("[service]\nevict_after_secs = 1\nmax_unused_components = 0\n"),
+    );
     let [a, b, _] = fleet.clients();
     let (token, v1) = acme_with_mine(&a, "latency");
     wait_for_version(&b, &token, "latency", &v1, "B");

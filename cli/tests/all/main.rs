@@ -19,6 +19,7 @@ mod replay;
 mod sandbox_cli;
 mod server;
 mod service;
+mod service_evict;
 mod service_hostile;
 mod service_limits;
 mod service_load;
