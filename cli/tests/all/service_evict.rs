@@ -9,42 +9,6 @@ use serde_json::json;
 use crate::server::{ADMIN, Client, Server, serve_command, temp_dir, variant, write_config};
 use crate::support::DEFAULT_POLICY;
 
-/// A version unused for `evict_after_secs` is evicted (its configuration and, with
-/// `max_unused_components = 0`, its component dropped) and loads again on its next
-/// selection, which its own version answers.
-#[test]
-fn an_unused_version_is_evicted_and_its_next_selection_loads_it_again() {
-    let (server, _) = evicting_server("service-evict-evict");
-    let c = Client::new(&server);
-    let (token, version) = mine_on_gold(&c);
-    let (status, v) = c.select(&token, "acme", Some("gold"));
-    assert_eq!((status, v["version"].as_str()), (200, Some(version.as_str())), "{v}");
-    assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 1.0);
-    assert_eq!(c.metric("switchyard_components_loaded"), 1.0);
-    assert_eq!(c.metric("switchyard_instances_live"), 1.0, "its idle instance");
-
-    assert!(c.wait_for_metric("switchyard_versions_evicted_total", 1.0), "evicted once unused");
-    assert_eq!(c.metric("switchyard_instances_live"), 0.0);
-    assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 0.0);
-    assert_eq!(c.metric("switchyard_components_loaded"), 0.0, "its component went with it");
-    assert_eq!(c.metric("switchyard_idle_instances"), 0.0, "and its idle instances");
-    let loads = c.metric("switchyard_version_load_seconds_count");
-
-    let (status, v) = c.select(&token, "acme", Some("gold"));
-    assert_eq!(
-        (status, v["build"].as_str(), v["version"].as_str()),
-        (200, Some("guest"), Some(version.as_str())),
-        "{v}"
-    );
-    assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 1.0, "loaded again");
-    assert_eq!(c.metric("switchyard_version_load_seconds_count"), loads + 1.0);
-    assert_eq!(
-        c.metric("switchyard_compile_seconds_count"),
-        1.0,
-        "from the compiled cache, not compiled again"
-    );
-}
-
 /// An evicted version loads again from its compiled artifact alone, found by its blob's
 /// name: no blob read, no hash of the component (before, a reload read the blob, so one
 /// lost after the upload made the version unavailable). An artifact tampered with is
@@ -212,31 +176,50 @@ fn a_selection_never_compiles_a_version_whose_artifact_is_gone_the_background_do
     assert_eq!(c.metric("switchyard_compile_seconds_count"), 2.0, "compiled once");
 }
 
-/// An evicted version's component is kept (`max_unused_components`, 1,024 by default), so
-/// its next selection only instantiates and configures: no component loaded, neither from
-/// the artifact nor compiled. Before, the component went with its last loaded version and
-/// every reload mapped its artifact again on the selection's path.
+/// A version unused for `evict_after_secs` is evicted (its configuration and instances
+/// dropped) and loads again on its next selection, which its own version answers. Its
+/// component is kept (`max_unused_components`, 1,024 by default), so that selection loads
+/// none, neither from the artifact nor compiled; with `max_unused_components = 0` the
+/// component went with the version, and the selection loads it from its artifact. Before,
+/// the component always went, and every reload mapped its artifact again on the
+/// selection's path.
 #[test]
-fn an_evicted_versions_component_is_kept_and_its_next_selection_loads_none() {
-    let (server, _) = evicting_server_with("service-evict-kept", "");
-    let c = Client::new(&server);
-    let (token, version) = mine_on_gold(&c);
-    assert!(c.wait_for_metric("switchyard_versions_evicted_total", 1.0), "evicted");
-    assert!(c.wait_for_metric("switchyard_components_unused", 1.0), "kept for the evicted version");
-    assert_eq!(c.metric("switchyard_components_loaded"), 1.0);
-    assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 0.0);
-    assert_eq!(c.metric("switchyard_instances_live"), 0.0, "its instances went");
-    let loads = c.metric("switchyard_version_load_seconds_count");
+fn an_unused_version_is_evicted_and_its_next_selection_loads_it_again() {
+    for (kept, more) in [(1.0, ""), (0.0, "max_unused_components = 0\n")] {
+        let what = format!("components kept: {kept}");
+        let (server, _) = evicting_server_with(&format!("service-evict-evict-{kept}"), more);
+        let c = Client::new(&server);
+        let (token, version) = mine_on_gold(&c);
+        let selected_by_its_version = || {
+            let (status, v) = c.select(&token, "acme", Some("gold"));
+            assert_eq!(
+                (status, v["build"].as_str(), v["version"].as_str()),
+                (200, Some("guest"), Some(version.as_str())),
+                "{what}: {v}"
+            );
+        };
+        selected_by_its_version();
+        assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 1.0, "{what}");
+        assert_eq!(c.metric("switchyard_instances_live"), 1.0, "{what}: its idle instance");
 
-    let (status, v) = c.select(&token, "acme", Some("gold"));
-    assert_eq!(
-        (status, v["build"].as_str(), v["version"].as_str()),
-        (200, Some("guest"), Some(version.as_str())),
-        "{v}"
-    );
-    assert_eq!(c.metric("switchyard_version_load_seconds_count"), loads + 1.0, "loaded again");
-    assert_eq!(c.metric("switchyard_components_from_cache_total"), 0.0, "no artifact loaded");
-    assert_eq!(c.metric("switchyard_compile_seconds_count"), 1.0, "nor compiled");
+        assert!(c.wait_for_metric("switchyard_versions_evicted_total", 1.0), "{what}: evicted once unused");
+        assert!(
+            c.wait_for_metric("switchyard_components_unused", kept),
+            "{what}: held for the evicted version"
+        );
+        assert_eq!(c.metric("switchyard_components_loaded"), kept, "{what}");
+        assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 0.0, "{what}");
+        assert_eq!(c.metric("switchyard_instances_live"), 0.0, "{what}: its instances went");
+        assert_eq!(c.metric("switchyard_idle_instances"), 0.0, "{what}");
+        let loads = c.metric("switchyard_version_load_seconds_count");
+
+        selected_by_its_version();
+        assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 1.0, "{what}: loaded again");
+        assert_eq!(c.metric("switchyard_version_load_seconds_count"), loads + 1.0, "{what}");
+        let from_artifact = 1.0 - kept;
+        assert_eq!(c.metric("switchyard_components_from_cache_total"), from_artifact, "{what}");
+        assert_eq!(c.metric("switchyard_compile_seconds_count"), 1.0, "{what}: not compiled again");
+    }
 }
 
 /// Past `max_unused_components`, the components kept for evicted versions are those
