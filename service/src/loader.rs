@@ -205,21 +205,29 @@ impl Loader {
         last_used: &HashMap<&str, u64>,
         unused: usize,
     ) -> usize {
+        // Under the lock selections take to find a component: O(components), no sort and
+        // no allocation but this list and the names of those dropped.
         let mut map = self.map();
-        let mut idle: Vec<(u64, String)> = map
+        let mut idle: Vec<(u64, &str)> = map
             .iter()
             .filter(|(blob, c)| !in_use.contains(blob.as_str()) && !self.on_first_tier(c))
-            .map(|(blob, _)| (last_used.get(blob.as_str()).copied().unwrap_or(0), blob.clone()))
+            .map(|(blob, _)| (last_used.get(blob.as_str()).copied().unwrap_or(0), blob.as_str()))
             .collect();
-        if idle.len() > unused {
-            // Most recently used first; those past `unused` go.
-            idle.sort_unstable_by(|a, b| b.cmp(a));
-            for (_, blob) in idle.drain(unused..) {
-                map.remove(&blob);
+        let kept = idle.len().min(unused);
+        let dropped: Vec<String> = if idle.len() > unused {
+            // The `unused` most recently used first; those after them go.
+            if unused > 0 {
+                idle.select_nth_unstable_by(unused - 1, |a, b| b.cmp(a));
             }
+            idle[unused..].iter().map(|(_, blob)| blob.to_string()).collect()
+        } else {
+            Vec::new()
+        };
+        for blob in &dropped {
+            map.remove(blob);
         }
-        self.unused.store(idle.len(), Ordering::Relaxed);
-        idle.len()
+        self.unused.store(kept, Ordering::Relaxed);
+        kept
     }
 
     /// Components kept that no loaded version used at the last eviction pass.
