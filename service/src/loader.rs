@@ -191,9 +191,9 @@ impl Loader {
     /// Why keep code no version uses: an evicted version's next selection then only
     /// instantiates and configures (~0.1 ms) instead of loading its component too
     /// (mapping the artifact, registering its types and code: ~0.1–0.5 ms on a selection's
-    /// path). What an unused component keeps is its metadata and the code pages it
-    /// touched, file-backed (the artifact is mapped, not copied); evicting its versions
-    /// already dropped their instances, the larger part.
+    /// path). What an unused component keeps is its metadata and its code (mapped from
+    /// its artifact, or compiled by this process for an upload); evicting its versions
+    /// already dropped their instances.
     ///
     /// A version loading meanwhile keeps its own component; only the shared copy goes. A
     /// first-tier (Winch) component stays until its tier-up replaces it: no Cranelift
