@@ -18,14 +18,7 @@ fn an_evicted_version_loads_again_from_its_artifact_alone_never_from_a_tampered_
     let (server, data) = evicting_server("service-evict-reload");
     let c = Client::new(&server);
     let (token, version) = mine_on_gold(&c);
-    let selected_by_its_version = |what: &str| {
-        let (status, v) = c.select(&token, "acme", Some("gold"));
-        assert_eq!(
-            (status, v["build"].as_str(), v["version"].as_str()),
-            (200, Some("guest"), Some(version.as_str())),
-            "{what}: {v}"
-        );
-    };
+    let selected_by_its_version = |what: &str| selected_by(&c, &token, &version, what);
     selected_by_its_version("first");
     let only = |sub: &str, ext: &str| {
         let files: Vec<_> = std::fs::read_dir(data.join(sub))
@@ -78,12 +71,7 @@ fn an_evicted_version_reloads_without_hashing_an_artifact_the_eviction_pass_chec
     // A pass every second: the one after the artifact settled (a second after it was
     // written) has checked it.
     std::thread::sleep(std::time::Duration::from_millis(2_500));
-    let (status, v) = c.select(&token, "acme", Some("gold"));
-    assert_eq!(
-        (status, v["build"].as_str(), v["version"].as_str()),
-        (200, Some("guest"), Some(version.as_str())),
-        "{v}"
-    );
+    selected_by(&c, &token, &version, "reloaded");
     assert_eq!(c.metric("switchyard_compile_seconds_count"), 1.0, "loaded from the artifact");
     assert_eq!(c.metric("switchyard_artifact_load_digests_total"), 0.0, "no digest on the reload's path");
 }
@@ -133,6 +121,16 @@ fn evicting_server_with(name: &str, more: &str) -> (Server, std::path::PathBuf) 
     (Server::start(&data, Some(&config), Some(ADMIN)), data)
 }
 
+/// Selects for `acme`'s class `gold` and asserts that `version`, the guest, answered.
+fn selected_by(c: &Client, token: &str, version: &str, what: &str) {
+    let (status, v) = c.select(token, "acme", Some("gold"));
+    assert_eq!(
+        (status, v["build"].as_str(), v["version"].as_str()),
+        (200, Some("guest"), Some(version)),
+        "{what}: {v}"
+    );
+}
+
 /// Tenant `acme` with the default policy uploaded as `mine` and class `gold` assigned to
 /// it: its token and the version.
 fn mine_on_gold(c: &Client) -> (String, String) {
@@ -167,12 +165,7 @@ fn a_selection_never_compiles_a_version_whose_artifact_is_gone_the_background_do
     assert!(why.contains("compiling in the background"), "{v}");
     // The background load compiles it once, and the version answers again.
     wait_for_compiles(&c, 2.0);
-    let (status, v) = c.select(&token, "acme", Some("gold"));
-    assert_eq!(
-        (status, v["build"].as_str(), v["version"].as_str()),
-        (200, Some("guest"), Some(version.as_str())),
-        "{v}"
-    );
+    selected_by(&c, &token, &version, "compiled in the background");
     assert_eq!(c.metric("switchyard_compile_seconds_count"), 2.0, "compiled once");
 }
 
@@ -190,14 +183,7 @@ fn an_unused_version_is_evicted_and_its_next_selection_loads_it_again() {
         let (server, _) = evicting_server_with(&format!("service-evict-evict-{kept}"), more);
         let c = Client::new(&server);
         let (token, version) = mine_on_gold(&c);
-        let selected_by_its_version = || {
-            let (status, v) = c.select(&token, "acme", Some("gold"));
-            assert_eq!(
-                (status, v["build"].as_str(), v["version"].as_str()),
-                (200, Some("guest"), Some(version.as_str())),
-                "{what}: {v}"
-            );
-        };
+        let selected_by_its_version = || selected_by(&c, &token, &version, &what);
         selected_by_its_version();
         assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 1.0, "{what}");
         assert_eq!(c.metric("switchyard_instances_live"), 1.0, "{what}: its idle instance");
