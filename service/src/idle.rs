@@ -107,8 +107,9 @@ impl IdleSlots {
     }
 
     /// Whether resident memory is over the limit, as last read: it is read again at
-    /// most every [`RSS_CHECK_EVERY`] (by whichever check-in comes first).
-    fn over_memory(&self) -> bool {
+    /// most every [`RSS_CHECK_EVERY`] (by whichever check-in or eviction pass comes
+    /// first).
+    pub(crate) fn over_memory(&self) -> bool {
         if self.rss_limit == 0 {
             return false;
         }

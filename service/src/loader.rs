@@ -186,7 +186,7 @@ impl Loader {
     /// Keeps the components of the blobs in `in_use` (a loaded version uses them) and,
     /// of the others, the `unused` whose versions were selected most recently
     /// (`last_used`: each blob's latest selection, any clock; a blob it lacks counts as
-    /// the oldest); drops the rest. Returns how many are kept that no loaded version uses.
+    /// the oldest); drops the rest.
     ///
     /// Why keep code no version uses: an evicted version's next selection then only
     /// instantiates and configures (~0.1 ms) instead of loading its component too
@@ -204,7 +204,7 @@ impl Loader {
         in_use: &std::collections::HashSet<&str>,
         last_used: &HashMap<&str, u64>,
         unused: usize,
-    ) -> usize {
+    ) {
         // Under the lock selections take to find a component: O(components), no sort and
         // no allocation but this list and the names of those dropped.
         let mut map = self.map();
@@ -227,7 +227,6 @@ impl Loader {
             map.remove(blob);
         }
         self.unused.store(kept, Ordering::Relaxed);
-        kept
     }
 
     /// Components kept that no loaded version used at the last eviction pass.

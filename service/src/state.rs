@@ -433,17 +433,18 @@ pub async fn evict(service: Arc<Service>) {
         // On every pass, not only after an eviction: versions also go cold otherwise (a
         // tier-up reloads them), and a component kept for them alone would stay until
         // some later pass evicted something (never, on a quiet server).
-        let in_use: HashSet<&str> = snapshot.versions().filter(|v| v.is_loaded()).map(|v| v.blob()).collect();
-        let mut last_used: HashMap<&str, u64> = HashMap::new();
+        let (mut in_use, mut last_used) = (HashSet::new(), HashMap::<&str, u64>::new());
         for v in snapshot.versions() {
+            if v.is_loaded() {
+                in_use.insert(v.blob());
+            }
             let latest = last_used.entry(v.blob()).or_default();
             *latest = (*latest).max(v.last_used());
         }
-        // Over the memory bound, no component is kept for evicted versions: they are the
-        // cheapest memory to give back (each reloads from its artifact, ~0.1–0.5 ms).
-        let limit = service.limits.idle_rss_limit_mb.saturating_mul(1 << 20);
-        let over = limit > 0 && crate::idle::resident_bytes().is_some_and(|rss| rss > limit);
-        let unused = if over { 0 } else { service.limits.max_unused_components };
+        // Over the memory bound idle instances are shed by, no component is kept for
+        // evicted versions either: they are the cheapest memory to give back (each
+        // reloads from its artifact, ~0.1–0.5 ms).
+        let unused = if service.idle_slots.over_memory() { 0 } else { service.limits.max_unused_components };
         service.loader.keep_only(&in_use, &last_used, unused);
         drop(snapshot);
         // The artifacts compiled since the last pass, checked now (off any selection's
