@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use switchyard::PolicyEngine;
 use switchyard::cache::{is_temp_name, private_dir, read_private, write_private};
 
-use crate::records::{Manifest, TenantRecord, valid_name};
+use crate::records::{Holds, Manifest, TenantRecord, Unreadable, valid_name};
 
 /// The layout this build writes: one file per tenant (see the crate's documentation).
 const FORMAT: u32 = 2;
@@ -25,9 +25,9 @@ const MAX_BLOB_BYTES: u64 = 1 << 30;
 
 /// `manifest.json` as read: in format 1 the whole registry, in format 2 only the format
 /// (written with an empty `tenants`, which a format-1 build requires before it reads the
-/// format and refuses it).
+/// format and refuses it). Fields a newer build adds are no error; the format is what
+/// says whether this build can read the directory.
 #[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct ManifestFile {
     format: u32,
     tenants: BTreeMap<String, TenantRecord>,
@@ -90,21 +90,45 @@ impl StoreReader {
 
     /// Everything committed; empty when nothing was written yet. Reads every tenant's
     /// file: for start-up, not for following one tenant ([`StoreReader::load_tenant`]).
+    ///
+    /// A record file this build cannot read (damaged, a newer build's, a name no tenant
+    /// has) is skipped into [`Manifest::unreadable`], by its path in the directory
+    /// (`tenants/acme.json`, `routers.json`), rather than failing the whole load: one bad
+    /// file must not keep every other tenant from being served. `Err` only for what makes
+    /// the directory itself unreadable (`manifest.json`, listing `tenants/`).
     pub fn load_manifest(&self) -> Result<Manifest, String> {
-        match self.manifest_file()? {
-            Some(file) if file.format == FORMAT_WHOLE => Ok(whole(file)),
-            _ => {
-                let mut manifest = Manifest::default();
-                for name in self.tenant_names()? {
-                    let record = self.read_tenant(&name)?.ok_or_else(|| {
-                        format!("{}: removed while it was read", self.tenant_path(&name).display())
-                    })?;
-                    manifest.tenants.insert(name, Arc::new(record));
+        if let Some(file) = self.manifest_file()?.filter(|file| file.format == FORMAT_WHOLE) {
+            return Ok(whole(file));
+        }
+        let mut manifest = Manifest::default();
+        for file in self.tenant_files()? {
+            let at = format!("tenants/{file}");
+            let Some(name) = tenant_name(&file) else {
+                let reason =
+                    "not a tenant's record (tenants/NAME.json, NAME of a-z, 0-9, `-`, `_`)".to_string();
+                manifest.unreadable.insert(at, Unreadable { holds: Holds::Unknown, reason });
+                continue;
+            };
+            match self.read_tenant(name) {
+                Ok(Some(record)) => {
+                    manifest.tenants.insert(name.to_string(), Arc::new(record));
                 }
-                manifest.routers = self.read_routers()?.into_iter().collect();
-                Ok(manifest)
+                // Removed since it was listed: that tenant is gone.
+                Ok(None) => {}
+                Err(reason) => {
+                    manifest.unreadable.insert(at, Unreadable { holds: Holds::Tenant(name.into()), reason });
+                }
             }
         }
+        match self.read_routers() {
+            Ok(routers) => manifest.routers = routers.into_iter().collect(),
+            Err(reason) => {
+                manifest
+                    .unreadable
+                    .insert("routers.json".into(), Unreadable { holds: Holds::Routers, reason });
+            }
+        }
+        Ok(manifest)
     }
 
     /// The committed record of tenant `name` (`None`: no such tenant). Reads one file.
@@ -125,42 +149,33 @@ impl StoreReader {
         own.or_else(|| stamp(&self.dir.join("manifest.json")))
     }
 
-    /// The names of the tenants with a record file, sorted. A file that is not a
-    /// tenant's record (a name a tenant cannot have) is an error naming it.
-    fn tenant_names(&self) -> Result<Vec<String>, String> {
+    /// The names of the files in `tenants/` (each a tenant's record, or a file no tenant
+    /// has a name for: see [`tenant_name`]), sorted; a crash's temp files left out.
+    fn tenant_files(&self) -> Result<Vec<String>, String> {
         let dir = self.dir.join("tenants");
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(format!("listing {}: {e}", dir.display())),
         };
-        let mut names = Vec::new();
+        let mut files = Vec::new();
         for entry in entries {
             let file = entry.map_err(|e| format!("listing {}: {e}", dir.display()))?.file_name();
             let file = file.to_string_lossy();
-            if is_temp_name(&file) {
-                continue;
-            }
-            match file.strip_suffix(".json").filter(|name| valid_name(name)) {
-                Some(name) => names.push(name.to_string()),
-                None => {
-                    return Err(format!(
-                        "{}: not a tenant's record (tenants/NAME.json, NAME of a-z, 0-9, `-`, `_`)",
-                        dir.join(&*file).display()
-                    ));
-                }
+            if !is_temp_name(&file) {
+                files.push(file.into_owned());
             }
         }
-        names.sort();
-        Ok(names)
+        files.sort();
+        Ok(files)
     }
 
     fn read_tenant(&self, name: &str) -> Result<Option<TenantRecord>, String> {
         let path = self.tenant_path(name);
         match read_private(&path, MAX_RECORD_BYTES) {
-            Ok(text) => {
-                serde_json::from_slice(&text).map(Some).map_err(|e| format!("{}: {e}", path.display()))
-            }
+            Ok(text) => TenantRecord::from_stored(name, &text)
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(format!("reading {}: {e}", path.display())),
         }
@@ -197,11 +212,18 @@ impl StoreReader {
     }
 }
 
+/// The tenant whose record file `tenants/<file>` is; `None` for a file no tenant has
+/// that name for.
+fn tenant_name(file: &str) -> Option<&str> {
+    file.strip_suffix(".json").filter(|name| valid_name(name))
+}
+
 /// A format-1 manifest's registry.
 fn whole(file: ManifestFile) -> Manifest {
     Manifest {
         tenants: file.tenants.into_iter().map(|(name, record)| (name, Arc::new(record))).collect(),
         routers: file.routers.into_iter().collect(),
+        unreadable: imbl::OrdMap::new(),
     }
 }
 
@@ -296,15 +318,20 @@ impl Store {
     /// Writes the whole `manifest`: every tenant's record and the routers, then removes
     /// the record of every tenant it does not name, then the format marker. Not atomic
     /// across tenants (each file is): for the migration and for tests. The service
-    /// commits one tenant, or the routers, at a time.
+    /// commits one tenant, or the routers, at a time. A record the manifest lists as
+    /// unreadable ([`Manifest::unreadable`]) is left as it is, as is a file no tenant has
+    /// the name of.
     pub fn write_manifest(&self, manifest: &Manifest) -> std::io::Result<()> {
         for (name, record) in &manifest.tenants {
             self.write_tenant(name, Some(record))?;
         }
-        self.write_routers(&manifest.routers)?;
-        for name in self.reader.tenant_names().map_err(std::io::Error::other)? {
-            if !manifest.tenants.contains_key(&name) {
-                self.write_tenant(&name, None)?;
+        if !manifest.unreadable.values().any(|u| u.holds == Holds::Routers) {
+            self.write_routers(&manifest.routers)?;
+        }
+        for file in self.reader.tenant_files().map_err(std::io::Error::other)? {
+            let Some(name) = tenant_name(&file) else { continue };
+            if !manifest.tenants.contains_key(name) && manifest.unreadable_tenant(name).is_none() {
+                self.write_tenant(name, None)?;
             }
         }
         self.write_marker()

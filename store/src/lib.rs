@@ -3,6 +3,10 @@
 //! fsync of the directory, so after `kill -9` or a power cut a file is either the old one
 //! or the new one, never half.
 //!
+//! Records are forward compatible: a field this build does not know is kept and written
+//! back ([`UnknownFields`]), and a record file it cannot read at all is skipped, not an
+//! error for the whole directory ([`Manifest::unreadable`]).
+//!
 //! Layout (format 2): `tenants/<name>.json` (a tenant's token hash, policies, versions,
 //! assignments), `routers.json` (router name → token hash), `blobs/<sha256>.wasm` (the
 //! uploaded bytes), `admin.token` (see `auth`), `lock`, and `manifest.json`, which in
@@ -30,7 +34,10 @@ mod dir;
 mod records;
 
 pub use dir::{ManifestStamp, Store, StoreReader};
-pub use records::{Assignment, Manifest, PolicyRecord, Routed, TenantRecord, VersionRecord, valid_name};
+pub use records::{
+    Assignment, Holds, Manifest, PolicyRecord, Routed, TenantRecord, UnknownFields, Unreadable,
+    VersionRecord, valid_name,
+};
 
 #[cfg(test)]
 mod tests;

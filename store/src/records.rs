@@ -1,10 +1,16 @@
 //! The registry's records: tenants (token hash, policies, versions, classes) and routers,
 //! as the service commits them and a reader resolves a class's route.
+//!
+//! Forward compatible: a field this build does not know (one a newer build added, in the
+//! record or in a policy, version or class of it) is no error. It is kept
+//! ([`UnknownFields`]) and written back when this build rewrites the record, so an older
+//! replica's upload or assignment does not strip what a newer one stored. A record this
+//! build cannot read at all is skipped and kept as it is ([`Unreadable`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use switchyard::FailMode;
 
 /// Everything committed: the only state that survives a restart.
@@ -18,26 +24,82 @@ pub struct Manifest {
     pub tenants: imbl::OrdMap<String, Arc<TenantRecord>>,
     /// Router name → sha256 of its token (routers may select for any tenant).
     pub routers: imbl::OrdMap<String, String>,
+    /// The stored records this build could not read, by where they are (a data dir's
+    /// file, `tenants/acme.json`, or a fleet's key, `tenant.acme`): skipped, so what they
+    /// hold is not served, and never written over (see [`Manifest::unreadable_tenant`]).
+    pub unreadable: imbl::OrdMap<String, Unreadable>,
 }
 
-/// One tenant: its token's hash, its policies and where its classes route.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A stored record this build cannot read: damaged, or a newer build's in a form this one
+/// does not know (a value it cannot parse, a key or file of a kind it does not write).
+/// Skipped at load and in a fleet's watch rather than stopping the service; kept as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// What the record holds, as its key or file name says.
+    pub holds: Holds,
+    /// Why this build cannot read it.
+    pub reason: String,
+}
+
+/// What a stored record holds, as its key or file name says: the tenant or router whose
+/// writes must wait until the record is readable again (or removed), so that none of
+/// them replaces it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holds {
+    /// Tenant `name`'s record.
+    Tenant(String),
+    /// Router `name`'s token hash (a fleet's registry keeps one key per router).
+    Router(String),
+    /// Every router's token hash (the data dir's `routers.json`).
+    Routers,
+    /// Nothing this build knows of: a key or file of a kind it does not write.
+    Unknown,
+}
+
+/// A JSON object's fields.
+type Fields = serde_json::Map<String, serde_json::Value>;
+
+/// The fields of a stored tenant record, and of its policies, versions and class
+/// assignments, that this build does not know: a newer build's. Kept as read and written
+/// back with the record; those of a policy, version or class this build removes go with it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UnknownFields {
+    record: Fields,
+    /// Policy name → its unknown fields.
+    policies: BTreeMap<String, Fields>,
+    /// Policy name → version → that version's unknown fields.
+    versions: BTreeMap<String, BTreeMap<String, Fields>>,
+    /// Class name → its assignment's unknown fields.
+    classes: BTreeMap<String, Fields>,
+}
+
+impl UnknownFields {
+    /// Whether the record had no field this build does not know.
+    pub fn is_empty(&self) -> bool {
+        self.record.is_empty()
+            && self.policies.is_empty()
+            && self.versions.is_empty()
+            && self.classes.is_empty()
+    }
+}
+
+/// One tenant: its token's hash, its policies and where its classes route. Stored as
+/// JSON; fields this build does not know are kept in [`TenantRecord::unknown`].
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TenantRecord {
     /// sha256 of the tenant's token, hex. The token itself is never stored.
     pub token_sha256: String,
     /// Policy name → its versions.
-    #[serde(default)]
     pub policies: BTreeMap<String, PolicyRecord>,
     /// Class name → where it routes (an unassigned class runs the builtin default).
-    #[serde(default)]
     pub classes: BTreeMap<String, Assignment>,
+    /// What the stored record held that this build does not know, written back with it.
+    pub unknown: UnknownFields,
 }
 
 /// One named policy of a tenant: every version uploaded, which is active, and the
 /// versions active before it (most recent last) for rollback.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct PolicyRecord {
     /// The versions kept (the active one, the rollback history, those classes pin), in
     /// the order they were first uploaded.
@@ -58,7 +120,6 @@ impl PolicyRecord {
 
 /// One uploaded version: the component (by its blob) and the parameters it runs with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct VersionRecord {
     /// sha256 of the bytes, or of bytes + parameters (see `version_of`).
     pub version: String,
@@ -73,7 +134,6 @@ pub struct VersionRecord {
 /// A class's policy: a builtin name or one of the tenant's; `version` pins one, absent
 /// follows the policy's active version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Assignment {
     /// A builtin's name or one of the tenant's policies.
     pub policy: String,
@@ -126,6 +186,27 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 impl Manifest {
+    /// The record this build could not read that a write of tenant `name` would replace:
+    /// (where it is, why it was skipped).
+    pub fn unreadable_tenant(&self, name: &str) -> Option<(&str, &Unreadable)> {
+        self.unreadable_holding(|holds| matches!(holds, Holds::Tenant(t) if t == name))
+    }
+
+    /// The record this build could not read that a write of router `name` would replace
+    /// (its own key, or the data dir's one file of every router).
+    pub fn unreadable_router(&self, name: &str) -> Option<(&str, &Unreadable)> {
+        self.unreadable_holding(|holds| match holds {
+            Holds::Router(r) => r == name,
+            Holds::Routers => true,
+            Holds::Tenant(_) | Holds::Unknown => false,
+        })
+    }
+
+    fn unreadable_holding(&self, holds: impl Fn(&Holds) -> bool) -> Option<(&str, &Unreadable)> {
+        // A walk: there are none, or a few, and only a write asks.
+        self.unreadable.iter().find(|(_, u)| holds(&u.holds)).map(|(at, u)| (at.as_str(), u))
+    }
+
     /// Every version every tenant keeps: (tenant, policy name, version).
     pub fn versions(&self) -> impl Iterator<Item = (&str, &str, &VersionRecord)> {
         self.tenants
@@ -155,5 +236,166 @@ impl TenantRecord {
             .version(version)
             .ok_or_else(|| format!("policy `{}` keeps no version {version}", a.policy))?;
         Ok(Routed::Version { policy: &a.policy, record, on_fault: a.on_fault })
+    }
+}
+
+impl TenantRecord {
+    /// Tenant `name`'s record from its stored JSON, checked as the service requires of
+    /// what it commits (the names it routes and labels metrics by; blob names that are
+    /// hex digits). `Err` says why this build cannot use it.
+    pub fn from_stored(name: &str, json: &[u8]) -> Result<Self, String> {
+        if !valid_name(name) {
+            return Err(format!("`{name}` is not a tenant name (a-z, 0-9, `-`, `_`; 1–64)"));
+        }
+        let record: Self = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        record.check()?;
+        Ok(record)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let name = |what: &str, name: &str| match valid_name(name) {
+            true => Ok(()),
+            false => Err(format!("{what} `{name}` is not a name (a-z, 0-9, `-`, `_`; 1–64)")),
+        };
+        for (policy, record) in &self.policies {
+            name("policy", policy)?;
+            for v in &record.versions {
+                if v.blob.is_empty() || !v.blob.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(format!(
+                        "policy `{policy}` version {}: blob `{}` is not hex digits",
+                        v.version, v.blob
+                    ));
+                }
+            }
+        }
+        for (class, assignment) in &self.classes {
+            name("class", class)?;
+            name(&format!("class `{class}`'s policy"), &assignment.policy)?;
+        }
+        Ok(())
+    }
+}
+
+// The stored form of a tenant record: the known fields, and beside each object's the
+// ones this build does not know (`flatten` into a map takes every field the struct did
+// not), so that they go back where they were.
+
+/// `T`'s fields and the others of its object.
+#[derive(Deserialize)]
+struct Stored<T> {
+    #[serde(flatten)]
+    known: T,
+    #[serde(flatten)]
+    unknown: Fields,
+}
+
+#[derive(Deserialize)]
+struct StoredTenant {
+    token_sha256: String,
+    #[serde(default)]
+    policies: BTreeMap<String, StoredPolicy>,
+    #[serde(default)]
+    classes: BTreeMap<String, Stored<Assignment>>,
+    #[serde(flatten)]
+    unknown: Fields,
+}
+
+#[derive(Deserialize)]
+struct StoredPolicy {
+    versions: Vec<Stored<VersionRecord>>,
+    active: String,
+    #[serde(default)]
+    previous: Vec<String>,
+    #[serde(flatten)]
+    unknown: Fields,
+}
+
+/// [`Stored`], borrowed, to write.
+#[derive(Serialize)]
+struct StoredRef<'a, T> {
+    #[serde(flatten)]
+    known: &'a T,
+    #[serde(flatten)]
+    unknown: Option<&'a Fields>,
+}
+
+#[derive(Serialize)]
+struct StoredTenantRef<'a> {
+    token_sha256: &'a str,
+    policies: BTreeMap<&'a str, StoredPolicyRef<'a>>,
+    classes: BTreeMap<&'a str, StoredRef<'a, Assignment>>,
+    #[serde(flatten)]
+    unknown: &'a Fields,
+}
+
+#[derive(Serialize)]
+struct StoredPolicyRef<'a> {
+    versions: Vec<StoredRef<'a, VersionRecord>>,
+    active: &'a str,
+    previous: &'a [String],
+    #[serde(flatten)]
+    unknown: Option<&'a Fields>,
+}
+
+impl<'de> Deserialize<'de> for TenantRecord {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let stored = StoredTenant::deserialize(deserializer)?;
+        let mut unknown = UnknownFields { record: stored.unknown, ..UnknownFields::default() };
+        let mut policies = BTreeMap::new();
+        for (name, policy) in stored.policies {
+            let mut versions = Vec::with_capacity(policy.versions.len());
+            for v in policy.versions {
+                if !v.unknown.is_empty() {
+                    let of_policy = unknown.versions.entry(name.clone()).or_default();
+                    of_policy.insert(v.known.version.clone(), v.unknown);
+                }
+                versions.push(v.known);
+            }
+            if !policy.unknown.is_empty() {
+                unknown.policies.insert(name.clone(), policy.unknown);
+            }
+            policies
+                .insert(name, PolicyRecord { versions, active: policy.active, previous: policy.previous });
+        }
+        let mut classes = BTreeMap::new();
+        for (class, a) in stored.classes {
+            if !a.unknown.is_empty() {
+                unknown.classes.insert(class.clone(), a.unknown);
+            }
+            classes.insert(class, a.known);
+        }
+        Ok(Self { token_sha256: stored.token_sha256, policies, classes, unknown })
+    }
+}
+
+impl Serialize for TenantRecord {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let unknown = &self.unknown;
+        let policies = self
+            .policies
+            .iter()
+            .map(|(name, policy)| {
+                let of_policy = unknown.versions.get(name);
+                let versions = policy
+                    .versions
+                    .iter()
+                    .map(|v| StoredRef { known: v, unknown: of_policy.and_then(|m| m.get(&v.version)) })
+                    .collect();
+                let stored = StoredPolicyRef {
+                    versions,
+                    active: &policy.active,
+                    previous: &policy.previous,
+                    unknown: unknown.policies.get(name),
+                };
+                (name.as_str(), stored)
+            })
+            .collect();
+        let classes = self
+            .classes
+            .iter()
+            .map(|(class, a)| (class.as_str(), StoredRef { known: a, unknown: unknown.classes.get(class) }))
+            .collect();
+        StoredTenantRef { token_sha256: &self.token_sha256, policies, classes, unknown: &unknown.record }
+            .serialize(serializer)
     }
 }

@@ -35,18 +35,29 @@ fn manifest_round_trips_and_a_crash_leftover_is_removed() {
     assert_eq!(store.read_blob("00ff").unwrap(), b"bytes");
 }
 
+/// An artifact cache in `<dir>/compiled`, with a key of its own.
+fn artifact_cache(dir: &Path) -> switchyard::ArtifactCache {
+    let key = switchyard::cache::ArtifactKey::generate().unwrap();
+    switchyard::ArtifactCache::open(dir.join("compiled"), key).unwrap()
+}
+
 #[test]
 fn a_removed_blob_takes_its_artifact_with_it_and_removing_twice_is_fine() {
     let dir = temp("remove");
     let store = Store::open(&dir).unwrap();
-    let cache = switchyard::ArtifactCache::open(dir.join("compiled")).unwrap();
+    let cache = artifact_cache(&dir);
     let engine = PolicyEngine::new(switchyard::Limits::default()).unwrap().with_artifact_cache(cache.clone());
     store.write_blob("00ff", b"bytes").unwrap();
     store.write_blob("11ee", b"other").unwrap();
     let artifact = cache.path_for(engine.engine(), b"bytes");
     std::fs::write(&artifact, b"compiled").unwrap();
+    let beside = switchyard::ArtifactCache::digest_paths(&artifact);
+    for file in &beside {
+        std::fs::write(file, b"a MAC, or an unkeyed digest").unwrap();
+    }
     store.remove_blob("00ff", &engine).unwrap();
     assert!(!artifact.exists(), "the artifact of the removed blob is gone");
+    assert!(beside.iter().all(|file| !file.exists()), "and what was beside it: {beside:?}");
     assert!(store.read_blob("00ff").is_err());
     assert_eq!(store.read_blob("11ee").unwrap(), b"other", "other blobs stay");
     store.remove_blob("00ff", &engine).unwrap();
@@ -56,7 +67,7 @@ fn a_removed_blob_takes_its_artifact_with_it_and_removing_twice_is_fine() {
 fn a_blob_that_is_a_symlink_is_not_read_through_when_removed() {
     let dir = temp("remove-symlink");
     let store = Store::open(&dir).unwrap();
-    let cache = switchyard::ArtifactCache::open(dir.join("compiled")).unwrap();
+    let cache = artifact_cache(&dir);
     let engine = PolicyEngine::new(switchyard::Limits::default()).unwrap().with_artifact_cache(cache.clone());
     // Another blob's artifact, and a "blob" that is a link to that blob's bytes.
     store.write_blob("00ff", b"bytes").unwrap();
@@ -77,13 +88,130 @@ fn a_corrupt_or_foreign_manifest_is_an_error_not_an_empty_store() {
     assert!(store.load_manifest().unwrap_err().contains("manifest.json"));
     write_private(&dir, "manifest.json", b"{\"format\": 9, \"tenants\": {}}").unwrap();
     assert!(store.load_manifest().unwrap_err().contains("format 9"));
-    write_private(&dir, "manifest.json", b"{\"format\": 2, \"tenants\": {}}").unwrap();
-    write_private(&dir.join("tenants"), "acme.json", b"{\"token_sha256\": ").unwrap();
-    assert!(store.load_manifest().unwrap_err().contains("acme.json"));
-    // A file no tenant could have written is named, not skipped or taken for a tenant.
-    std::fs::remove_file(dir.join("tenants/acme.json")).unwrap();
-    write_private(&dir.join("tenants"), "Not A Tenant.json", b"{}").unwrap();
-    assert!(store.load_manifest().unwrap_err().contains("Not A Tenant.json"), "named");
+}
+
+#[test]
+fn a_record_file_this_build_cannot_read_is_skipped_named_and_never_written_over() {
+    let dir = temp("unreadable");
+    let store = Store::open(&dir).unwrap();
+    let mut manifest = Manifest::default();
+    manifest.tenants.insert("good".into(), Arc::new(tenant("gg")));
+    manifest.routers.insert("edge".into(), "ee".into());
+    store.write_manifest(&manifest).unwrap();
+    let tenants = dir.join("tenants");
+    write_private(&tenants, "acme.json", b"{\"token_sha256\": ").unwrap();
+    write_private(
+        &tenants,
+        "bad-name.json",
+        br#"{"token_sha256": "bb", "policies": {"No Name": {"versions": [], "active": "v"}}}"#,
+    )
+    .unwrap();
+    // A file no tenant could have written is named, not taken for a tenant.
+    write_private(&tenants, "Not A Tenant.json", b"{}").unwrap();
+
+    let read = store.load_manifest().unwrap();
+    assert_eq!(read.tenants.keys().collect::<Vec<_>>(), ["good"], "the readable tenant is served");
+    assert_eq!(read.routers, manifest.routers);
+    let skipped: Vec<(&str, &Holds)> =
+        read.unreadable.iter().map(|(at, u)| (at.as_str(), &u.holds)).collect();
+    assert_eq!(
+        skipped,
+        [
+            ("tenants/Not A Tenant.json", &Holds::Unknown),
+            ("tenants/acme.json", &Holds::Tenant("acme".into())),
+            ("tenants/bad-name.json", &Holds::Tenant("bad-name".into())),
+        ]
+    );
+    assert!(read.unreadable["tenants/acme.json"].reason.contains("EOF"), "{:?}", read.unreadable);
+    assert!(
+        read.unreadable["tenants/bad-name.json"].reason.contains("policy `No Name`"),
+        "{:?}",
+        read.unreadable
+    );
+    assert_eq!(read.unreadable_tenant("acme").map(|(at, _)| at), Some("tenants/acme.json"));
+    assert_eq!(read.unreadable_tenant("good"), None);
+    assert_eq!(read.unreadable_router("edge"), None);
+    // Rewriting the whole manifest as read leaves the unreadable files as they were.
+    store.write_manifest(&read).unwrap();
+    assert_eq!(std::fs::read(tenants.join("acme.json")).unwrap(), b"{\"token_sha256\": ");
+    assert!(tenants.join("Not A Tenant.json").exists() && tenants.join("bad-name.json").exists());
+    // One tenant's record, read alone, is still an error naming it.
+    let reader = StoreReader::new(&dir).unwrap();
+    assert!(reader.load_tenant("acme").unwrap_err().contains("acme.json"));
+
+    // An unreadable routers.json: skipped, standing for every router, and kept.
+    write_private(&dir, "routers.json", b"[\"a newer build's form\"]").unwrap();
+    let read = store.load_manifest().unwrap();
+    assert!(read.routers.is_empty());
+    assert_eq!(read.unreadable["routers.json"].holds, Holds::Routers);
+    assert_eq!(read.unreadable_router("any").map(|(at, _)| at), Some("routers.json"));
+    store.write_manifest(&read).unwrap();
+    assert_eq!(std::fs::read(dir.join("routers.json")).unwrap(), b"[\"a newer build's form\"]");
+}
+
+#[test]
+fn fields_a_newer_build_added_are_read_and_written_back() {
+    let newer = serde_json::json!({
+        "token_sha256": "aa",
+        "quota": {"selections": 5},
+        "policies": {"mine": {
+            "versions": [
+                {"version": "v1", "blob": "00ff", "params": "{}", "size": 5, "compiler": "next"},
+                {"version": "v2", "blob": "00ff", "params": "{}", "size": 5},
+            ],
+            "active": "v2",
+            "previous": ["v1"],
+            "label": "blue",
+        }},
+        "classes": {"latency": {"policy": "mine", "version": null, "on_fault": "closed", "weight": 3}},
+    });
+    let mut record = TenantRecord::from_stored("acme", newer.to_string().as_bytes()).unwrap();
+    assert!(!record.unknown.is_empty());
+    assert_eq!(record.policies["mine"].active, "v2");
+    assert_eq!(record.classes["latency"].on_fault, FailMode::Closed);
+    assert_eq!(serde_json::to_value(&record).unwrap(), newer, "written back whole");
+
+    // This build's own changes go in beside them; what it removes takes its fields along.
+    record.classes.insert(
+        "batch".into(),
+        Assignment { policy: "mine".into(), version: None, on_fault: FailMode::Open },
+    );
+    let policy = record.policies.get_mut("mine").unwrap();
+    policy.active = "v1".into();
+    policy.previous.clear();
+    policy.versions.retain(|v| v.version == "v1");
+    let mut expected = newer.clone();
+    expected["classes"]["batch"] = serde_json::json!({"policy": "mine", "version": null, "on_fault": "open"});
+    expected["policies"]["mine"]["active"] = "v1".into();
+    expected["policies"]["mine"]["previous"] = serde_json::json!([]);
+    expected["policies"]["mine"]["versions"].as_array_mut().unwrap().pop();
+    assert_eq!(serde_json::to_value(&record).unwrap(), expected);
+
+    // Through the data dir's file, the same.
+    let dir = temp("newer-fields");
+    let store = Store::open(&dir).unwrap();
+    store.write_tenant("acme", Some(&record)).unwrap();
+    let read = store.load_manifest().unwrap();
+    assert_eq!(*read.tenants["acme"], record);
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("tenants/acme.json")).unwrap()).unwrap();
+    assert_eq!(file, expected);
+}
+
+#[test]
+fn a_record_with_a_name_the_service_cannot_have_is_refused_saying_which() {
+    let refused = |name: &str, json: serde_json::Value| {
+        TenantRecord::from_stored(name, json.to_string().as_bytes()).unwrap_err()
+    };
+    assert!(
+        refused("Acme", serde_json::json!({"token_sha256": "aa"})).contains("`Acme` is not a tenant name")
+    );
+    let class = serde_json::json!({"token_sha256": "aa", "classes": {"a b": {"policy": "default"}}});
+    assert!(refused("acme", class).contains("class `a b`"));
+    let blob = serde_json::json!({"token_sha256": "aa", "policies": {"p": {"active": "v",
+        "versions": [{"version": "v", "blob": "../x", "params": "{}", "size": 1}]}}});
+    assert!(refused("acme", blob).contains("blob `../x`"));
+    assert!(refused("acme", serde_json::json!({"policies": {}})).contains("token_sha256"));
 }
 
 #[test]
