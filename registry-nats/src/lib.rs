@@ -13,6 +13,11 @@
 //!   against it on the way in and on the way out ([`blobs`]).
 //! - **Every change is watched** ([`NatsRegistry::watch`]): a replica loads the registry
 //!   once ([`NatsRegistry::load`]), then follows the changes after the revision it loaded.
+//! - **Records are forward compatible**: a field this build does not know is kept and
+//!   written back (`switchyard_store::UnknownFields`); a key whose value it cannot read,
+//!   or of a kind it does not know, is skipped at load and in the watch
+//!   ([`Event::Unreadable`]), not an error, so one bad record never keeps a replica from
+//!   starting.
 //!
 //! Both buckets use file storage, so a restarted server keeps them. `switchyard serve
 //! --registry nats://…` runs on it (`switchyard-service`'s `registry` and `fleet`).
@@ -28,4 +33,4 @@ pub mod watch;
 pub use error::RegistryError;
 pub use keys::{Expected, Key};
 pub use registry::{Buckets, DEFAULT_BLOB_GRACE, Loaded, NatsRegistry};
-pub use watch::{Change, Value};
+pub use watch::{Change, Event, Value};

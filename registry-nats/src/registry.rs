@@ -7,7 +7,7 @@ use async_nats::jetstream::kv::{self, CreateErrorKind, UpdateErrorKind};
 use async_nats::jetstream::{self, stream::StorageType};
 use bytes::Bytes;
 use futures_util::TryStreamExt;
-use switchyard_store::{Manifest, TenantRecord};
+use switchyard_store::{Holds, Manifest, TenantRecord, Unreadable, valid_name};
 
 use crate::error::RegistryError;
 use crate::keys::{Expected, Key};
@@ -40,7 +40,8 @@ impl Default for Buckets {
 }
 
 /// The registry as loaded: the manifest the service works on, and the revision of every
-/// key in it, which its next write of that key expects.
+/// key in it, which its next write of that key expects. A key this build cannot read is
+/// skipped into the manifest's `unreadable` (by the key), with its revision here too.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Loaded {
     /// Tenants and routers, as the file store's manifest holds them.
@@ -108,6 +109,13 @@ impl NatsRegistry {
         Ok(Self { client, kv, blobs, blob_grace: buckets.blob_grace })
     }
 
+    /// The key-value bucket of tenants and routers itself, as `nats kv` sees it: for
+    /// tools (and tests) that look at or repair what is stored, beside the records this
+    /// crate writes. Writing it bypasses the compare-and-set the service relies on.
+    pub fn records(&self) -> &kv::Store {
+        &self.kv
+    }
+
     /// How long a blob no tenant names is kept ([`Buckets::blob_grace`]).
     pub fn blob_grace(&self) -> Duration {
         self.blob_grace
@@ -122,7 +130,8 @@ impl NatsRegistry {
 
     /// Every tenant and router now, with their revisions. Gives up after
     /// [`LOAD_TIMEOUT`] (listing the keys is a consumer, which waits as long as NATS is
-    /// silent).
+    /// silent). A key this build cannot read is skipped, not an error: one bad record
+    /// (or a newer build's) must not keep a replica from starting.
     pub async fn load(&self) -> Result<Loaded, RegistryError> {
         match tokio::time::timeout(LOAD_TIMEOUT, self.load_now()).await {
             Ok(loaded) => loaded,
@@ -151,18 +160,16 @@ impl NatsRegistry {
                 continue;
             }
             loaded.last_revision = loaded.last_revision.max(entry.revision);
-            match Key::parse(&key) {
-                Some(Key::Tenant(name)) => {
-                    let record = serde_json::from_slice(&entry.value)
-                        .map_err(|e| RegistryError::corrupt(&key, e.to_string()))?;
+            match read_value(&key, &entry.value) {
+                Ok(Record::Tenant(name, record)) => {
                     loaded.manifest.tenants.insert(name, std::sync::Arc::new(record));
                 }
-                Some(Key::Router(name)) => {
-                    let hash = String::from_utf8(entry.value.to_vec())
-                        .map_err(|e| RegistryError::corrupt(&key, e.to_string()))?;
+                Ok(Record::Router(name, hash)) => {
                     loaded.manifest.routers.insert(name, hash);
                 }
-                None => return Err(RegistryError::corrupt(&key, "not a key this registry writes")),
+                Err(unreadable) => {
+                    loaded.manifest.unreadable.insert(key.clone(), unreadable);
+                }
             }
             loaded.revisions.insert(key, entry.revision);
         }
@@ -227,5 +234,36 @@ impl NatsRegistry {
                 })
             }
         }
+    }
+}
+
+/// A record read from its key and value.
+pub(crate) enum Record {
+    /// `tenant.<name>`.
+    Tenant(String, TenantRecord),
+    /// `router.<name>`: its token hash.
+    Router(String, String),
+}
+
+/// The record `key` holds as `value`, checked; `Err` says why this build cannot read it.
+pub(crate) fn read_value(key: &str, value: &[u8]) -> Result<Record, Unreadable> {
+    match Key::parse(key) {
+        Some(Key::Tenant(name)) => match TenantRecord::from_stored(&name, value) {
+            Ok(record) => Ok(Record::Tenant(name, record)),
+            Err(reason) => Err(Unreadable { holds: Holds::Tenant(name), reason }),
+        },
+        Some(Key::Router(name)) => {
+            let hash = match std::str::from_utf8(value) {
+                Ok(_) if !valid_name(&name) => Err(format!("`{name}` is not a router name")),
+                Ok(hash) => Ok(hash.to_string()),
+                Err(e) => Err(format!("not a token hash: {e}")),
+            };
+            hash.map(|hash| Record::Router(name.clone(), hash))
+                .map_err(|reason| Unreadable { holds: Holds::Router(name), reason })
+        }
+        None => Err(Unreadable {
+            holds: Holds::Unknown,
+            reason: "not a kind of key this build writes (tenant.NAME, router.NAME)".into(),
+        }),
     }
 }

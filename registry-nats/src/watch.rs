@@ -2,11 +2,28 @@
 
 use async_nats::jetstream::kv;
 use futures_util::{Stream, StreamExt};
-use switchyard_store::TenantRecord;
+use switchyard_store::{TenantRecord, Unreadable};
 
 use crate::error::RegistryError;
 use crate::keys::Key;
-use crate::registry::NatsRegistry;
+use crate::registry::{NatsRegistry, Record, read_value};
+
+/// What the watch reports of one write to the registry.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A tenant or router changed (or was removed).
+    Change(Change),
+    /// A key changed whose value this build cannot read, or a key of a kind it does not
+    /// know was written or removed: to skip, and never to write over.
+    Unreadable {
+        /// The key, as stored (`tenant.acme`, `widget.x`).
+        key: String,
+        /// Its revision after the change.
+        revision: u64,
+        /// Why it cannot be read; `None` when the key was removed.
+        record: Option<Unreadable>,
+    },
+}
 
 /// One change to the registry.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,32 +48,36 @@ pub enum Value {
 impl NatsRegistry {
     /// Every change after revision `after` (what [`NatsRegistry::load`] reported as its
     /// `last_revision`), as it happens. The stream ends if the connection to the server
-    /// is lost for good; a key it cannot read is an error item, and the stream goes on.
+    /// is lost for good; an error item is the server's, and the stream goes on. A key
+    /// this build cannot read is an [`Event::Unreadable`], not an error.
     pub async fn watch(
         &self,
         after: u64,
-    ) -> Result<impl Stream<Item = Result<Change, RegistryError>> + use<>, RegistryError> {
+    ) -> Result<impl Stream<Item = Result<Event, RegistryError>> + use<>, RegistryError> {
         let watch = self.kv.watch_all_from_revision(after + 1).await.map_err(RegistryError::unavailable)?;
-        Ok(watch.filter_map(|entry| async move {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(e) => return Some(Err(RegistryError::unavailable(e))),
-            };
-            let Some(key) = Key::parse(&entry.key) else {
-                return Some(Err(RegistryError::corrupt(&entry.key, "not a key this registry writes")));
-            };
-            let value = match (entry.operation, &key) {
-                (kv::Operation::Delete | kv::Operation::Purge, _) => None,
-                (kv::Operation::Put, Key::Tenant(_)) => match serde_json::from_slice(&entry.value) {
-                    Ok(record) => Some(Value::Tenant(record)),
-                    Err(e) => return Some(Err(RegistryError::corrupt(&entry.key, e.to_string()))),
+        Ok(watch.map(|entry| {
+            let entry = entry.map_err(RegistryError::unavailable)?;
+            let revision = entry.revision;
+            let removed = matches!(entry.operation, kv::Operation::Delete | kv::Operation::Purge);
+            Ok(match (removed, Key::parse(&entry.key)) {
+                (true, Some(key)) => Event::Change(Change { key, revision, value: None }),
+                (true, None) => Event::Unreadable { key: entry.key, revision, record: None },
+                (false, _) => match read_value(&entry.key, &entry.value) {
+                    Ok(Record::Tenant(name, record)) => Event::Change(Change {
+                        key: Key::Tenant(name),
+                        revision,
+                        value: Some(Value::Tenant(record)),
+                    }),
+                    Ok(Record::Router(name, hash)) => Event::Change(Change {
+                        key: Key::Router(name),
+                        revision,
+                        value: Some(Value::Router(hash)),
+                    }),
+                    Err(unreadable) => {
+                        Event::Unreadable { key: entry.key, revision, record: Some(unreadable) }
+                    }
                 },
-                (kv::Operation::Put, Key::Router(_)) => match String::from_utf8(entry.value.to_vec()) {
-                    Ok(hash) => Some(Value::Router(hash)),
-                    Err(e) => return Some(Err(RegistryError::corrupt(&entry.key, e.to_string()))),
-                },
-            };
-            Some(Ok(Change { key, revision: entry.revision, value }))
+            })
         }))
     }
 }

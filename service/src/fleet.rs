@@ -1,18 +1,19 @@
 //! A replica of a fleet (`serve --registry nats://…`) follows the shared registry: every
 //! change another replica commits is adopted here, its new versions loaded before the
 //! snapshot that routes to them is swapped in, so no selection waits on a compile. Each
-//! replica also sweeps the blobs no tenant names any more.
+//! replica also sweeps the blobs no tenant names any more. A change this build cannot
+//! read is skipped, logged and counted, and what it holds is not written over from here.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use switchyard_registry_nats::{Change, Key, RegistryError, Value};
+use switchyard_registry_nats::{Change, Event, Key, RegistryError, Value};
 
 use crate::rates::WriteKind;
 use crate::state::Service;
-use crate::store::TenantRecord;
+use crate::store::{TenantRecord, Unreadable};
 
 /// How long to wait before watching again after the watch ended or failed.
 const REWATCH: Duration = Duration::from_millis(500);
@@ -26,8 +27,11 @@ pub async fn follow(service: Arc<Service>) {
                 let mut changes = std::pin::pin!(changes);
                 while let Some(item) = changes.next().await {
                     match item {
-                        Ok(change) => apply(&service, change).await,
-                        Err(e) => tracing::warn!(error = %e, "a registry change this replica cannot read"),
+                        Ok(Event::Change(change)) => apply(&service, change).await,
+                        Ok(Event::Unreadable { key, revision, record }) => {
+                            skip(&service, &key, revision, record).await
+                        }
+                        Err(e) => tracing::warn!(error = %e, "the registry's watch"),
                     }
                 }
                 tracing::warn!("the registry's watch ended; watching again");
@@ -74,7 +78,8 @@ async fn apply(service: &Service, change: Change) {
     service.load_components(&blobs);
     let mut writer = service.writer.lock().await;
     let Some(nats) = service.loader.registry.nats() else { return };
-    if !nats.take(&change) {
+    let key = change.key.to_string();
+    if !nats.take(&key, change.revision, change.value.is_some()) {
         // Seen already (this replica's own commit, say): what was loaded for it is
         // either named already or not needed.
         for blob in &blobs {
@@ -101,7 +106,31 @@ async fn apply(service: &Service, change: Change) {
         }
         (key, Some(_)) => return tracing::warn!(key = %key, "a registry value of the wrong kind"),
     }
+    // Readable again, or gone: a record skipped before under this key no longer stands.
+    manifest.unreadable.remove(&key);
     service.adopt(&mut writer, manifest, change.key);
+}
+
+/// Takes note of a write of `key` this build cannot read (`record` says why; `None`: a
+/// key of a kind it does not know was removed), unless this replica saw it already. The
+/// record is skipped (logged and counted) and, until a readable change of the key, no
+/// write from here replaces it; what this replica read of that tenant or router before,
+/// if anything, goes on serving.
+async fn skip(service: &Service, key: &str, revision: u64, record: Option<Unreadable>) {
+    let mut writer = service.writer.lock().await;
+    let Some(nats) = service.loader.registry.nats() else { return };
+    if !nats.take(key, revision, record.is_some()) {
+        return;
+    }
+    match record {
+        Some(record) => {
+            crate::registry::skipped(&service.metrics, key, &record);
+            writer.manifest.unreadable.insert(key.to_string(), record);
+        }
+        None => {
+            writer.manifest.unreadable.remove(key);
+        }
+    }
 }
 
 /// What another replica's write of a tenant's record was, for the tenant's write rates:

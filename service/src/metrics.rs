@@ -286,6 +286,8 @@ pub struct Metrics {
     compiles_abandoned: CountGauge,
     /// Uploads refused with `compile-busy`: no compile permit freed up in time.
     compile_busy: Counter,
+    /// Stored registry records this build could not read, skipped.
+    records_skipped: Counter,
 }
 
 impl Default for Metrics {
@@ -302,6 +304,7 @@ impl Default for Metrics {
             collected: Family::default(),
             compiles_abandoned: CountGauge::default(),
             compile_busy: Counter::default(),
+            records_skipped: Counter::default(),
         }
     }
 }
@@ -373,6 +376,12 @@ impl Metrics {
     /// An upload was refused `compile-busy`.
     pub fn compile_busy(&self) {
         self.compile_busy.inc();
+    }
+
+    /// A stored registry record this build cannot read was skipped (at start-up, or in a
+    /// fleet's watch).
+    pub fn record_skipped(&self) {
+        self.records_skipped.inc();
     }
 
     /// Registers every metric in `registry`, for one scrape, with `state` as it is now
@@ -533,6 +542,11 @@ impl Metrics {
             "switchyard_compile_busy",
             "Uploads refused with compile-busy: no compile permit freed up within compile_timeout_ms",
             self.compile_busy.clone(),
+        );
+        registry.register(
+            "switchyard_registry_records_skipped",
+            "Stored registry records this build could not read (damaged, or a newer build's), skipped at start-up or in a fleet's watch and kept as they are",
+            self.records_skipped.clone(),
         );
     }
 }

@@ -6,6 +6,10 @@
 //! which it has. On NATS a commit writes that key as a compare-and-set on the revision
 //! this replica last saw of it, so a replica that decided on a stale record gets a
 //! conflict instead of overwriting another's change.
+//!
+//! A stored record this build cannot read (damaged, or a newer build's) is skipped, logged
+//! and counted ([`skipped`]) rather than failing start-up, and no write replaces it
+//! ([`check_writable`]): whoever wrote it keeps it.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -14,10 +18,11 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use switchyard::PolicyEngine;
 use switchyard::selection::wire::ErrorKind;
-use switchyard_registry_nats::{Buckets, Change, Expected, Key, NatsRegistry, RegistryError};
+use switchyard_registry_nats::{Buckets, Expected, Key, NatsRegistry, RegistryError};
 
 use crate::error::ApiError;
-use crate::store::{Manifest, Store};
+use crate::metrics::Metrics;
+use crate::store::{Manifest, Store, Unreadable};
 
 /// The first wait before connecting to an unreachable registry again; it doubles up to
 /// [`LAST_RETRY`].
@@ -205,6 +210,45 @@ impl Registry {
     }
 }
 
+/// Logs and counts a stored record this build cannot read, which is skipped: `at` is
+/// where it is (a data dir's file, a fleet's key).
+pub(crate) fn skipped(metrics: &Metrics, at: &str, record: &Unreadable) {
+    tracing::warn!(
+        record = %at,
+        reason = %record.reason,
+        "skipping a stored record this build cannot read: kept as it is, neither served nor written over"
+    );
+    metrics.record_skipped();
+}
+
+/// Refuses a write of `key` while the stored record it would replace is one this build
+/// could not read (in `current`, the committed manifest): a newer build's record, say,
+/// which this build's write would lose. 409 `exists` when this replica serves no record
+/// of that name (the name is taken), `conflict` when it serves an older one it read
+/// before (the record changed in a way this replica cannot follow; a replica that reads
+/// it can take the write).
+pub(crate) fn check_writable(current: &Manifest, key: &Key) -> Result<(), ApiError> {
+    let (what, name, unreadable, served) = match key {
+        Key::Tenant(name) => {
+            ("tenant", name, current.unreadable_tenant(name), current.tenants.contains_key(name))
+        }
+        Key::Router(name) => {
+            ("router", name, current.unreadable_router(name), current.routers.contains_key(name))
+        }
+    };
+    let Some((at, record)) = unreadable else { return Ok(()) };
+    let kind = if served { ErrorKind::Conflict } else { ErrorKind::Exists };
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        kind,
+        format!(
+            "{what} `{name}`: its stored record ({at}) is one this build cannot read ({}), so it is \
+             not written over; write through a replica that reads it, or repair or remove the record",
+            record.reason
+        ),
+    ))
+}
+
 fn io(e: RegistryError) -> std::io::Error {
     match e {
         RegistryError::Unavailable(_) => std::io::Error::new(std::io::ErrorKind::TimedOut, e.to_string()),
@@ -247,19 +291,19 @@ impl Nats {
         *self.last_revision.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records `change` as seen; `false` if this replica has seen it (or a newer one)
+    /// Records a change of `key` (its text, `tenant.acme`) to `revision` as seen (`present`:
+    /// written, else removed); `false` if this replica has seen it (or a newer one)
     /// already, e.g. its own commit.
-    pub fn take(&self, change: &Change) -> bool {
+    pub fn take(&self, key: &str, revision: u64, present: bool) -> bool {
         let mut last = self.last_revision.lock().unwrap_or_else(|p| p.into_inner());
-        *last = (*last).max(change.revision);
+        *last = (*last).max(revision);
         let mut revisions = self.revisions.lock().unwrap_or_else(|p| p.into_inner());
-        let key = change.key.to_string();
-        if revisions.get(&key).is_some_and(|&seen| seen >= change.revision) {
+        if revisions.get(key).is_some_and(|&seen| seen >= revision) {
             return false;
         }
-        match change.value {
-            Some(_) => revisions.insert(key, change.revision),
-            None => revisions.remove(&key),
+        match present {
+            true => revisions.insert(key.to_string(), revision),
+            false => revisions.remove(key),
         };
         true
     }

@@ -134,6 +134,9 @@ impl Service {
             .map_err(|e| anyhow::anyhow!("the compiled-artifact cache {}: {e}", cache_dir.display()))?;
         let engine = PolicyEngine::new(engine_limits)?.with_artifact_cache(cache);
         let metrics = Arc::new(Metrics::default());
+        for (at, record) in &manifest.unreadable {
+            crate::registry::skipped(&metrics, at, record);
+        }
         let idle_slots =
             IdleSlots::new(limits.max_idle_instances, limits.idle_rss_limit_mb.saturating_mul(1 << 20));
         let compile_permits = Arc::new(Semaphore::new(limits.compile_concurrency));
@@ -215,6 +218,7 @@ impl Service {
         manifest: Manifest,
         key: Key,
     ) -> Result<(), ApiError> {
+        crate::registry::check_writable(&writer.manifest, &key)?;
         tokio::task::block_in_place(|| self.loader.registry.commit(&manifest, &key))
             .map_err(|e| e.into_api("writing the registry"))?;
         let old = std::mem::replace(&mut writer.manifest, manifest);

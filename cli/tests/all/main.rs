@@ -27,4 +27,5 @@ mod service_quarantine;
 mod service_shares;
 mod service_state;
 mod support;
+mod unreadable_records;
 mod world;

@@ -4,4 +4,5 @@
 mod blobs;
 mod cas;
 mod server;
+mod unreadable;
 mod watch;

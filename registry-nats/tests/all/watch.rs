@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use switchyard_registry_nats::{Change, Expected, Key, Value};
+use switchyard_registry_nats::{Change, Event, Expected, Key, Value};
 use switchyard_store::TenantRecord;
 
 use crate::server::{registry, start};
@@ -13,16 +13,28 @@ fn tenant(token: &str) -> TenantRecord {
     TenantRecord { token_sha256: token.into(), ..Default::default() }
 }
 
+/// The next event of `events`.
+pub async fn next_event(
+    events: &mut (
+             impl futures_util::Stream<Item = Result<Event, switchyard_registry_nats::RegistryError>> + Unpin
+         ),
+) -> Event {
+    tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("an event within 10 s")
+        .expect("the watch goes on")
+        .expect("no error from the server")
+}
+
 async fn next(
-    changes: &mut (
-             impl futures_util::Stream<Item = Result<Change, switchyard_registry_nats::RegistryError>> + Unpin
+    events: &mut (
+             impl futures_util::Stream<Item = Result<Event, switchyard_registry_nats::RegistryError>> + Unpin
          ),
 ) -> Change {
-    tokio::time::timeout(Duration::from_secs(10), changes.next())
-        .await
-        .expect("a change within 10 s")
-        .expect("the watch goes on")
-        .expect("a readable change")
+    match next_event(events).await {
+        Event::Change(change) => change,
+        other => panic!("not a readable change: {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
