@@ -16,7 +16,7 @@
 //! `busy`: another thread spins meanwhile, and the TLB shootdowns a round are printed);
 //! all three print the median time to a fresh instance ready. `load-cached N [K] [FILE.wasm] [busy]`
 //! prints the median and p99 load of a component from the artifact cache (as an evicted
-//! version's is, its digest known), cycling over K distinct ones. `idle-rss K` prints the
+//! version's is, its MAC known), cycling over K distinct ones. `idle-rss K` prints the
 //! resident memory of an idle default-policy instance. `warm-many N K` prints the median
 //! 64-worker selection on one instance, then cycling over K instances kept between calls
 //! (as a server's idle instances of K tenants' versions: each call's instance is the one
@@ -283,12 +283,13 @@ fn main() {
         "load-cached" => {
             // `load-cached N [K] [FILE.wasm] [busy]`: loads the default policy (or FILE)
             // from the artifact cache
-            // (as a version evicted and selected again does: mapped, its digest known from
+            // (as a version evicted and selected again does: mapped, its MAC known from
             // an earlier load) N times, cycling over K distinct components (8 unless
             // given), each dropped before the next; prints the median load. `busy`:
             // another thread spins meanwhile (see `fresh-many`).
             let dir = std::env::temp_dir().join(format!("switchyard-profile-cache-{}", std::process::id()));
-            let cache = switchyard::ArtifactCache::open(&dir).expect("opens the cache");
+            let key = switchyard::cache::ArtifactKey::generate().expect("a key");
+            let cache = switchyard::ArtifactCache::open(&dir, key).expect("opens the cache");
             let engine = PolicyEngine::new(Limits { max_instances: 4, ..Limits::default() })
                 .expect("engine")
                 .with_artifact_cache(cache);
@@ -302,9 +303,9 @@ fn main() {
                     (loaded.digest().to_string(), bytes.len())
                 })
                 .collect();
-            // The artifacts settle (the cache remembers a file's digest only once its last
+            // The artifacts settle (the cache remembers a file's MAC check only once its last
             // change is a second old), then each is loaded once: from here on a load skips
-            // the digest, as a server's load of a version evicted and selected again does.
+            // the MAC, as a server's load of a version evicted and selected again does.
             std::thread::sleep(std::time::Duration::from_millis(1_100));
             for (digest, size) in &components {
                 drop(PolicyComponent::load_cached(&engine, digest, *size));

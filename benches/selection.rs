@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::{DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, switchyard_fixture};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use switchyard::cache::ArtifactKey;
 use switchyard::{ArtifactCache, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 use switchyard_builtins as builtin;
 
@@ -101,7 +102,8 @@ fn lifecycle(c: &mut Criterion) {
     });
     // The same component from our artifact cache: what a restart or a re-upload costs.
     let dir = std::env::temp_dir().join(format!("switchyard-bench-cache-{}", std::process::id()));
-    let cached = engine.clone().with_artifact_cache(ArtifactCache::open(&dir).unwrap());
+    let key = ArtifactKey::generate().unwrap();
+    let cached = engine.clone().with_artifact_cache(ArtifactCache::open(&dir, key).unwrap());
     PolicyComponent::load(&cached, default.component).unwrap();
     group.sample_size(30).measurement_time(Duration::from_secs(3));
     group.bench_function("load_from_artifact_cache", |b| {

@@ -1,11 +1,12 @@
 //! Limits from `--config switchyard.toml` (`[limits]`, `[guard]`, `[cache]`, and
 //! `[service]` and `[registry]` for `serve`) and flags; flags win.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 use serde::Deserialize;
+use switchyard::cache::ArtifactKey;
 use switchyard::selection::wire::ErrorKind;
 use switchyard::{ArtifactCache, Budget, Compiler, GuardConfig, Limits, PolicyEngine};
 use switchyard_service::{RegistryOptions, ServiceLimits};
@@ -66,7 +67,9 @@ pub struct LimitArgs {
     /// Longest wait between retries of a quarantined policy, selections.
     #[arg(long)]
     pub backoff_max: Option<u64>,
-    /// A directory (owned by the operator) to cache compiled components in.
+    /// A directory (owned by the operator) to cache compiled components in. The key that
+    /// seals them is `SWITCHYARD_ARTIFACT_KEY` if set, else the file `<DIR>.key` beside
+    /// the directory (`<data-dir>/artifact.key` for `serve`), created on first use.
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
 }
@@ -225,7 +228,8 @@ impl LimitArgs {
             .map_err(|e| CliError::new(ErrorKind::Engine, format!("{e:#}")))?;
         match self.cache_dir()? {
             Some(dir) => {
-                let cache = ArtifactCache::open(&dir).map_err(|e| {
+                let key = artifact_key(&dir)?;
+                let cache = ArtifactCache::open(&dir, key).map_err(|e| {
                     CliError::new(ErrorKind::Config, format!("cache directory {}: {e}", dir.display()))
                 })?;
                 Ok(engine.with_artifact_cache(cache))
@@ -233,4 +237,21 @@ impl LimitArgs {
             None => Ok(engine),
         }
     }
+}
+
+/// The key of the cache in `dir`: from `SWITCHYARD_ARTIFACT_KEY`, else the file
+/// `<dir>.key` beside it (outside it: whoever can write the artifacts must not read it).
+fn artifact_key(dir: &Path) -> Result<ArtifactKey, CliError> {
+    let config = |why: String| CliError::new(ErrorKind::Config, why);
+    if let Some(key) = ArtifactKey::from_env().map_err(|e| config(e.to_string()))? {
+        return Ok(key);
+    }
+    let path = ArtifactKey::path_beside(dir).ok_or_else(|| {
+        config(format!(
+            "cache directory {}: name it by a path ending in a name (its key goes in <name>.key beside it), or set {}",
+            dir.display(),
+            switchyard::cache::ARTIFACT_KEY_ENV
+        ))
+    })?;
+    ArtifactKey::from_file(&path).map_err(|e| config(format!("the cache's key: {e}")))
 }

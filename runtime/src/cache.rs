@@ -1,26 +1,32 @@
 //! A cache of OUR OWN compiled output, so a policy uploaded again (or a restarted host)
 //! skips Cranelift.
 //!
-//! The key is the sha256 of the tenant's component bytes, the engine's compatibility hash
-//! (every setting that affects generated code, and the wasmtime version) and wasmtime's
-//! major version, so an artifact is only ever loaded by an engine that could have written it.
-//! Only [`ArtifactCache::store`] writes artifacts, from a `Component` this process compiled;
-//! a tenant's bytes are never deserialized as an artifact: they are only the key.
+//! An artifact is named by the sha256 of the tenant's component bytes, the engine's
+//! compatibility hash (every setting that affects generated code, and the wasmtime
+//! version) and wasmtime's major version, so an artifact is only ever loaded by an engine
+//! that could have written it.
+//! Only [`ArtifactCache::store_serialized`] writes artifacts, wasmtime's serialization of a
+//! component compiled by this process (or a compile worker it started); a tenant's bytes
+//! are never deserialized as an artifact: they only name it.
 //!
 //! Whatever is loaded from here runs as machine code, so nothing is trusted for being
-//! there: each artifact's BLAKE3 digest is recorded beside it when it is written
-//! (`<artifact>.blake3`; artifacts written before it have `<artifact>.sha256`, still
-//! accepted) and checked before a load, on the very file then mapped as the
-//! component's code (BLAKE3: ~5× faster than sha256 here, and the check is on every cold
-//! load's path); the file must be a regular file (symlinks are never followed), owned by
-//! this process's user and accessible to no one else. A file this process checked
+//! there: each artifact is sealed when it is written by a MAC (BLAKE3 keyed with the
+//! cache's [`ArtifactKey`]) over its file name and its bytes, recorded beside it
+//! (`<artifact>.mac`), and checked before a load, on the very file then mapped as the
+//! component's code (BLAKE3 because the check is on every cold load's path). The key is
+//! kept outside this directory, readable by this user alone, so whoever can write here
+//! cannot make a file pass: neither other code nor another component's genuine artifact
+//! renamed to this one's name (the name holds the component's sha256 and the engine's
+//! settings). An unkeyed digest beside an artifact (`.blake3`, `.sha256`) counts for
+//! nothing. The file must also be a regular file (symlinks are never followed), owned
+//! by this process's user and accessible to no one else. A file this process checked
 //! before is not hashed again while it is provably unchanged (see `Identity`): an
 //! evicted version's reload then takes 40–48 % less time (BENCHMARKS.md). The artifacts
 //! this cache wrote can be checked that way ahead of any load
 //! ([`ArtifactCache::check_written`], which the service's eviction pass calls), so not
-//! even the first reload hashes on a selection's path. An artifact
-//! that fails a check is not run: it is removed, counted ([`ArtifactCache::rejected`]),
-//! logged, and the component is compiled again. The helpers for owner-only files and directories are
+//! even the first reload hashes on a selection's path. An artifact that fails a check is
+//! not run: it is removed, counted ([`ArtifactCache::rejected`]), logged, and the
+//! component is compiled again. The helpers for owner-only files and directories are
 //! public: the service's data directory uses them too.
 //!
 //! A loaded artifact is mapped, not copied, so it must never be written in place: this
@@ -30,9 +36,11 @@
 //! component (`switchyard serve` raises its soft descriptor limit to the hard one).
 
 use std::collections::{HashMap, VecDeque};
+use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,10 +74,157 @@ pub const SETTLED: Duration = Duration::from_secs(1);
 /// checks them instead).
 const MAX_WRITTEN: usize = 4_096;
 
+/// The environment variable that gives the artifact key (64 hex digits) instead of a key
+/// file: see [`ArtifactKey::from_env_or_file`].
+pub const ARTIFACT_KEY_ENV: &str = "SWITCHYARD_ARTIFACT_KEY";
+
+/// The largest key file read: 64 hex digits and some whitespace.
+const MAX_KEY_FILE_BYTES: u64 = 256;
+
+/// The secret that seals an [`ArtifactCache`]'s artifacts: a MAC under it (keyed BLAKE3)
+/// over each artifact's name and bytes is recorded beside the artifact, and only an
+/// artifact whose MAC checks is ever run. Whoever can read it can make the cache run any
+/// code, so it is kept outside the cache directory ([`ArtifactCache::open`] refuses a key
+/// file inside it), in a file only this user may access, or in the environment. A new key
+/// (its file deleted, or another value in the environment) invalidates every artifact:
+/// each is rejected and compiled again at its next load.
+#[derive(Clone)]
+pub struct ArtifactKey {
+    bytes: [u8; blake3::KEY_LEN],
+    /// The file it was read from or created in; `None`: from the environment, or made
+    /// for this process alone.
+    file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for ArtifactKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the bytes: a key in a log is a key given away.
+        f.debug_struct("ArtifactKey").field("file", &self.file).finish_non_exhaustive()
+    }
+}
+
+impl ArtifactKey {
+    /// A fresh random key, kept nowhere: artifacts sealed with it pass only in this
+    /// process (tests, benches, a one-off run).
+    pub fn generate() -> std::io::Result<Self> {
+        let mut bytes = [0u8; blake3::KEY_LEN];
+        getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(format!("no randomness: {e}")))?;
+        Ok(Self { bytes, file: None })
+    }
+
+    /// The key in [`ARTIFACT_KEY_ENV`] (`SWITCHYARD_ARTIFACT_KEY`) if it is set and not
+    /// empty, else [`ArtifactKey::from_file`]'s of `path` (not read then, nor created). A
+    /// value that is not 64 hex digits is an error naming the variable.
+    pub fn from_env_or_file(path: &Path) -> std::io::Result<Self> {
+        match Self::from_env()? {
+            Some(key) => Ok(key),
+            None => Self::from_file(path),
+        }
+    }
+
+    /// The key in [`ARTIFACT_KEY_ENV`], if it is set and not empty; an error naming the
+    /// variable (never echoing its value) if that is not 64 hex digits.
+    pub fn from_env() -> std::io::Result<Option<Self>> {
+        let Some(value) = std::env::var_os(ARTIFACT_KEY_ENV).filter(|v| !v.is_empty()) else {
+            return Ok(None);
+        };
+        match value.to_str().and_then(parse_key) {
+            Some(bytes) => Ok(Some(Self { bytes, file: None })),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{ARTIFACT_KEY_ENV} must be 64 hex digits (a 32-byte key, e.g. from `openssl rand -hex 32`); it is set to something else"
+                ),
+            )),
+        }
+    }
+
+    /// The key in the file at `path` (64 hex digits), which must be a regular file (not a
+    /// symlink) owned by this process's user and accessible to no one else; if there is
+    /// none, a fresh random key written there first, owner-only (0600). Two processes
+    /// creating it at once end up with the same key: the file is never replaced.
+    pub fn from_file(path: &Path) -> std::io::Result<Self> {
+        match Self::read(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            read => return read,
+        }
+        let (dir, name) = match (path.parent(), path.file_name()) {
+            (Some(dir), Some(name)) => (if dir.as_os_str().is_empty() { Path::new(".") } else { dir }, name),
+            _ => return Err(std::io::Error::other(format!("{} names no file", path.display()))),
+        };
+        let Self { bytes, .. } = Self::generate()?;
+        let created = std::fs::create_dir_all(dir)
+            .and_then(|()| create_private(dir, name, format!("{}\n", hex::encode(bytes)).as_bytes()));
+        match created {
+            Ok(()) => Ok(Self { bytes, file: Some(path.to_path_buf()) }),
+            // Another process made it first: its key is the one.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Self::read(path),
+            Err(e) => Err(std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))),
+        }
+    }
+
+    fn read(path: &Path) -> std::io::Result<Self> {
+        let text = read_private(path, MAX_KEY_FILE_BYTES).map_err(|e| match e.raw_os_error() {
+            // The OS's own errors do not name the file; `open_private`'s do.
+            Some(_) => std::io::Error::new(e.kind(), format!("{}: {e}", path.display())),
+            None => e,
+        })?;
+        let bytes = std::str::from_utf8(&text).ok().and_then(parse_key).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{} does not hold a key (64 hex digits); delete it and a new one is made (every artifact is then compiled again)",
+                    path.display()
+                ),
+            )
+        })?;
+        Ok(Self { bytes, file: Some(path.to_path_buf()) })
+    }
+
+    /// Where the key of a cache in `cache_dir` is kept when nothing else says:
+    /// `<cache_dir>.key`, beside the directory and outside it. `None` for a path that
+    /// ends in no name (`/`, `..`).
+    pub fn path_beside(cache_dir: &Path) -> Option<PathBuf> {
+        let name = cache_dir.file_name()?;
+        let mut key = name.to_os_string();
+        key.push(".key");
+        Some(cache_dir.with_file_name(key))
+    }
+
+    /// The file this key was read from or created in, if any.
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
+    /// The MAC, in hex, of an artifact whose file name is `name` and whose bytes are
+    /// `artifact`: what its `.mac` file records.
+    pub fn mac(&self, name: &str, artifact: &[u8]) -> String {
+        self.seal(name.as_bytes(), artifact).to_hex().to_string()
+    }
+
+    /// Keyed BLAKE3 over the name's length, the name and the bytes (the length keeps
+    /// each split of name and bytes apart).
+    fn seal(&self, name: &[u8], artifact: &[u8]) -> blake3::Hash {
+        let mut hasher = blake3::Hasher::new_keyed(&self.bytes);
+        hasher.update(&(name.len() as u64).to_le_bytes());
+        hasher.update(name);
+        hasher.update(artifact);
+        hasher.finalize()
+    }
+}
+
+/// 64 hex digits (surrounding whitespace ignored) as a key.
+fn parse_key(text: &str) -> Option<[u8; blake3::KEY_LEN]> {
+    let mut bytes = [0u8; blake3::KEY_LEN];
+    hex::decode_to_slice(text.trim(), &mut bytes).ok()?;
+    Some(bytes)
+}
+
 /// A directory of compiled components this process owns.
 #[derive(Clone)]
 pub struct ArtifactCache {
     dir: PathBuf,
+    key: ArtifactKey,
     /// Artifacts refused by a check, across clones.
     rejected: Arc<AtomicU64>,
     /// Digests computed by loads (the others found their file checked before).
@@ -134,10 +289,22 @@ impl Identity {
 
 impl ArtifactCache {
     /// Uses (and creates, owner-only) `dir`, which must be a directory (not a symlink)
-    /// owned by this process's user: whatever is in it is loaded as machine code.
-    pub fn open(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
+    /// owned by this process's user: whatever is in it is loaded as machine code once
+    /// its MAC under `key` checks. A key kept in a file inside `dir` is refused: whoever
+    /// could write the artifacts could then read it.
+    pub fn open(dir: impl Into<PathBuf>, key: ArtifactKey) -> std::io::Result<Self> {
         let dir = dir.into();
         private_dir(&dir)?;
+        if let Some(file) = key.file() {
+            let (canonical_dir, canonical_key) = (std::fs::canonicalize(&dir)?, std::fs::canonicalize(file)?);
+            if canonical_key.starts_with(&canonical_dir) {
+                return Err(std::io::Error::other(format!(
+                    "the artifact key {} is inside the cache directory {}: keep it outside",
+                    file.display(),
+                    dir.display()
+                )));
+            }
+        }
         // A process killed mid-`store` leaves its temp file behind (never a damaged
         // artifact: those are only ever renamed into place whole). Clear them; at worst
         // another live process's write in flight fails, which only costs it the caching.
@@ -151,6 +318,7 @@ impl ArtifactCache {
         }
         Ok(Self {
             dir,
+            key,
             rejected: Arc::default(),
             digests_checked: Arc::default(),
             checked_ahead: Arc::default(),
@@ -164,20 +332,20 @@ impl ArtifactCache {
         &self.dir
     }
 
-    /// Artifacts refused so far (digest mismatch, no recorded digest, a symlink, another
-    /// owner, a permissive mode): each was recompiled instead of run.
+    /// Artifacts refused so far (a MAC that does not check, no recorded MAC, a symlink,
+    /// another owner, a permissive mode): each was recompiled instead of run.
     pub fn rejected(&self) -> u64 {
         self.rejected.load(Ordering::Relaxed)
     }
 
-    /// Digests computed by loads so far, across clones: a load of a file checked before
-    /// and unchanged since computes none.
+    /// MACs computed by loads so far, across clones: a load of a file checked before and
+    /// unchanged since computes none.
     pub fn digests_checked(&self) -> u64 {
         self.digests_checked.load(Ordering::Relaxed)
     }
 
-    /// Artifacts whose digest [`ArtifactCache::check_written`] has computed so far,
-    /// across clones.
+    /// Artifacts whose MAC [`ArtifactCache::check_written`] has computed so far, across
+    /// clones.
     pub fn checked_ahead(&self) -> u64 {
         self.checked_ahead.load(Ordering::Relaxed)
     }
@@ -190,7 +358,7 @@ impl ArtifactCache {
         self.written.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Remembers `identity` as the state of `path` whose digest was just checked.
+    /// Remembers `identity` as the state of `path` whose MAC was just checked.
     fn remember(&self, path: PathBuf, identity: Identity) {
         let mut checked = self.checked();
         if checked.len() >= MAX_REMEMBERED {
@@ -199,10 +367,10 @@ impl ArtifactCache {
         checked.insert(path, identity);
     }
 
-    /// Checks the artifacts [`ArtifactCache::store`] wrote whose last change has settled
-    /// (over a second ago), as their first load would (the same digest check, on the
+    /// Checks the artifacts [`ArtifactCache::store_serialized`] wrote whose last change has
+    /// settled (over a second ago), as their first load would (the same MAC check, on the
     /// same kind of mapping), and remembers each that passes: its loads then skip the
-    /// digest, the first reload of an evicted version included, which would otherwise
+    /// MAC, the first reload of an evicted version included, which would otherwise
     /// hash the whole artifact on a selection's path. One that fails is rejected like
     /// a load's. Those not settled yet stay for a later call. Returns how many were
     /// checked. Blocking (hashes each artifact once: a small part of what compiling it
@@ -236,10 +404,10 @@ impl ArtifactCache {
         checked
     }
 
-    /// Maps `file` (opened from `path`) and checks its digest against the one recorded
-    /// beside it, counting the digest in `computed`: the mapping if they match; else the
-    /// artifact is rejected (or, if it did not map, treated as
-    /// [`ArtifactCache::unopened`], no digest computed) and there is none.
+    /// Maps `file` (opened from `path`) and checks its MAC against the one recorded beside
+    /// it, counting the MAC in `computed`: the mapping if they match; else the artifact is
+    /// rejected (or, if it did not map, treated as [`ArtifactCache::unopened`], no MAC
+    /// computed) and there is none.
     fn checked_mapping(&self, path: &Path, file: File, computed: &AtomicU64) -> Option<MappedFile> {
         let mapped = match MappedFile::new(file, MAX_ARTIFACT_BYTES) {
             Ok(mapped) => mapped,
@@ -249,18 +417,8 @@ impl ArtifactCache {
             }
         };
         computed.fetch_add(1, Ordering::Relaxed);
-        let (recorded, actual) = match Self::digests(path, mapped.bytes()) {
-            Ok(digests) => digests,
-            Err(why) => {
-                self.reject(path, &why);
-                return None;
-            }
-        };
-        if actual != recorded {
-            self.reject(
-                path,
-                &format!("its digest is {actual}, not the {recorded} recorded when it was written"),
-            );
+        if let Err(why) = self.check_mac(path, mapped.bytes()) {
+            self.reject(path, &why);
             return None;
         }
         Some(mapped)
@@ -279,67 +437,66 @@ impl ArtifactCache {
         self.dir.join(format!("{sha256}-{:016x}-{WASMTIME_MAJOR}.cwasm", settings.finish()))
     }
 
-    /// Where the digest of the artifact at `artifact` is recorded (BLAKE3).
-    pub fn digest_path(artifact: &Path) -> PathBuf {
-        with_suffix(artifact, ".blake3")
+    /// Where the MAC of the artifact at `artifact` is recorded.
+    pub fn mac_path(artifact: &Path) -> PathBuf {
+        with_suffix(artifact, ".mac")
     }
 
-    /// Where an artifact written before BLAKE3 has its sha256 recorded.
-    fn legacy_digest_path(artifact: &Path) -> PathBuf {
-        with_suffix(artifact, ".sha256")
+    /// Every file that goes with the artifact at `artifact`, to be removed with it: its
+    /// MAC, and any unkeyed digest (`.blake3`, `.sha256`) an older build recorded, which
+    /// no load accepts.
+    pub fn digest_paths(artifact: &Path) -> [PathBuf; 3] {
+        [Self::mac_path(artifact), with_suffix(artifact, ".blake3"), with_suffix(artifact, ".sha256")]
     }
 
-    /// Every file a digest of the artifact at `artifact` may be recorded in (the BLAKE3
-    /// one, and the sha256 one of artifacts written before it): what goes with it.
-    pub fn digest_paths(artifact: &Path) -> [PathBuf; 2] {
-        [Self::digest_path(artifact), Self::legacy_digest_path(artifact)]
-    }
-
-    /// The digest recorded for `path`'s artifact and the digest of `artifact` by the same
-    /// algorithm, both hex; `Err`: why there is none to compare.
-    fn digests(path: &Path, artifact: &[u8]) -> Result<(String, String), String> {
-        let recorded = |digest_path: &Path| {
-            read_private(digest_path, 256).map(|text| String::from_utf8_lossy(&text).trim().to_string())
-        };
-        match recorded(&Self::digest_path(path)) {
-            Ok(recorded) => Ok((recorded, blake3::hash(artifact).to_hex().to_string())),
+    /// Whether the MAC recorded for `path`'s artifact is the MAC of `artifact` under
+    /// this cache's key and `path`'s file name; `Err`: why not.
+    fn check_mac(&self, path: &Path, artifact: &[u8]) -> Result<(), String> {
+        let recorded = match read_private(&Self::mac_path(path), 256) {
+            Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                match recorded(&Self::legacy_digest_path(path)) {
-                    Ok(recorded) => Ok((recorded, hex::encode(Sha256::digest(artifact)))),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        Err("no digest is recorded beside it".to_string())
-                    }
-                    Err(e) => Err(format!("its recorded sha256: {e}")),
-                }
+                return Err("no MAC is recorded beside it".to_string());
             }
-            Err(e) => Err(format!("its recorded digest: {e}")),
+            Err(e) => return Err(format!("its recorded MAC: {e}")),
+        };
+        let recorded = std::str::from_utf8(&recorded)
+            .ok()
+            .and_then(|text| blake3::Hash::from_hex(text.trim()).ok())
+            .ok_or_else(|| "its recorded MAC is not 64 hex digits".to_string())?;
+        // `blake3::Hash`'s equality takes the same time wherever the two differ.
+        if self.key.seal(file_name(path).as_bytes(), artifact) != recorded {
+            return Err(
+                "its MAC does not match: not written under this name with this cache's key".to_string()
+            );
         }
+        Ok(())
     }
 
     /// The cached compilation of the bytes whose sha256 is `sha256`, if there is a usable
     /// one. A missing entry is a miss; an entry that fails a check is rejected (removed,
     /// counted, logged) and is a miss too; never an error.
     ///
-    /// Nothing is copied: the file is mapped, its digest computed on the mapping, and
+    /// Nothing is copied: the file is mapped, its MAC computed on the mapping, and
     /// wasmtime maps the same open file again (copy-on-write) as the component's code.
-    /// The component keeps that file open while it lives. A file whose digest this
-    /// process checked before, unchanged since (`Identity`), is not hashed again.
+    /// The component keeps that file open while it lives. A file whose MAC this process
+    /// checked before, unchanged since (`Identity`), is not hashed again.
     pub fn load(&self, engine: &Engine, sha256: &str) -> Option<Component> {
         let path = self.path_for_digest(engine, sha256);
         let file = match open_private(&path) {
             Ok(file) => file,
             Err(e) => return self.unopened(&path, e),
         };
-        // Taken before the digest (and judged settled then, below): a change while the
-        // digest is computed stamps a later `ctime`.
+        // Taken before the MAC (and judged settled then, below): a change while the MAC
+        // is computed stamps a later `ctime`.
         let identity = Identity::of(&file);
         if let Some(identity) = identity
             && self.checked().get(&path) == Some(&identity)
         {
-            // SAFETY: as below; the bytes are the ones this process checked before:
-            // the same inode, not changed since (its `ctime` would differ, see
-            // `Identity`), opened again through `/proc/self/fd` of this open file.
-            // Any failure falls through to the full check.
+            // SAFETY: as below; the bytes are the ones whose MAC this process checked
+            // before under this very name (`checked` is by path): the same inode, not
+            // changed since (its `ctime` would differ, see `Identity`), opened again
+            // through `/proc/self/fd` of this open file. Any failure falls through to
+            // the full check.
             if let Ok(component) = unsafe { Component::deserialize_file(engine, proc_path(&file)) } {
                 return Some(component);
             }
@@ -347,18 +504,22 @@ impl ArtifactCache {
         let remember = identity.filter(Identity::settled);
         let mapped = self.checked_mapping(&path, file, &self.digests_checked)?;
         // SAFETY: `deserialize_file` and `deserialize` trust their input to be wasmtime's
-        // own output. These are the bytes whose digest `store` recorded when it wrote
-        // `Component::serialize` of a component this process compiled, just checked on
-        // the mapping of this very open file: a regular file (not reached through a
-        // symlink) owned by this user and accessible to no one else, in a directory with
-        // the same properties whose path comes from the operator, not a tenant. Tenants'
-        // bytes only select the file name (through their sha256). `deserialize_file`
-        // opens the same file again through `/proc/self/fd` (the same inode, whatever
-        // the name now points to) and maps it: its bytes stay the ones checked because
-        // this cache never writes an artifact in place (`store` writes a new file and
-        // renames it over; removal unlinks), and only this user could. wasmtime
-        // additionally checks the header (version, engine settings) and refuses a
-        // mismatch, which we treat as a miss.
+        // own output. These bytes carry a MAC, just checked on the mapping of this very
+        // open file, under a key only this user can read (an owner-only file outside
+        // this directory, or the environment) over this file name and these bytes; only
+        // `store_serialized` makes such a MAC, for wasmtime's serialization of the
+        // component whose sha256 (and engine settings) the name holds, compiled by this
+        // process or a compile worker it started. So they are the bytes written under
+        // this name: not others put in their place, nor another component's artifact
+        // renamed to it. The file is a regular file (not reached through a symlink) owned
+        // by this user and accessible to no one else, in a directory whose path comes
+        // from the operator, not a tenant; tenants' bytes only select the file name
+        // (through their sha256). `deserialize_file` opens the same file again through
+        // `/proc/self/fd` (the same inode, whatever the name now points to) and maps it:
+        // its bytes stay the ones checked because this cache never writes an artifact in
+        // place (`store_serialized` writes a new file and renames it over; removal
+        // unlinks), and only this user could. wasmtime additionally checks the header
+        // (version, engine settings) and refuses a mismatch, which we treat as a miss.
         let component = unsafe {
             Component::deserialize_file(engine, proc_path(&mapped.file))
                 .or_else(|_| Component::deserialize(engine, mapped.bytes()))
@@ -395,18 +556,35 @@ impl ArtifactCache {
         self.checked().remove(path);
     }
 
-    /// Saves `component` (compiled here from bytes whose sha256 is `sha256`), with the
-    /// BLAKE3 digest of the artifact recorded beside it (first, so a crash between the two leaves a digest without an
-    /// artifact: a miss). Each file is written owner-only under a temp name unique to
-    /// this write, then renamed into place. Failure to cache is not an error for the
-    /// caller: the component is already compiled.
+    /// Saves `component` (compiled here from bytes whose sha256 is `sha256`): its
+    /// serialization, by [`ArtifactCache::store_serialized`]. Failure to cache is not an
+    /// error for the caller: the component is already compiled.
     pub fn store(&self, engine: &Engine, sha256: &str, component: &Component) -> std::io::Result<()> {
         let serialized = component.serialize().map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+        self.store_serialized(engine, sha256, &serialized)
+    }
+
+    /// Saves `serialized`, which must be wasmtime's serialization (`Component::serialize`)
+    /// of the component whose bytes' sha256 is `sha256`, compiled by this process or by a
+    /// compile worker it started, with `engine`'s settings: the MAC written with it makes
+    /// every later load run it as machine code. The MAC under this cache's key, over the
+    /// artifact's file name and `serialized`, is written first, so a crash between the two
+    /// leaves a MAC without an artifact (a miss) or one over other bytes (a rejection).
+    /// Each file is written owner-only under a temp name unique to this write, then
+    /// renamed into place.
+    pub fn store_serialized(&self, engine: &Engine, sha256: &str, serialized: &[u8]) -> std::io::Result<()> {
+        if serialized.is_empty() {
+            return Err(std::io::Error::other("an empty artifact"));
+        }
         let path = self.path_for_digest(engine, sha256);
-        let digest = blake3::hash(&serialized).to_hex();
-        let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        write_private(&self.dir, &name(&Self::digest_path(&path)), format!("{digest}\n").as_bytes())?;
-        write_private(&self.dir, &name(&path), &serialized)?;
+        let name = file_name(&path);
+        let mac = self.key.seal(name.as_bytes(), serialized).to_hex();
+        write_private(
+            &self.dir,
+            &file_name(&Self::mac_path(&path)).to_string_lossy(),
+            format!("{mac}\n").as_bytes(),
+        )?;
+        write_private(&self.dir, &name.to_string_lossy(), serialized)?;
         let mut written = self.written();
         if written.len() >= MAX_WRITTEN {
             written.pop_front();
@@ -489,6 +667,11 @@ fn remove_entry(path: &Path) {
     for digest in ArtifactCache::digest_paths(path) {
         let _ = std::fs::remove_file(digest);
     }
+}
+
+/// `path`'s file name (empty if it has none).
+fn file_name(path: &Path) -> &OsStr {
+    path.file_name().unwrap_or_default()
 }
 
 /// `path` with `suffix` appended to its file name.
@@ -610,9 +793,30 @@ pub fn is_temp_name(name: &str) -> bool {
 /// exclusively, never through a symlink), fsync, rename over the target, fsync of the
 /// directory (which makes the rename itself durable).
 pub fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let temp = write_temp(dir, name.as_ref(), bytes)?;
+    let result = std::fs::rename(&temp, dir.join(name)).and_then(|()| File::open(dir)?.sync_all());
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}
+
+/// As [`write_private`], but never over an existing `dir/name`: the temp file is linked
+/// to that name, which fails (`AlreadyExists`) if something has it.
+fn create_private(dir: &Path, name: &OsStr, bytes: &[u8]) -> std::io::Result<()> {
+    let temp = write_temp(dir, name, bytes)?;
+    let result = std::fs::hard_link(&temp, dir.join(name));
+    let _ = std::fs::remove_file(&temp);
+    result?;
+    File::open(dir)?.sync_all()
+}
+
+/// A new owner-only file in `dir` holding `bytes`, synced, under a temp name for `name`
+/// unique to this write ([`is_temp_name`]); its path.
+fn write_temp(dir: &Path, name: &OsStr, bytes: &[u8]) -> std::io::Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let temp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
+    let temp = dir.join(format!(".{}.{}.{n}.tmp", name.to_string_lossy(), std::process::id()));
     let result = (|| {
         let mut file = OpenOptions::new()
             .write(true)
@@ -621,13 +825,13 @@ pub fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&temp)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&temp, dir.join(name))?;
-        File::open(dir)?.sync_all()
+        file.sync_all()
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
+    match result {
+        Ok(()) => Ok(temp),
+        Err(e) => {
+            let _ = std::fs::remove_file(&temp);
+            Err(e)
+        }
     }
-    result
 }

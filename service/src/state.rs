@@ -18,6 +18,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use switchyard::cache::ArtifactKey;
 use switchyard::guard::GuardConfig;
 use switchyard::{ArtifactCache, GuestScorer, Limits, PolicyEngine};
 use switchyard_registry_nats::Key;
@@ -130,7 +131,10 @@ impl Service {
         let manifest = registry.load_manifest().map_err(anyhow::Error::msg)?;
         let admin_sha256 = crate::auth::admin_token_hash(data_dir, admin_token)
             .map_err(|e| anyhow::anyhow!("the admin token in {}: {e}", data_dir.display()))?;
-        let cache = ArtifactCache::open(cache_dir)
+        // Outside the cache directory: whoever can write artifacts must not read the key.
+        let key = ArtifactKey::from_env_or_file(&data_dir.join("artifact.key"))
+            .map_err(|e| anyhow::anyhow!("the compiled-artifact key: {e}"))?;
+        let cache = ArtifactCache::open(cache_dir, key)
             .map_err(|e| anyhow::anyhow!("the compiled-artifact cache {}: {e}", cache_dir.display()))?;
         let engine = PolicyEngine::new(engine_limits)?.with_artifact_cache(cache);
         let metrics = Arc::new(Metrics::default());

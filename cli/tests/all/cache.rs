@@ -1,13 +1,14 @@
 //! The compiled-artifact cache and the compile bound, on a real policy: tampered,
-//! symlinked or over-permissive artifacts are never loaded; concurrent stores do not
-//! collide; the compile permit is held until Cranelift returns.
+//! symlinked or over-permissive artifacts are never loaded, nor ones without a MAC under
+//! the cache's key and name; the key's file is owner-only and outside the cache;
+//! concurrent stores do not collide; the compile permit is held until Cranelift returns.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use switchyard::cache::is_temp_name;
+use switchyard::cache::{ARTIFACT_KEY_ENV, ArtifactKey, is_temp_name};
 use switchyard::{ArtifactCache, Limits, LoadErrorKind, PolicyComponent, PolicyEngine};
 use wasmtime::component::Component;
 
@@ -20,7 +21,11 @@ fn temp(name: &str) -> PathBuf {
 }
 
 fn engine(dir: &Path) -> (PolicyEngine, ArtifactCache) {
-    let cache = ArtifactCache::open(dir).unwrap();
+    engine_with_key(dir, ArtifactKey::generate().unwrap())
+}
+
+fn engine_with_key(dir: &Path, key: ArtifactKey) -> (PolicyEngine, ArtifactCache) {
+    let cache = ArtifactCache::open(dir, key).unwrap();
     (PolicyEngine::new(Limits::default()).unwrap().with_artifact_cache(cache.clone()), cache)
 }
 
@@ -44,8 +49,8 @@ fn a_tampered_artifact_is_rejected_counted_and_recompiled_never_loaded() {
     // Written again, whole: the next load is a hit.
     assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache());
     assert_eq!(cache.rejected(), 1);
-    // No recorded digest: not loaded either.
-    std::fs::remove_file(ArtifactCache::digest_path(&path)).unwrap();
+    // No recorded MAC: not loaded either.
+    std::fs::remove_file(ArtifactCache::mac_path(&path)).unwrap();
     assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache());
     assert_eq!(cache.rejected(), 2);
 }
@@ -124,36 +129,248 @@ fn overwrite_middle(path: &Path) {
     std::fs::write(path, &bytes).unwrap();
 }
 
-/// Artifacts written before digests were BLAKE3 have a sha256 recorded beside them:
-/// still checked (and loaded when it matches, refused when not), never recompiled only
-/// for their age.
-#[test]
-fn an_artifact_with_the_older_sha256_digest_is_still_checked_and_loaded() {
-    use sha2::{Digest, Sha256};
+/// Writes `text` owner-only as the file `path` (replacing it), as a cache's own files are.
+fn write_owner_only(path: &Path, text: &str) {
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = temp("legacy");
+    let _ = std::fs::remove_file(path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+        .unwrap();
+}
+
+/// An unkeyed digest beside an artifact counts for nothing, whether or not it matches:
+/// tampered code with a matching BLAKE3 or sha256 digest, and no MAC, is refused and
+/// compiled again; so is a genuine artifact whose MAC is gone. What goes with a refused
+/// artifact is removed with it.
+#[test]
+fn an_unkeyed_digest_never_passes_for_a_mac() {
+    use sha2::{Digest, Sha256};
+    let dir = temp("unkeyed");
     let (engine, cache) = engine(&dir);
     PolicyComponent::load(&engine, policy()).unwrap();
     let path = cache.path_for(engine.engine(), policy());
-    let [blake3, sha256] = ArtifactCache::digest_paths(&path);
-    std::fs::remove_file(&blake3).unwrap();
-    let write_sha256 = |digest: String| {
-        let _ = std::fs::remove_file(&sha256);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&sha256)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{digest}\n").as_bytes()))
-            .unwrap();
-    };
-    write_sha256(hex::encode(Sha256::digest(std::fs::read(&path).unwrap())));
-    assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache(), "loaded by its sha256");
-    assert_eq!(cache.rejected(), 0);
-    write_sha256(hex::encode(Sha256::digest(b"another artifact")));
-    assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache(), "refused, recompiled");
+    let [mac, blake3, sha256] = ArtifactCache::digest_paths(&path);
+    let loads = || PolicyComponent::load(&engine, policy()).unwrap().from_cache();
+    assert!(mac.exists() && !blake3.exists() && !sha256.exists());
+
+    // The genuine artifact, its MAC replaced by matching unkeyed digests.
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&mac).unwrap();
+    write_owner_only(&blake3, &format!("{}\n", blake3::hash(&bytes).to_hex()));
+    write_owner_only(&sha256, &format!("{}\n", hex::encode(Sha256::digest(&bytes))));
+    assert!(!loads(), "refused, compiled again");
     assert_eq!(cache.rejected(), 1);
-    assert!(!sha256.exists() && blake3.exists(), "written again with a BLAKE3 digest");
+    assert!(mac.exists() && !blake3.exists() && !sha256.exists(), "written again, with its MAC alone");
+    assert!(loads());
+
+    // Tampered code, with either matching unkeyed digest.
+    for digest in [&blake3, &sha256] {
+        overwrite_middle(&path);
+        let tampered = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&mac).unwrap();
+        let text = if digest == &blake3 {
+            blake3::hash(&tampered).to_hex().to_string()
+        } else {
+            hex::encode(Sha256::digest(&tampered))
+        };
+        write_owner_only(digest, &format!("{text}\n"));
+        assert!(!loads(), "{}: refused, compiled again", digest.display());
+        assert_ne!(std::fs::read(&path).unwrap(), tampered, "written again");
+    }
+    assert_eq!(cache.rejected(), 3);
+    assert!(loads());
+    assert_eq!(cache.rejected(), 3);
+}
+
+/// A MAC made with another key does not pass: an artifact sealed by one cache's key is
+/// refused by a cache with another key on the same directory (what a new key does to
+/// every artifact), and passes with the same key.
+#[test]
+fn an_artifact_sealed_with_another_key_is_rejected_and_recompiled() {
+    let dir = temp("other-key");
+    let first = ArtifactKey::generate().unwrap();
+    let (sealing, _) = engine_with_key(&dir, first.clone());
+    assert!(!PolicyComponent::load(&sealing, policy()).unwrap().from_cache());
+    let (same, cache) = engine_with_key(&dir, first);
+    assert!(PolicyComponent::load(&same, policy()).unwrap().from_cache(), "the same key: loaded");
+    assert_eq!(cache.rejected(), 0);
+
+    let (other, cache) = engine(&dir);
+    assert!(!PolicyComponent::load(&other, policy()).unwrap().from_cache(), "another key: compiled again");
+    assert_eq!(cache.rejected(), 1);
+    assert!(PolicyComponent::load(&other, policy()).unwrap().from_cache(), "and sealed with it");
+    assert_eq!(cache.rejected(), 1);
+
+    // A MAC made with another key, over the very name and bytes, is no better.
+    let path = cache.path_for(other.engine(), policy());
+    let name = path.file_name().unwrap().to_str().unwrap();
+    let forged = ArtifactKey::generate().unwrap().mac(name, &std::fs::read(&path).unwrap());
+    write_owner_only(&ArtifactCache::mac_path(&path), &format!("{forged}\n"));
+    assert!(!PolicyComponent::load(&other, policy()).unwrap().from_cache());
+    assert_eq!(cache.rejected(), 2);
+}
+
+/// The MAC covers the artifact's name, which holds its component's sha256: one
+/// component's genuine artifact, with its genuine MAC, renamed to another component's
+/// name is refused, and the other component is compiled from its own bytes.
+#[test]
+fn another_components_artifact_under_this_ones_name_is_rejected() {
+    let dir = temp("swapped");
+    let (engine, cache) = engine(&dir);
+    let other = switchyard_test_guests::NOOP;
+    let theirs = PolicyComponent::load(&engine, other).unwrap();
+    let ours = PolicyComponent::load(&engine, policy()).unwrap();
+    let (their_path, our_path) =
+        (cache.path_for(engine.engine(), other), cache.path_for(engine.engine(), policy()));
+    let genuine = std::fs::read(&our_path).unwrap();
+    std::fs::copy(&their_path, &our_path).unwrap();
+    std::fs::copy(ArtifactCache::mac_path(&their_path), ArtifactCache::mac_path(&our_path)).unwrap();
+
+    let loaded = PolicyComponent::load(&engine, policy()).unwrap();
+    assert!(!loaded.from_cache(), "refused, compiled from its own bytes");
+    assert_eq!(cache.rejected(), 1);
+    let (table, request) = crate::support::sample();
+    let pick = |c: PolicyComponent| {
+        let guest = switchyard::GuestScorer::new("default", c, "{}").unwrap();
+        switchyard::Selector::new(Box::new(guest)).select(&table, &request).unwrap()
+    };
+    assert_eq!(pick(loaded), pick(ours));
+    assert_eq!(std::fs::read(&our_path).unwrap(), genuine, "its own artifact written again");
+    assert!(PolicyComponent::load(&engine, other).unwrap().from_cache(), "the other's is untouched");
+    drop(theirs);
+}
+
+/// `store_serialized` stores bytes serialized elsewhere (a compile worker's) as `store`
+/// stores a component: sealed, and loaded from then on.
+#[test]
+fn serialized_bytes_stored_are_sealed_and_loaded() {
+    let dir = temp("serialized");
+    let (engine, cache) = engine(&dir);
+    let digest = PolicyComponent::load(&PolicyEngine::new(Limits::default()).unwrap(), policy())
+        .unwrap()
+        .digest()
+        .to_string();
+    let serialized = Component::new(engine.engine(), policy()).unwrap().serialize().unwrap();
+    cache.store_serialized(engine.engine(), &digest, &serialized).unwrap();
+    let path = cache.path_for(engine.engine(), policy());
+    assert_eq!(std::fs::read(&path).unwrap(), serialized);
+    assert!(ArtifactCache::mac_path(&path).exists());
+    assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+    assert_eq!(cache.rejected(), 0);
+    assert!(cache.store_serialized(engine.engine(), &digest, &[]).is_err(), "nothing to store");
+}
+
+/// The key's file: created on first use with a fresh key, owner-only (0600), holding 64
+/// hex digits; read back (the same key: what it sealed loads); the key never shows in
+/// `Debug`.
+#[test]
+fn the_key_file_is_created_owner_only_and_read_back() {
+    let dir = temp("key-file");
+    let cache_dir = dir.join("compiled");
+    let key_file = ArtifactKey::path_beside(&cache_dir).unwrap();
+    assert_eq!(key_file, dir.join("compiled.key"), "beside the cache, outside it");
+    assert_eq!(ArtifactKey::path_beside(&dir.join("compiled/")).unwrap(), key_file);
+    assert_eq!(ArtifactKey::path_beside(Path::new("/")), None);
+    let key = ArtifactKey::from_file(&key_file).unwrap();
+    assert_eq!(std::fs::metadata(&key_file).unwrap().mode() & 0o777, 0o600);
+    let text = std::fs::read_to_string(&key_file).unwrap();
+    assert!(text.trim().len() == 64 && text.trim().bytes().all(|b| b.is_ascii_hexdigit()), "{text:?}");
+    assert!(!format!("{key:?}").contains(text.trim()), "{key:?}");
+    assert_eq!(key.file(), Some(key_file.as_path()));
+
+    let (engine, _) = engine_with_key(&cache_dir, key);
+    assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+    assert!(!cache_dir.join("compiled.key").exists() && std::fs::read_dir(&cache_dir).unwrap().count() == 2);
+    let again = ArtifactKey::from_file(&key_file).unwrap();
+    assert_eq!(std::fs::read_to_string(&key_file).unwrap(), text, "kept, not replaced");
+    let (engine, cache) = engine_with_key(&cache_dir, again);
+    assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache(), "the same key");
+    assert_eq!(cache.rejected(), 0);
+
+    // Deleted: a new key, and every artifact is compiled again.
+    std::fs::remove_file(&key_file).unwrap();
+    let (engine, cache) = engine_with_key(&cache_dir, ArtifactKey::from_file(&key_file).unwrap());
+    assert_ne!(std::fs::read_to_string(&key_file).unwrap(), text);
+    assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+    assert_eq!(cache.rejected(), 1);
+}
+
+/// A key file anyone else may read, a symlink, one that holds no key, or one inside the
+/// cache directory is refused with an error that says so.
+#[test]
+fn a_key_file_others_can_read_or_inside_the_cache_is_refused() {
+    let dir = temp("key-refused");
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("compiled.key");
+    ArtifactKey::from_file(&key_file).unwrap();
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = ArtifactKey::from_file(&key_file).unwrap_err().to_string();
+    assert!(e.contains("compiled.key") && e.contains("mode 0644") && e.contains("only its owner"), "{e}");
+    assert_eq!(std::fs::metadata(&key_file).unwrap().mode() & 0o777, 0o644, "left as it is, not replaced");
+
+    let link = dir.join("link.key");
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::symlink(&key_file, &link).unwrap();
+    let e = ArtifactKey::from_file(&link).unwrap_err().to_string();
+    assert!(e.contains("symbolic link"), "{e}");
+
+    let garbled = dir.join("garbled.key");
+    write_owner_only(&garbled, "not a key\n");
+    let e = ArtifactKey::from_file(&garbled).unwrap_err().to_string();
+    assert!(e.contains("garbled.key") && e.contains("64 hex digits"), "{e}");
+
+    let cache_dir = dir.join("compiled");
+    let inside = ArtifactKey::from_file(&cache_dir.join("artifact.key")).unwrap();
+    let e = ArtifactCache::open(&cache_dir, inside).unwrap_err().to_string();
+    assert!(e.contains("inside the cache directory"), "{e}");
+}
+
+/// `SWITCHYARD_ARTIFACT_KEY`, for the CLI's `--cache-dir`: a malformed value is a
+/// `config` error naming the variable (never echoing the value); a valid one is the key,
+/// and no key file is made. Without it, the key file is `<DIR>.key`, owner-only.
+#[test]
+fn the_artifact_key_from_the_environment_or_beside_the_cache_dir() {
+    let dir = temp("key-env");
+    let cache_dir = dir.join("compiled");
+    let key_file = dir.join("compiled.key");
+    let select = |key: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"));
+        command.args(["select", "--policy", "default", "--guest", "--cache-dir"]).arg(&cache_dir);
+        match key {
+            Some(key) => command.env(ARTIFACT_KEY_ENV, key),
+            None => command.env_remove(ARTIFACT_KEY_ENV),
+        };
+        command.output().unwrap()
+    };
+    let secretish = "0123456789abcdef-not-hex";
+    let out = select(Some(secretish));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: config:")
+            && stderr.contains(ARTIFACT_KEY_ENV)
+            && stderr.contains("64 hex digits"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(secretish), "{stderr}");
+
+    let out = select(Some(&"ab".repeat(32)));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!key_file.exists(), "the environment's key: no file made");
+    assert_eq!(std::fs::read_dir(&cache_dir).unwrap().count(), 2, "an artifact and its MAC");
+
+    let out = select(None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::metadata(&key_file).unwrap().mode() & 0o777, 0o600);
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let out = select(None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: config:") && stderr.contains("mode 0640"), "{stderr}");
 }
 
 #[test]
@@ -178,7 +395,8 @@ fn symlinks_and_permissive_modes_are_rejected() {
     let link = dir.with_extension("link");
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(&dir, &link).unwrap();
-    assert!(ArtifactCache::open(&link).unwrap_err().to_string().contains("symbolic link"));
+    let key = ArtifactKey::generate().unwrap();
+    assert!(ArtifactCache::open(&link, key).unwrap_err().to_string().contains("symbolic link"));
     let _ = std::fs::remove_file(elsewhere);
 }
 
@@ -279,7 +497,7 @@ fn a_background_compile_is_bounded_by_its_cpu_time() {
 fn functions_from_the_function_cache_make_the_same_artifact_byte_for_byte() {
     let artifact = |name: &str, function_cache_bytes: u64| {
         let dir = temp(name);
-        let cache = ArtifactCache::open(&dir).unwrap();
+        let cache = ArtifactCache::open(&dir, ArtifactKey::generate().unwrap()).unwrap();
         let engine = PolicyEngine::new(Limits { function_cache_bytes, ..Limits::default() })
             .unwrap()
             .with_artifact_cache(cache);

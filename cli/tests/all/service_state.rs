@@ -77,9 +77,9 @@ fn artifacts(data: &Path, blob: &str) -> usize {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|name| name.starts_with(&format!("{blob}-")))
         .inspect(|name| {
-            // Each artifact has its recorded digest beside it; both go together.
-            let digest = data.join("compiled").join(format!("{name}.blake3"));
-            assert!(name.ends_with(".blake3") || digest.exists(), "{name} without its digest");
+            // Each artifact has its MAC beside it; both go together.
+            let mac = data.join("compiled").join(format!("{name}.mac"));
+            assert!(name.ends_with(".mac") || mac.exists(), "{name} without its MAC");
         })
         .filter(|name| name.ends_with(".cwasm"))
         .count()
