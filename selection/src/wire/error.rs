@@ -62,6 +62,8 @@ error_kinds! {
     Forbidden => "forbidden",
     /// No such route.
     NotFound => "not-found",
+    /// The route exists, not with this method (the answer's `Allow` lists those it has).
+    MethodNotAllowed => "method-not-allowed",
     /// No such tenant.
     UnknownTenant => "unknown-tenant",
     /// No such policy (builtin or the tenant's).
@@ -82,8 +84,11 @@ error_kinds! {
     TooManyClasses => "too-many-classes",
     /// Over a per-minute write or upload allowance.
     RateLimited => "rate-limited",
-    /// The tenant has `max_in_flight_per_tenant` selections in flight.
+    /// The tenant has `max_in_flight_per_tenant` selections, or `max_uploads_per_tenant`
+    /// uploads, in flight.
     TenantBusy => "tenant-busy",
+    /// The router has `max_in_flight_per_router` selections in flight.
+    RouterBusy => "router-busy",
     /// Every compile permit is taken.
     CompileBusy => "compile-busy",
     /// The server (or its engine's instance pool) is at capacity: retry.
