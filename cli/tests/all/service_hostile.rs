@@ -351,8 +351,8 @@ fn connections_are_capped_and_slow_bodies_time_out() {
     server.assert_alive();
 }
 
-/// The file offset of the `.text` section (the machine code) of an ELF64 file.
-fn elf_text_offset(bytes: &[u8]) -> usize {
+/// The bytes of the `.text` section (the machine code) of an ELF64 file.
+fn elf_text(bytes: &[u8]) -> std::ops::Range<usize> {
     assert_eq!(&bytes[..4], b"\x7fELF", "a compiled artifact is an ELF file");
     let u16_at = |o: usize| u16::from_le_bytes(bytes[o..o + 2].try_into().unwrap()) as usize;
     let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap()) as usize;
@@ -365,7 +365,7 @@ fn elf_text_offset(bytes: &[u8]) -> usize {
             let name = names + u32_at(section(i));
             bytes[name..].starts_with(b".text\0")
         })
-        .map(|i| u64_at(section(i) + 24))
+        .map(|i| u64_at(section(i) + 24)..u64_at(section(i) + 24) + u64_at(section(i) + 32))
         .expect("a .text section")
 }
 
@@ -380,56 +380,157 @@ fn artifacts(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// Writes `bytes` as `path`, owner-only, as whoever can write the compiled cache could.
+fn write_owner_only(path: &Path, bytes: &[u8]) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).unwrap();
+    file.write_all(bytes).unwrap();
+}
+
+/// The server's compiled artifacts are sealed by a MAC, under a key kept outside
+/// `compiled/`, over each artifact's name and bytes. Machine code overwritten with int3,
+/// whatever is written beside it (a matching unkeyed sha256 or BLAKE3 digest, the MAC
+/// that was there, a MAC under another key), and another tenant's genuine artifact
+/// copied with its MAC over this one's name: each is refused, counted, compiled again
+/// from the blob and written again; the selection after each start answers as before
+/// and the server lives.
 #[test]
 fn a_tampered_compiled_artifact_is_recompiled_and_counted_never_run() {
+    use sha2::{Digest, Sha256};
     use std::os::unix::fs::PermissionsExt;
+    use switchyard::cache::{ARTIFACT_KEY_ENV, ArtifactCache, ArtifactKey};
     let dir = temp_dir("hostile-tamper");
-    let mut server = Server::start(&dir, None, Some(ADMIN));
+    // The key from `<data-dir>/artifact.key`, whatever the environment says.
+    let start = || {
+        let mut command = serve_command(&dir, None, Some(ADMIN));
+        command.env_remove(ARTIFACT_KEY_ENV);
+        Server::spawn(command, std::process::Stdio::null())
+    };
+    let mut server = start();
     let c = Client::new(&server);
-    let token = c.add_tenant("acme");
-    let (status, v) = c.upload(&token, "acme", "p", DEFAULT_POLICY, None);
+    let (acme, beta) = (c.add_tenant("acme"), c.add_tenant("beta"));
+    let (status, v) = c.upload(&acme, "acme", "p", DEFAULT_POLICY, None);
     assert_eq!(status, 201, "{v}");
-    let version = v["version"].as_str().unwrap().to_string();
+    let (version, sha256) =
+        (v["version"].as_str().unwrap().to_string(), v["sha256"].as_str().unwrap().to_string());
+    let (status, v) = c.upload(&beta, "beta", "q", switchyard_test_guests::NOOP, None);
+    assert_eq!(status, 201, "{v}");
+    let their_sha256 = v["sha256"].as_str().unwrap().to_string();
     let assign = json!({ "policy": "p", "on_fault": "closed" });
-    assert_eq!(c.assign(&token, "acme", "c", assign).0, 200);
-    let select = |c: &Client| c.select(&token, "acme", Some("c"));
+    assert_eq!(c.assign(&acme, "acme", "c", assign).0, 200);
+    assert_eq!(c.assign(&beta, "beta", "c", json!({ "policy": "q", "on_fault": "closed" })).0, 200);
+    let select = |c: &Client| c.select(&acme, "acme", Some("c"));
     let (status, before) = select(&c);
     assert_eq!((status, before["build"].as_str()), (200, Some("guest")), "{before}");
+    let (status, theirs) = c.select(&beta, "beta", Some("c"));
+    assert_eq!(status, 200, "{theirs}");
+    assert_ne!(before["cost"], theirs["cost"], "the other tenant's code would answer otherwise");
     server.kill();
 
-    // 64 bytes of the artifact's machine code overwritten with int3.
     let found = artifacts(&dir);
-    assert_eq!(found.len(), 1, "{found:?}");
-    let mut bytes = std::fs::read(&found[0]).unwrap();
-    let text = elf_text_offset(&bytes);
-    bytes[text..text + 64].fill(0xCC);
-    std::fs::write(&found[0], &bytes).unwrap();
+    assert_eq!(found.len(), 2, "{found:?}");
+    let named = |sha256: &str| {
+        let prefix = format!("{sha256}-");
+        found.iter().find(|p| p.file_name().unwrap().to_str().unwrap().starts_with(&prefix)).unwrap().clone()
+    };
+    let (ours, their_artifact) = (named(&sha256), named(&their_sha256));
+    let name = ours.file_name().unwrap().to_str().unwrap().to_string();
+    let [mac, blake3_digest, sha256_digest] = ArtifactCache::digest_paths(&ours);
+    let genuine = std::fs::read(&ours).unwrap();
+    // All of the artifact's machine code overwritten with int3: any of it that runs traps.
+    let mut tampered = genuine.clone();
+    let text = elf_text(&tampered);
+    tampered[text].fill(0xCC);
 
-    let mut server = Server::start(&dir, None, Some(ADMIN));
-    let c = Client::new(&server);
-    let (status, after) = select(&c);
-    assert_eq!(status, 200, "{after}");
-    for field in ["worker_id", "dp_rank", "cost", "version", "build", "fallback"] {
-        assert_eq!(after[field], before[field], "{field}: {after}");
+    // What is put in place, and how.
+    type Tampering<'a> = (&'static str, Box<dyn Fn() + 'a>);
+    let variants: Vec<Tampering> = vec![
+        (
+            "int3, its MAC deleted, a matching sha256 digest beside it",
+            Box::new(|| {
+                write_owner_only(&ours, &tampered);
+                std::fs::remove_file(&mac).unwrap();
+                write_owner_only(
+                    &sha256_digest,
+                    format!("{}\n", hex::encode(Sha256::digest(&tampered))).as_bytes(),
+                );
+            }),
+        ),
+        (
+            "int3, its MAC deleted, a matching BLAKE3 digest beside it",
+            Box::new(|| {
+                write_owner_only(&ours, &tampered);
+                std::fs::remove_file(&mac).unwrap();
+                write_owner_only(
+                    &blake3_digest,
+                    format!("{}\n", blake3::hash(&tampered).to_hex()).as_bytes(),
+                );
+            }),
+        ),
+        ("int3, the MAC left as it was", Box::new(|| write_owner_only(&ours, &tampered))),
+        (
+            "int3, with a MAC under another key",
+            Box::new(|| {
+                write_owner_only(&ours, &tampered);
+                let forged = ArtifactKey::generate().unwrap().mac(&name, &tampered);
+                write_owner_only(&mac, format!("{forged}\n").as_bytes());
+            }),
+        ),
+        (
+            "the other tenant's artifact and its MAC copied over this one's",
+            Box::new(|| {
+                write_owner_only(&ours, &std::fs::read(&their_artifact).unwrap());
+                write_owner_only(&mac, &std::fs::read(ArtifactCache::mac_path(&their_artifact)).unwrap());
+            }),
+        ),
+    ];
+    for (what, tamper) in variants {
+        tamper();
+        let placed = std::fs::read(&ours).unwrap();
+        let mut server = start();
+        let c = Client::new(&server);
+        // The start's background loads: the other tenant's from the cache, this one's
+        // refused (then compiled again, and the selection waits for that load's turn)
+        // or, were it taken, loaded from the cache too.
+        let (rejected, from_cache) =
+            ("switchyard_artifacts_rejected_total", "switchyard_components_from_cache_total");
+        let until = Instant::now() + Duration::from_secs(60);
+        while c.metric(rejected) + c.metric(from_cache) < 2.0 {
+            assert!(Instant::now() < until, "{what}: the stored versions did not load");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (status, after) = select(&c);
+        assert_eq!(status, 200, "{what}: {after}");
+        for field in ["worker_id", "dp_rank", "cost", "version", "build", "fallback"] {
+            assert_eq!(after[field], before[field], "{what}: {field}: {after}");
+        }
+        assert_eq!(c.select(&beta, "beta", Some("c")).1["cost"], theirs["cost"], "{what}");
+        server.assert_alive();
+        assert_eq!(c.metric(rejected), 1.0, "{what}");
+        assert_eq!(c.metric(from_cache), 1.0, "{what}: the other's alone");
+        server.kill();
+        let now = std::fs::read(&ours).unwrap();
+        assert!(now != placed && now == genuine, "{what}: the artifact was written again, its own");
+        assert!(
+            mac.exists() && !blake3_digest.exists() && !sha256_digest.exists(),
+            "{what}: with its MAC alone"
+        );
     }
-    server.assert_alive();
-    assert_eq!(c.metric("switchyard_artifacts_rejected_total"), 1.0);
-    assert_eq!(c.metric("switchyard_components_from_cache_total"), 0.0, "recompiled, not loaded");
-    server.kill();
-    assert_ne!(std::fs::read(&found[0]).unwrap(), bytes, "the artifact was written again");
 
     // The rewritten artifact is whole: the next start loads it.
-    let server = Server::start(&dir, None, Some(ADMIN));
+    let server = start();
     let c = Client::new(&server);
     assert_eq!(select(&c).1["cost"], before["cost"]);
     assert_eq!(c.metric("switchyard_artifacts_rejected_total"), 0.0);
-    assert_eq!(c.metric("switchyard_components_from_cache_total"), 1.0);
+    assert_eq!(c.metric("switchyard_components_from_cache_total"), 2.0);
 
-    // Owner-only, everything the server wrote.
+    // Owner-only, everything the server wrote; the key outside the compiled cache.
     let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!((mode(&dir), mode(&dir.join("blobs")), mode(&dir.join("compiled"))), (0o700, 0o700, 0o700));
     let blob = dir.join("blobs").join(format!("{version}.wasm"));
-    assert_eq!((mode(&dir.join("manifest.json")), mode(&blob), mode(&found[0])), (0o600, 0o600, 0o600));
+    assert_eq!((mode(&dir.join("manifest.json")), mode(&blob), mode(&ours)), (0o600, 0o600, 0o600));
+    assert_eq!((mode(&mac), mode(&dir.join("artifact.key"))), (0o600, 0o600));
 }
 
 #[test]
