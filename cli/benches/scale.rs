@@ -606,7 +606,7 @@ fn restart(
     }
     let first_answer = started.elapsed();
     let loaded = || {
-        let (_, text) = client.call("GET", "/metrics", None, Body::None);
+        let (_, text) = client.call("GET", "/metrics", Some(ADMIN), Body::None);
         let text = text.as_str().unwrap_or_default().to_string();
         let series = text.lines().filter(|l| l.starts_with("switchyard_versions_loaded{"));
         series.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>() as u64

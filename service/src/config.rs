@@ -41,9 +41,17 @@ pub struct ServiceConfig {
     /// Time allowed to receive a request's headers, ms, also the longest a kept-alive
     /// connection may sit idle; the connection is then closed. 10 s.
     pub header_read_timeout_ms: u64,
-    /// Open connections at once; one more is answered 503 `overloaded` and closed. 1,024:
-    /// routers keep pools of tens of connections each; every connection costs a task and
-    /// up to 64 KiB of header buffer.
+    /// Time a new connection has to send its first byte, ms; one that sends nothing is
+    /// closed. 2,000: a client connects to send a request at once, so this only ever
+    /// closes connections opened to hold a slot of `max_connections`.
+    pub first_byte_timeout_ms: u64,
+    /// Open connections at once. 1,024: routers keep pools of tens of connections each;
+    /// every connection costs a task and up to 64 KiB of header buffer. At the cap, the
+    /// connection idle longest (no request in progress: kept alive between requests, or
+    /// not done sending its first request's headers) is closed to make room for the new
+    /// one, so connections that send nothing cannot lock everyone out; only when every
+    /// connection has a request in progress is the new one answered 503 `overloaded` and
+    /// closed.
     pub max_connections: usize,
     /// Selections in flight at once, from the moment the caller is authenticated to the
     /// answer (body read included); one more is answered 503 `overloaded`. 64: each runs
@@ -53,7 +61,21 @@ pub struct ServiceConfig {
     pub max_inflight_selections: usize,
     /// Uploads one tenant may make in any 60 s window (→ 429 `rate-limited`). 60: a CI
     /// pipeline pushing on every commit stays far below; each upload costs a compile.
+    /// An upload is counted once it holds its place (`max_uploads_per_tenant`,
+    /// `max_buffered_upload_bytes`), before its body is read: one whose body never
+    /// arrives, or that is refused later, still counts.
     pub uploads_per_minute: usize,
+    /// Uploads of one tenant at once, from authentication to answer (→ 429
+    /// `tenant-busy`), counted before a byte of the body is read. 2: a deploy pushes one
+    /// policy at a time, and each upload holds its body in memory until it is answered,
+    /// so one tenant holds at most 2 × `max_body_bytes`.
+    pub max_uploads_per_tenant: usize,
+    /// Upload body bytes held at once, all tenants together (→ 503 `overloaded`): each
+    /// upload reserves its declared `Content-Length` (`max_body_bytes` for a chunked
+    /// body) before a byte of it is read, and holds it until answered. 64 MiB: eight
+    /// uploads at `max_body_bytes` (real components are 6–300 KB), and what stalled
+    /// uploads can make the server hold whatever their number. At least `max_body_bytes`.
+    pub max_buffered_upload_bytes: usize,
     /// Distinct policy names per tenant (→ 409 `too-many-policies`). 32: a tenant needs a
     /// few (one per class at most); every version of each stays compiled in memory.
     pub max_policies_per_tenant: usize,
@@ -126,6 +148,19 @@ pub struct ServiceConfig {
     /// counts), so one tenant never holds every selection slot; a router's selections
     /// count for the tenant their body names once it is read.
     pub max_in_flight_per_tenant: usize,
+    /// Selections one router's token may have in flight at once, bodies still arriving
+    /// included (→ 429 `router-busy`), counted before `max_inflight_selections`. Unset:
+    /// half of `max_inflight_selections` (32), at least 1; set, it must be less than
+    /// `max_inflight_selections`. A router names its tenant only in the body, so that
+    /// tenant's share counts once the body is read: until then this bound is what keeps
+    /// one router's slow bodies from holding every selection slot, leaving room for the
+    /// tenants' own calls and for other routers.
+    pub max_in_flight_per_router: Option<usize>,
+    /// Whether `/metrics` answers without a token. false: it needs the admin token (401
+    /// without, 403 with another), since its series name every tenant and policy. true:
+    /// without the admin token it answers the server-wide series only (none with a
+    /// `tenant` or `policy` label), for a scraper that cannot send a bearer token.
+    pub public_metrics: bool,
     /// Workers in one request's table (→ 400 `invalid-input`); see [`RequestLimitsConfig`]
     /// for this and the six below, their defaults and why.
     pub max_workers: usize,
@@ -153,9 +188,12 @@ impl Default for ServiceConfig {
             max_params_bytes: 16 << 10,
             body_read_timeout_ms: 10_000,
             header_read_timeout_ms: 10_000,
+            first_byte_timeout_ms: 2_000,
             max_connections: 1_024,
             max_inflight_selections: 64,
             uploads_per_minute: 60,
+            max_uploads_per_tenant: 2,
+            max_buffered_upload_bytes: 64 << 20,
             max_policies_per_tenant: 32,
             writes_per_minute: 120,
             max_versions_per_policy: 16,
@@ -168,6 +206,8 @@ impl Default for ServiceConfig {
             evict_after_secs: 600,
             max_unused_components: 1_024,
             max_in_flight_per_tenant: 16,
+            max_in_flight_per_router: None,
+            public_metrics: false,
             max_workers: r.max_workers,
             max_dp_size: r.max_dp_size,
             max_slots: r.max_slots,
@@ -208,6 +248,12 @@ impl ServiceLimits {
     pub fn requests(&self) -> &RequestLimits {
         &self.requests
     }
+
+    /// Selections one router may have in flight: `max_in_flight_per_router`, or half of
+    /// `max_inflight_selections` (at least 1) when it is not set.
+    pub fn router_share(&self) -> usize {
+        self.max_in_flight_per_router.unwrap_or((self.max_inflight_selections / 2).max(1))
+    }
 }
 
 impl TryFrom<ServiceConfig> for ServiceLimits {
@@ -224,26 +270,45 @@ impl TryFrom<ServiceConfig> for ServiceLimits {
             ("max_params_bytes", c.max_params_bytes as u64),
             ("body_read_timeout_ms", c.body_read_timeout_ms),
             ("header_read_timeout_ms", c.header_read_timeout_ms),
+            ("first_byte_timeout_ms", c.first_byte_timeout_ms),
             ("max_connections", c.max_connections as u64),
             ("max_inflight_selections", c.max_inflight_selections as u64),
             ("max_policies_per_tenant", c.max_policies_per_tenant as u64),
             ("writes_per_minute", c.writes_per_minute as u64),
             ("compile_concurrency", c.compile_concurrency as u64),
             ("max_in_flight_per_tenant", c.max_in_flight_per_tenant as u64),
+            ("max_in_flight_per_router", c.max_in_flight_per_router.unwrap_or(1) as u64),
+            ("max_uploads_per_tenant", c.max_uploads_per_tenant as u64),
+            ("max_buffered_upload_bytes", c.max_buffered_upload_bytes as u64),
             ("max_versions_per_policy", c.max_versions_per_policy as u64),
             ("max_classes_per_tenant", c.max_classes_per_tenant as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("[service] {name} must be at least 1"));
         }
-        // tokio's semaphores hold at most this many permits.
+        // The selection slots are a tokio semaphore, which holds at most this many permits.
         let most = tokio::sync::Semaphore::MAX_PERMITS;
-        for (name, v) in
-            [("max_connections", c.max_connections), ("max_inflight_selections", c.max_inflight_selections)]
+        if c.max_inflight_selections > most {
+            return Err(format!(
+                "[service] max_inflight_selections {} is over {most}",
+                c.max_inflight_selections
+            ));
+        }
+        if let Some(router) = c.max_in_flight_per_router
+            && router >= c.max_inflight_selections
         {
-            if v > most {
-                return Err(format!("[service] {name} {v} is over {most}"));
-            }
+            return Err(format!(
+                "[service] max_in_flight_per_router ({router}) must be less than max_inflight_selections ({}): \
+                 one router must leave selection slots for the tenants' own calls",
+                c.max_inflight_selections
+            ));
+        }
+        if c.max_buffered_upload_bytes < c.max_body_bytes {
+            return Err(format!(
+                "[service] max_buffered_upload_bytes ({}) must be at least max_body_bytes ({}), \
+                 or an upload of max_body_bytes could never be read",
+                c.max_buffered_upload_bytes, c.max_body_bytes
+            ));
         }
         let requests = RequestLimits::new(RequestLimitsConfig {
             max_workers: c.max_workers,
@@ -289,5 +354,37 @@ mod tests {
         assert!(writes.to_string().contains("writes_per_minute must be at least 1"), "{writes}");
         let zeros = r#"{"uploads_per_minute": 0, "idle_instances_per_version": 0}"#;
         assert!(serde_json::from_str::<ServiceLimits>(zeros).is_ok());
+    }
+
+    #[test]
+    fn a_routers_share_is_half_the_selection_slots_unless_set_and_always_fewer() {
+        assert_eq!(ServiceLimits::default().router_share(), 32);
+        let few: ServiceLimits = serde_json::from_str(r#"{"max_inflight_selections": 1}"#).unwrap();
+        assert_eq!(few.router_share(), 1, "a router may still select");
+        let set: ServiceLimits = serde_json::from_str(r#"{"max_in_flight_per_router": 5}"#).unwrap();
+        assert_eq!(set.router_share(), 5);
+        let all = r#"{"max_inflight_selections": 8, "max_in_flight_per_router": 8}"#;
+        let all = serde_json::from_str::<ServiceLimits>(all).unwrap_err().to_string();
+        assert!(
+            all.contains("max_in_flight_per_router (8) must be less than max_inflight_selections (8)"),
+            "{all}"
+        );
+        let zero = serde_json::from_str::<ServiceLimits>(r#"{"max_in_flight_per_router": 0}"#).unwrap_err();
+        assert!(zero.to_string().contains("max_in_flight_per_router must be at least 1"), "{zero}");
+    }
+
+    #[test]
+    fn the_upload_buffer_budget_holds_at_least_one_upload() {
+        let small = r#"{"max_body_bytes": 1000, "max_buffered_upload_bytes": 999}"#;
+        let small = serde_json::from_str::<ServiceLimits>(small).unwrap_err().to_string();
+        assert!(
+            small.contains("max_buffered_upload_bytes (999) must be at least max_body_bytes (1000)"),
+            "{small}"
+        );
+        let limits = ServiceLimits::default();
+        assert_eq!((limits.max_uploads_per_tenant, limits.max_buffered_upload_bytes), (2, 64 << 20));
+        assert_eq!((limits.first_byte_timeout_ms, limits.public_metrics), (2_000, false));
+        let zero = serde_json::from_str::<ServiceLimits>(r#"{"max_uploads_per_tenant": 0}"#).unwrap_err();
+        assert!(zero.to_string().contains("max_uploads_per_tenant must be at least 1"), "{zero}");
     }
 }

@@ -1,32 +1,47 @@
 //! The HTTP surface: the accept loop, routes, authentication, bounded bodies. Handlers
 //! are thin: the work is in `manage` and `select`.
 //!
-//! What a client can make the server hold is bounded before it is held:
-//! - connections: at most `max_connections` open (one more is answered 503 `overloaded`
-//!   and closed); headers must arrive within `header_read_timeout_ms`, which is also the
-//!   longest a kept-alive connection may idle; at most [`MAX_HEADER_BUFFER`] of them;
+//! Whatever one tenant or one unauthenticated peer sends, every other tenant's uploads
+//! and selections go on: what a client can make the server hold is bounded before it is
+//! held, and no one caller can hold all of anything.
+//! - connections: at most `max_connections` open. One that sends nothing is closed after
+//!   `first_byte_timeout_ms`; at the cap, the one idle longest (no request in progress)
+//!   is closed to make room, and only when every one has a request in progress is a new
+//!   one answered 503 `overloaded` and closed. Headers must arrive within
+//!   `header_read_timeout_ms`, which is also the longest a kept-alive connection may
+//!   idle; at most [`MAX_HEADER_BUFFER`] of them (431 beyond);
 //! - bodies: every route authenticates from the headers first, so a refused caller never
 //!   gets a byte of its body buffered; then each route reads at most its own limit
 //!   (`max_body_bytes` for uploads, `max_select_body_bytes`, `max_management_body_bytes`)
 //!   within `body_read_timeout_ms`;
+//! - uploads: before a byte of the body is read, a tenant's share
+//!   (`max_uploads_per_tenant`, 429 `tenant-busy`), then the body's declared length in
+//!   the server-wide budget (`max_buffered_upload_bytes`, 503 `overloaded`), then its
+//!   charge to the tenant's write rates (429 `rate-limited`);
 //! - selections: at most `max_inflight_selections` from authentication to answer, each
-//!   on a blocking thread (one more is answered 503 `overloaded`); of those, a tenant's
-//!   own at most `max_in_flight_per_tenant` (429 `tenant-busy`), counted before the
-//!   server-wide cap when the tenant's token calls, so no tenant can hold every slot.
+//!   on a blocking thread (one more is answered 503 `overloaded`); before that cap, a
+//!   tenant's own token at most `max_in_flight_per_tenant` (429 `tenant-busy`) and a
+//!   router's at most `max_in_flight_per_router` (429 `router-busy`), bodies still
+//!   arriving included, so no tenant and no router can hold every slot.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 use switchyard::selection::wire::{ErrorBody, ErrorKind};
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -36,16 +51,18 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore, watch};
 
 use crate::auth::{Principal, identify, require_admin, require_tenant};
 use crate::config::ServiceLimits;
 use crate::error::ApiError;
 use crate::metrics;
+use crate::rates::WriteKind;
 use crate::state::Service;
 
 /// The most a connection buffers while reading a request's headers (hyper's read
-/// buffer): a request whose headers are larger is refused. Our requests' headers are a
+/// buffer), and the largest head (request line and headers) a request may have: a
+/// larger one is answered 431 and the connection closed. Our requests' headers are a
 /// few hundred bytes.
 pub const MAX_HEADER_BUFFER: usize = 64 << 10;
 
@@ -53,39 +70,244 @@ pub const MAX_HEADER_BUFFER: usize = 64 << 10;
 /// sending it sees the answer rather than a reset connection. Never buffered.
 const REFUSAL_DRAIN: Duration = Duration::from_secs(1);
 
+/// How long a connection closed to make room may still finish writing an answer it was
+/// sending (it had no request in progress) before it is dropped.
+const EVICTION_GRACE: Duration = Duration::from_millis(500);
+
+/// How long open connections may finish their requests once the server stops.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// A mutex's contents, whether or not a thread panicked holding it (every value kept
+/// behind these is a count, valid at any point).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The label of a refusal counter: the cap that was reached, by its setting's name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CapLabels {
     limit: &'static str,
 }
 
+/// Requests in flight per name (a tenant's uploads, a router's selections), at most
+/// `max` each. A name has an entry only while it has one in flight, so the map never
+/// outgrows the callers of the moment.
+struct Shares {
+    max: usize,
+    held: Mutex<HashMap<String, usize>>,
+}
+
+/// One request counted in its name's share; uncounted when dropped, however the request
+/// ends.
+struct Share {
+    shares: Arc<Shares>,
+    name: String,
+}
+
+impl Shares {
+    fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self { max, held: Mutex::default() })
+    }
+
+    /// One more request of `name`, or how many it has in flight already (all of its share).
+    fn enter(self: &Arc<Self>, name: &str) -> Result<Share, usize> {
+        let mut held = lock(&self.held);
+        let n = held.get(name).copied().unwrap_or(0);
+        if n >= self.max {
+            return Err(n);
+        }
+        held.insert(name.to_string(), n + 1);
+        Ok(Share { shares: Arc::clone(self), name: name.to_string() })
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut held = lock(&self.shares.held);
+        if let Some(n) = held.get_mut(&self.name) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.name);
+            }
+        }
+    }
+}
+
+/// Bytes that may be held at once, all callers together (`max_buffered_upload_bytes`).
+struct Budget {
+    max: usize,
+    used: AtomicUsize,
+}
+
+/// Bytes reserved in a [`Budget`]; given back when dropped.
+struct Reserved {
+    budget: Arc<Budget>,
+    bytes: usize,
+}
+
+impl Budget {
+    /// `bytes` more, or how many are reserved already when they do not fit.
+    fn reserve(self: &Arc<Self>, bytes: usize) -> Result<Reserved, usize> {
+        let fits = |used: usize| used.checked_add(bytes).filter(|&total| total <= self.max);
+        match self.used.try_update(Ordering::AcqRel, Ordering::Acquire, fits) {
+            Ok(_) => Ok(Reserved { budget: Arc::clone(self), bytes }),
+            Err(used) => Err(used),
+        }
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// What a connection is doing, as the cap sees it.
+#[derive(Clone, Copy)]
+enum Activity {
+    /// No request in progress since this instant (accepted then, or its last answer
+    /// written then): it may be closed to make room.
+    Idle(Instant),
+    /// This many requests in progress (HTTP/1.1 serves one at a time; a count keeps the
+    /// bookkeeping right whatever hyper overlaps).
+    Busy(usize),
+    /// Closed to make room: it takes no more requests.
+    Closed,
+}
+
+/// One open connection: what it is doing, and how to tell its task to close it.
+struct Connection {
+    id: u64,
+    activity: Mutex<Activity>,
+    close: Notify,
+}
+
+impl Connection {
+    /// A request starts: the connection is busy until the returned guard drops (once its
+    /// answer is written). `None` if it was closed to make room meanwhile.
+    fn begin(self: &Arc<Self>) -> Option<InProgress> {
+        let mut activity = lock(&self.activity);
+        *activity = match *activity {
+            Activity::Closed => return None,
+            Activity::Idle(_) => Activity::Busy(1),
+            Activity::Busy(n) => Activity::Busy(n + 1),
+        };
+        Some(InProgress(Arc::clone(self)))
+    }
+}
+
+/// A request in progress on a connection: its answer is still being made or written.
+struct InProgress(Arc<Connection>);
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        let mut activity = lock(&self.0.activity);
+        *activity = match *activity {
+            Activity::Busy(1) => Activity::Idle(Instant::now()),
+            Activity::Busy(n) => Activity::Busy(n - 1),
+            other => other,
+        };
+    }
+}
+
+/// The open connections (`max_connections`), each with what it is doing.
+struct Connections {
+    max: usize,
+    open: Mutex<HashMap<u64, Arc<Connection>>>,
+    next_id: AtomicU64,
+}
+
+/// A connection's place among the open ones; given back when its task ends.
+struct Slot {
+    connections: Arc<Connections>,
+    connection: Arc<Connection>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        lock(&self.connections.open).remove(&self.connection.id);
+    }
+}
+
+impl Connections {
+    /// A place for a new connection, and whether an idle one was closed to make it;
+    /// `None` when all `max` have a request in progress.
+    fn admit(self: &Arc<Self>) -> Option<(Slot, bool)> {
+        let mut open = lock(&self.open);
+        let evicted = open.len() >= self.max;
+        if evicted {
+            let idlest = open.values().filter_map(|c| match *lock(&c.activity) {
+                Activity::Idle(since) => Some((since, c.id)),
+                Activity::Busy(_) | Activity::Closed => None,
+            });
+            // The one idle longest cannot start a request in between: its state is
+            // re-read and changed under its lock, which `begin` takes too.
+            let (_, id) = idlest.min()?;
+            let idlest = Arc::clone(&open[&id]);
+            let mut activity = lock(&idlest.activity);
+            if !matches!(*activity, Activity::Idle(_)) {
+                return None;
+            }
+            *activity = Activity::Closed;
+            drop(activity);
+            open.remove(&id);
+            idlest.close.notify_one();
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let activity = Mutex::new(Activity::Idle(Instant::now()));
+        let connection = Arc::new(Connection { id, activity, close: Notify::new() });
+        open.insert(id, Arc::clone(&connection));
+        Some((Slot { connections: Arc::clone(self), connection }, evicted))
+    }
+
+    fn len(&self) -> usize {
+        lock(&self.open).len()
+    }
+}
+
 /// Server-wide caps and what they refused.
 pub struct Gate {
-    connections: Arc<Semaphore>,
-    max_connections: usize,
+    connections: Arc<Connections>,
     selections: Arc<Semaphore>,
     max_selections: usize,
-    /// Refusals by cap: what a scrape encodes. Counted through the two handles below,
-    /// taken once, so a refusal never looks into the family.
+    /// Each router's selections in flight (`max_in_flight_per_router`).
+    routers: Arc<Shares>,
+    /// Each tenant's uploads in flight (`max_uploads_per_tenant`).
+    uploads: Arc<Shares>,
+    /// Upload body bytes reserved (`max_buffered_upload_bytes`).
+    upload_bytes: Arc<Budget>,
+    /// Refusals by cap: what a scrape encodes. Counted through the handles below, taken
+    /// once, so a refusal never looks into the family.
     refused: Family<CapLabels, Counter>,
     refused_connections: Counter,
     refused_selections: Counter,
+    refused_upload_bytes: Counter,
+    /// Idle connections closed at `max_connections` to make room for a new one.
+    evicted: Counter,
 }
 
 impl Gate {
     /// The caps `limits` sets, none of them in use yet.
     pub fn new(limits: &ServiceLimits) -> Self {
         let refused = Family::<CapLabels, Counter>::default();
-        let refused_connections = refused.get_or_create_owned(&CapLabels { limit: "max_connections" });
-        let refused_selections = refused.get_or_create_owned(&CapLabels { limit: "max_inflight_selections" });
+        let cap = |limit| refused.get_or_create_owned(&CapLabels { limit });
+        let (refused_connections, refused_selections, refused_upload_bytes) =
+            (cap("max_connections"), cap("max_inflight_selections"), cap("max_buffered_upload_bytes"));
+        let connections =
+            Connections { max: limits.max_connections, open: Mutex::default(), next_id: AtomicU64::new(0) };
+        let upload_bytes = Budget { max: limits.max_buffered_upload_bytes, used: AtomicUsize::new(0) };
         Self {
-            connections: Arc::new(Semaphore::new(limits.max_connections)),
-            max_connections: limits.max_connections,
+            connections: Arc::new(connections),
             selections: Arc::new(Semaphore::new(limits.max_inflight_selections)),
             max_selections: limits.max_inflight_selections,
+            routers: Shares::new(limits.router_share()),
+            uploads: Shares::new(limits.max_uploads_per_tenant),
+            upload_bytes: Arc::new(upload_bytes),
             refused,
             refused_connections,
             refused_selections,
+            refused_upload_bytes,
+            evicted: Counter::default(),
         }
     }
 
@@ -96,7 +318,7 @@ impl Gate {
 
     /// Connections open now.
     pub fn connections_open(&self) -> usize {
-        self.max_connections - self.connections.available_permits()
+        self.connections.len()
     }
 
     /// Registers the refusals and what is in use now, for one scrape.
@@ -115,6 +337,16 @@ impl Gate {
             "switchyard_connections_open",
             "Open client connections",
             ConstGauge::new(self.connections_open()),
+        );
+        registry.register(
+            "switchyard_connections_evicted",
+            "Idle connections closed at max_connections to make room for a new one",
+            self.evicted.clone(),
+        );
+        registry.register(
+            "switchyard_upload_bytes_reserved",
+            "Upload body bytes reserved by uploads in progress (at most max_buffered_upload_bytes)",
+            ConstGauge::new(self.upload_bytes.used.load(Ordering::Acquire)),
         );
     }
 }
@@ -141,6 +373,14 @@ fn app(service: Arc<Service>, gate: Arc<Gate>) -> Router {
         .route("/v1/tenants/{tenant}/classes/{class}", put(assign))
         .route("/v1/select", post(select))
         .fallback(|| async { ApiError::not_found(ErrorKind::NotFound, "no such endpoint") })
+        // Axum keeps its `Allow` header on this answer: it lists the methods the route has.
+        .method_not_allowed_fallback(|method: Method| async move {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                ErrorKind::MethodNotAllowed,
+                format!("this endpoint does not take {method} (`Allow` lists what it takes)"),
+            )
+        })
         .with_state(Arc::new(Http { service, gate }))
 }
 
@@ -154,9 +394,10 @@ pub fn router(service: Arc<Service>) -> Router {
 }
 
 /// Serves HTTP/1.1 on `listener` until `shutdown` completes, then lets open connections
-/// finish (at most 10 s). At most `max_connections` are served at once; one more is
-/// answered 503 `overloaded` and closed. An accept error (e.g. out of file descriptors)
-/// is waited out, never fatal.
+/// finish (at most 10 s). At most `max_connections` are open at once: at the cap, the
+/// one idle longest is closed to make room; when none is idle, the new one is answered
+/// 503 `overloaded` and closed. An accept error (e.g. out of file descriptors) is waited
+/// out, never fatal.
 pub async fn serve(
     listener: TcpListener,
     service: Arc<Service>,
@@ -164,13 +405,17 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let limits = service.limits.clone();
     let gate = Arc::new(Gate::new(&limits));
-    let app = app(service, gate.clone());
+    let app = TowerToHyperService::new(app(service, gate.clone()));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms))
-        .max_buf_size(MAX_HEADER_BUFFER);
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+        .max_buf_size(MAX_HEADER_BUFFER)
+        // The buffer's size alone is checked only while a head is still arriving: one
+        // read can bring in a whole head larger than it.
+        .max_header_size(MAX_HEADER_BUFFER);
+    let first_byte = Duration::from_millis(limits.first_byte_timeout_ms);
+    let (stop, stopped) = watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -184,39 +429,138 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Ok(permit) = gate.connections.clone().try_acquire_owned() else {
+        let Some((slot, evicted)) = gate.connections.admit() else {
             gate.refused_connections.inc();
-            tokio::spawn(refuse_connection(stream, gate.max_connections));
+            tokio::spawn(refuse_connection(stream, gate.connections.max));
             continue;
         };
+        if evicted {
+            gate.evicted.inc();
+        }
         let _ = stream.set_nodelay(true);
         let connection =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
-        let mut stopped = stopped.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let mut connection = std::pin::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                _ = stopped.changed() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
-            }
-        });
+            ConnectionTask { slot, builder: builder.clone(), app: app.clone(), stopped: stopped.clone() };
+        tokio::spawn(connection.run(stream, first_byte));
     }
     let _ = stop.send(true);
-    let all = u32::try_from(gate.max_connections).unwrap_or(u32::MAX);
-    let _ = tokio::time::timeout(Duration::from_secs(10), gate.connections.acquire_many(all)).await;
+    let deadline = Instant::now() + SHUTDOWN_GRACE;
+    while gate.connections_open() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     Ok(())
 }
 
-/// Answers a connection over `max_connections` with 503 `overloaded` and closes it,
-/// after reading (and dropping) briefly what the client sent, so it sees the answer.
+/// One accepted connection, served until it ends, is closed to make room, or the server
+/// stops.
+struct ConnectionTask {
+    slot: Slot,
+    builder: hyper::server::conn::http1::Builder,
+    app: TowerToHyperService<Router>,
+    stopped: watch::Receiver<bool>,
+}
+
+impl ConnectionTask {
+    async fn run(mut self, stream: TcpStream, first_byte: Duration) {
+        let connection = Arc::clone(&self.slot.connection);
+        // Nothing is allocated for a connection (hyper's buffers, its timers) until its
+        // client sends something, and one that sends nothing in time is closed.
+        let mut probe = [0u8; 1];
+        let sent = tokio::select! {
+            peeked = tokio::time::timeout(first_byte, stream.peek(&mut probe)) => {
+                matches!(peeked, Ok(Ok(n)) if n > 0)
+            }
+            () = connection.close.notified() => false,
+            _ = self.stopped.changed() => false,
+        };
+        if !sent {
+            return;
+        }
+        let service = Tracked { app: self.app, connection: Arc::clone(&connection) };
+        let served = self.builder.serve_connection(TokioIo::new(stream), service);
+        let mut served = std::pin::pin!(served);
+        let grace = tokio::select! {
+            _ = served.as_mut() => return,
+            () = connection.close.notified() => EVICTION_GRACE,
+            _ = self.stopped.changed() => SHUTDOWN_GRACE,
+        };
+        served.as_mut().graceful_shutdown();
+        let _ = tokio::time::timeout(grace, served).await;
+    }
+}
+
+/// The routes, marking their connection busy from the moment a request is handed to
+/// them (its body still to be read) until its answer has been written.
+#[derive(Clone)]
+struct Tracked {
+    app: TowerToHyperService<Router>,
+    connection: Arc<Connection>,
+}
+
+impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
+    type Response = hyper::Response<HeldBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
+        let Some(in_progress) = self.connection.begin() else {
+            // Closed to make room just as this request arrived: the client retries on
+            // another connection.
+            let refusal = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorKind::Overloaded,
+                "this connection was idle and was closed to make room for another (`max_connections`); retry",
+            );
+            let mut response = retry_later(refusal);
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Box::pin(std::future::ready(Ok(
+                response.map(|body| HeldBody { body, _in_progress: None })
+            )));
+        };
+        let answer = hyper::service::Service::call(&self.app, request);
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(response.map(|body| HeldBody { body, _in_progress: Some(in_progress) }))
+        })
+    }
+}
+
+/// An answer's body, which keeps its connection busy until hyper has written it (and
+/// drops it).
+struct HeldBody {
+    body: Body,
+    _in_progress: Option<InProgress>,
+}
+
+impl hyper::body::Body for HeldBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Answers a connection over `max_connections` (every open one has a request in
+/// progress) with 503 `overloaded` and closes it, after reading (and dropping) briefly
+/// what the client sent, so it sees the answer.
 async fn refuse_connection(mut stream: TcpStream, max: usize) {
     let body = ErrorBody::new(
         ErrorKind::Overloaded,
-        format!("the server has {max} connections open, the most `max_connections` allows; retry"),
+        format!(
+            "the server has {max} connections open, each with a request in progress, the most \
+             `max_connections` allows; retry"
+        ),
     );
     let body = serde_json::to_string(&body).expect("an error body always serialises");
     let response = format!(
@@ -237,6 +581,17 @@ async fn refuse_connection(mut stream: TcpStream, max: usize) {
         std::io::Result::Ok(())
     })
     .await;
+}
+
+/// `refusal` as an answer, with `Retry-After: 1` when it is a 503: a cap that frees up
+/// as requests end.
+fn retry_later(refusal: ApiError) -> Response {
+    let unavailable = refusal.status() == StatusCode::SERVICE_UNAVAILABLE;
+    let mut response = refusal.into_response();
+    if unavailable {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
 }
 
 /// A route's body limit: its bytes and the setting's name (for the 413's message).
@@ -266,9 +621,15 @@ impl Limit {
 }
 
 /// Reads `body` to its end, or until more than `cap` bytes have arrived, keeping its
-/// bytes only while they are at most `keep` in all: (what was kept, how many arrived).
-async fn drain(mut body: Body, keep: usize, cap: usize) -> Result<(Vec<u8>, usize), axum::Error> {
-    let mut bytes = Vec::new();
+/// bytes only while they are at most `keep` in all (in a buffer of `capacity` to begin
+/// with): (what was kept, how many arrived).
+async fn drain(
+    mut body: Body,
+    keep: usize,
+    cap: usize,
+    capacity: usize,
+) -> Result<(Vec<u8>, usize), axum::Error> {
+    let mut bytes = Vec::with_capacity(capacity.min(keep));
     let mut seen = 0usize;
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame?.into_data() {
@@ -288,6 +649,13 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
 }
 
+/// An upload's place, taken before its body is read and held until it is answered: one
+/// of its tenant's `max_uploads_per_tenant`, and its bytes of `max_buffered_upload_bytes`.
+struct UploadPlace {
+    _share: Share,
+    reserved: Reserved,
+}
+
 impl Http {
     fn limits(&self) -> &ServiceLimits {
         &self.service.limits
@@ -297,12 +665,19 @@ impl Http {
         identify(headers, &self.service.admin_sha256, self.service.snapshot().tokens())
     }
 
-    /// Reads the body, at most `limit`'s bytes, within `body_read_timeout_ms`. A body
-    /// over the limit is refused 413 `body-too-large` naming the limit: when it declares
-    /// a length over 4× the limit at once, unread; otherwise after reading it to its end
-    /// (dropping what is over the limit), so the client sees the answer rather than a
-    /// reset connection. A body not received in time is 408 `body-timeout`.
-    async fn read_body(&self, headers: &HeaderMap, body: Body, limit: Limit) -> Result<Vec<u8>, ApiError> {
+    /// Reads the body, at most `limit`'s bytes, within `body_read_timeout_ms`, into a
+    /// buffer of `capacity` to begin with. A body over the limit is refused 413
+    /// `body-too-large` naming the limit: when it declares a length over 4× the limit at
+    /// once, unread; otherwise after reading it to its end (dropping what is over the
+    /// limit), so the client sees the answer rather than a reset connection. A body not
+    /// received in time is 408 `body-timeout`.
+    async fn read_body(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        limit: Limit,
+        capacity: usize,
+    ) -> Result<Vec<u8>, ApiError> {
         let max = limit.bytes(self.limits());
         let too_large = || {
             ApiError::new(
@@ -317,7 +692,7 @@ impl Http {
         }
         let timeout = Duration::from_millis(self.limits().body_read_timeout_ms);
         let read = async {
-            let (bytes, seen) = drain(body, max, drain_cap).await.map_err(|e| {
+            let (bytes, seen) = drain(body, max, drain_cap, capacity).await.map_err(|e| {
                 ApiError::bad_request(ErrorKind::InvalidBody, format!("reading the body: {e}"))
             })?;
             if seen > max { Err(too_large()) } else { Ok(bytes) }
@@ -339,7 +714,7 @@ impl Http {
         let max = limit.bytes(self.limits());
         if declared_length(headers).is_none_or(|n| n <= max as u64) {
             let within = REFUSAL_DRAIN.min(Duration::from_millis(self.limits().body_read_timeout_ms));
-            let _ = tokio::time::timeout(within, drain(body, 0, max)).await;
+            let _ = tokio::time::timeout(within, drain(body, 0, max, 0)).await;
         }
         refusal
     }
@@ -357,6 +732,41 @@ impl Http {
             Err(refusal) => Err(self.refuse(refusal, headers, body, limit).await),
         }
     }
+
+    /// An upload of `tenant` (which exists) takes its place before its body is read: one
+    /// of the tenant's `max_uploads_per_tenant` (429 `tenant-busy`), then the body's
+    /// declared length (`max_body_bytes` when it declares none, or more) of
+    /// `max_buffered_upload_bytes` (503 `overloaded`), then its charge to the tenant's
+    /// write rates (429 `rate-limited`). So stalled uploads hold at most that much memory
+    /// whatever their number, and an upload that never finishes still counts.
+    fn admit_upload(&self, tenant: &str, headers: &HeaderMap) -> Result<UploadPlace, ApiError> {
+        let share = self.gate.uploads.enter(tenant).map_err(|n| {
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorKind::TenantBusy,
+                format!(
+                    "tenant `{tenant}` has {n} uploads in progress (max_uploads_per_tenant = {})",
+                    self.gate.uploads.max
+                ),
+            )
+        })?;
+        let max = self.limits().max_body_bytes;
+        let bytes = declared_length(headers).map_or(max, |n| usize::try_from(n).map_or(max, |n| n.min(max)));
+        let reserved = self.gate.upload_bytes.reserve(bytes).map_err(|used| {
+            self.gate.refused_upload_bytes.inc();
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorKind::Overloaded,
+                format!(
+                    "uploads in progress hold {used} bytes of body; {bytes} more would pass \
+                     {} (`max_buffered_upload_bytes`); retry",
+                    self.gate.upload_bytes.max
+                ),
+            )
+        })?;
+        self.service.rates.admit(tenant, self.limits(), WriteKind::Upload)?;
+        Ok(UploadPlace { _share: share, reserved })
+    }
 }
 
 fn json_answer(status: StatusCode, value: impl serde::Serialize) -> Response {
@@ -364,8 +774,26 @@ fn json_answer(status: StatusCode, value: impl serde::Serialize) -> Response {
 }
 
 /// `/metrics`: the service's metrics, then the gate's and the artifact cache's, as one
-/// Prometheus text.
-async fn metrics(State(http): Svc) -> Response {
+/// Prometheus text. The admin's: its series name every tenant and policy. Without the
+/// admin token, 401 (403 with another token), unless `public_metrics` is set: then the
+/// server-wide series alone.
+async fn metrics(State(http): Svc, headers: HeaderMap) -> Answer {
+    let everything = match http.who(&headers) {
+        Ok(Principal::Admin) => true,
+        _ if http.limits().public_metrics => false,
+        Ok(other) => return Err(require_admin(&other).expect_err("not the admin")),
+        Err(refusal) => {
+            return Err(ApiError::new(
+                refusal.status(),
+                refusal.kind(),
+                format!(
+                    "{}: `/metrics` needs the admin token (`[service] public_metrics = true` serves its \
+                     server-wide series without one)",
+                    refusal.message()
+                ),
+            ));
+        }
+    };
     let mut registry = Registry::default();
     http.service.register_metrics(&mut registry);
     http.gate.register_metrics(&mut registry);
@@ -385,18 +813,55 @@ async fn metrics(State(http): Svc) -> Response {
         "Compiled artifacts this server wrote, checked once settled ahead of any load (by the eviction pass, or just after a tier-up)",
         ConstCounter::new(cache.map_or(0, |cache| cache.checked_ahead())),
     );
-    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::encode(&registry)).into_response()
+    let text = metrics::encode(&registry);
+    let text = if everything { text } else { server_wide(&text) };
+    Ok(([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response())
+}
+
+/// The families of a Prometheus text that have samples and none with a `tenant` or
+/// `policy` label: what `/metrics` serves without a token under `public_metrics`.
+/// Filtered from the whole text, so a per-tenant series added later stays private.
+fn server_wide(text: &str) -> String {
+    // A label of a sample line: its label values here are names of limits, fault kinds
+    // and bucket bounds, with no `,` or `}` in them.
+    let private = |sample: &str| {
+        sample.split_once('{').and_then(|(_, rest)| rest.split_once('}')).is_some_and(|(labels, _)| {
+            labels.split(',').any(|l| l.starts_with("tenant=") || l.starts_with("policy="))
+        })
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut family = String::new();
+    let (mut samples, mut hidden) = (0usize, false);
+    let mut flush = |family: &mut String, samples: usize, hidden: bool| {
+        if samples > 0 && !hidden {
+            out.push_str(family);
+        }
+        family.clear();
+    };
+    for line in text.lines() {
+        if line.starts_with("# HELP ") {
+            flush(&mut family, samples, hidden);
+            (samples, hidden) = (0, false);
+        } else if !line.starts_with('#') && !line.is_empty() {
+            samples += 1;
+            hidden |= private(line);
+        }
+        family.push_str(line);
+        family.push('\n');
+    }
+    flush(&mut family, samples, hidden);
+    out
 }
 
 async fn add_tenant(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
     let (who, body) = http.authorize(&headers, body, Limit::Management, require_admin).await?;
-    let body = http.read_body(&headers, body, Limit::Management).await?;
+    let body = http.read_body(&headers, body, Limit::Management, 0).await?;
     Ok(json_answer(StatusCode::CREATED, http.service.add_tenant(&who, &body).await?))
 }
 
 async fn add_router(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
     let (who, body) = http.authorize(&headers, body, Limit::Management, require_admin).await?;
-    let body = http.read_body(&headers, body, Limit::Management).await?;
+    let body = http.read_body(&headers, body, Limit::Management, 0).await?;
     Ok(json_answer(StatusCode::CREATED, http.service.add_router(&who, &body).await?))
 }
 
@@ -414,11 +879,18 @@ async fn upload(
 ) -> Answer {
     let params = query.get("params").cloned();
     // Whatever the body holds, an upload this refuses (the caller, the name, the
-    // parameters' size, the tenant's policy count and write rates) is refused unread.
+    // parameters' size, the tenant's policy count) is refused unread.
     let precheck = |w: &Principal| http.service.precheck_upload(w, &tenant, &name, params.as_deref());
     let (who, body) = http.authorize(&headers, body, Limit::Upload, precheck).await?;
-    let bytes = http.read_body(&headers, body, Limit::Upload).await?;
-    Ok(json_answer(StatusCode::CREATED, http.service.upload(&who, &tenant, &name, params, bytes).await?))
+    let place = match http.admit_upload(&tenant, &headers) {
+        Ok(place) => place,
+        Err(refusal) => return Ok(retry_later(http.refuse(refusal, &headers, body, Limit::Upload).await)),
+    };
+    let bytes = http.read_body(&headers, body, Limit::Upload, place.reserved.bytes).await?;
+    // The place is held until the upload is answered: its bytes are in memory until then.
+    let uploaded = http.service.upload(&who, &tenant, &name, params, bytes).await;
+    drop(place);
+    Ok(json_answer(StatusCode::CREATED, uploaded?))
 }
 
 async fn rollback(
@@ -438,7 +910,7 @@ async fn assign(
 ) -> Answer {
     let (who, body) =
         http.authorize(&headers, body, Limit::Management, |w| require_tenant(w, &tenant)).await?;
-    let body = http.read_body(&headers, body, Limit::Management).await?;
+    let body = http.read_body(&headers, body, Limit::Management, 0).await?;
     Ok(json_answer(StatusCode::OK, http.service.assign(&who, &tenant, &class, &body).await?))
 }
 
@@ -446,19 +918,34 @@ async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
     // Who may select for which tenant is in the body; whether the caller is anyone at
     // all is in the headers, and is settled first.
     let (who, body) = http.authorize(&headers, body, Limit::Select, |_| Ok(())).await?;
-    // A tenant's own share first, before any server-wide slot: its selections in flight,
-    // bodies still arriving included, are at most `max_in_flight_per_tenant` (429 beyond),
-    // so it can never hold every slot. A router or the admin names the tenant in the
-    // body: that tenant's share is taken once the body is read (`Service::select`).
-    let share = match &who {
+    // The caller's own share first, before any server-wide slot: its selections in
+    // flight, bodies still arriving included, are at most `max_in_flight_per_tenant` for
+    // a tenant's token (429 `tenant-busy`) and `max_in_flight_per_router` for a router's
+    // (429 `router-busy`), so neither can hold every slot. A router's selection counts
+    // for the tenant its body names too, once the body is read (`Service::select`).
+    let (share, router_share) = match &who {
         Principal::Tenant(tenant) => match http.service.enter(tenant) {
-            Ok(share) => Some(share),
+            Ok(share) => (Some(share), None),
             Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
         },
-        Principal::Admin | Principal::Router(_) => None,
+        Principal::Router(router) => match http.gate.routers.enter(router) {
+            Ok(share) => (None, Some(share)),
+            Err(n) => {
+                let refusal = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    ErrorKind::RouterBusy,
+                    format!(
+                        "router `{router}` has {n} selections in flight (max_in_flight_per_router = {})",
+                        http.gate.routers.max
+                    ),
+                );
+                return Err(http.refuse(refusal, &headers, body, Limit::Select).await);
+            }
+        },
+        Principal::Admin => (None, None),
     };
     let Ok(permit) = http.gate.selections.clone().try_acquire_owned() else {
-        drop(share);
+        drop((share, router_share));
         http.gate.refused_selections.inc();
         let refusal = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -468,17 +955,14 @@ async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
                 http.gate.max_selections
             ),
         );
-        let refusal = http.refuse(refusal, &headers, body, Limit::Select).await;
-        let mut response = refusal.into_response();
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return Ok(response);
+        return Ok(retry_later(http.refuse(refusal, &headers, body, Limit::Select).await));
     };
-    let body = http.read_body(&headers, body, Limit::Select).await?;
+    let body = http.read_body(&headers, body, Limit::Select, 0).await?;
     let service = http.service.clone();
-    // Guest calls are CPU work: keep them off the async workers. The permit is held until
-    // the selection is done, even if the client has gone.
+    // Guest calls are CPU work: keep them off the async workers. The permit and the
+    // router's share are held until the selection is done, even if the client has gone.
     let answer = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
+        let _held = (permit, router_share);
         service.select(&who, share, &body)
     })
     .await

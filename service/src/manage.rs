@@ -395,10 +395,11 @@ impl Service {
     }
 
     /// The checks of an upload that need neither its body nor its parameters' meaning:
-    /// the caller, the name, the size of `params`, the tenant, its policy count and
-    /// (without counting the upload) its write rates. `upload` starts with them; the HTTP
-    /// route runs them before it reads the body too, so an upload refused for any of
-    /// these costs no body read, hash or canonicalisation.
+    /// the caller, the name, the size of `params`, the tenant and its policy count.
+    /// `upload` starts with them; the HTTP route runs them before it reads the body too,
+    /// so an upload refused for any of these costs no body read, hash or
+    /// canonicalisation. The write rates are the route's: it charges an upload to them
+    /// once the upload holds its place, before its body is read.
     pub fn precheck_upload(
         &self,
         who: &Principal,
@@ -417,12 +418,12 @@ impl Service {
         self.check_params_size(params)?;
         let snapshot = self.snapshot();
         let current = snapshot.manifest().tenants.get(tenant).ok_or_else(|| unknown_tenant(tenant))?;
-        self.check_policy_count(current, tenant, name)?;
-        self.rates.check(tenant, &self.limits, WriteKind::Upload)
+        self.check_policy_count(current, tenant, name)
     }
 
     /// `PUT /v1/tenants/{tenant}/policies/{name}`: validate, compile, configure, store,
-    /// activate. Answers once the version is durable and routed.
+    /// activate. Answers once the version is durable and routed. Its caller has charged
+    /// it to the tenant's write rates (the HTTP route does before reading the body).
     pub async fn upload(
         self: &Arc<Self>,
         who: &Principal,
@@ -453,7 +454,6 @@ impl Service {
                 current.policies.get(name).map(|p| (name.to_string(), p.clone())).into_iter().collect();
             self.place_upload((&mut policy, &current.classes), tenant, name, record.clone())?;
         }
-        self.rates.admit(tenant, &self.limits, WriteKind::Upload)?;
         let bytes: Arc<[u8]> = bytes.into();
         let (component, permit) = self.compile(&blob, bytes.clone()).await?;
         let (template, component) = {

@@ -53,7 +53,9 @@ pub(crate) struct WriteRates(Mutex<HashMap<String, TenantRates>>);
 impl WriteRates {
     /// Counts a write against the tenant's per-minute allowances (`writes_per_minute`,
     /// and `uploads_per_minute` for an upload), or refuses it (429 `rate-limited`, naming
-    /// the limit) without counting it. Call only for an existing tenant.
+    /// the limit) without counting it. Call only for an existing tenant, before the work
+    /// the write costs (an upload: before its body is read), so a write that fails
+    /// later still counts.
     pub(crate) fn admit(
         &self,
         tenant: &str,
@@ -73,22 +75,6 @@ impl WriteRates {
     pub(crate) fn count(&self, tenant: &str, kind: WriteKind) {
         let mut rates = self.0.lock().unwrap_or_else(|p| p.into_inner());
         rates.entry(tenant.to_string()).or_default().record(kind, Instant::now());
-    }
-
-    /// Refuses a write as [`WriteRates::admit`] would now, without counting one: for an
-    /// early check, before the work an admitted write does. Keeps nothing for a tenant
-    /// with no writes.
-    pub(crate) fn check(
-        &self,
-        tenant: &str,
-        limits: &ServiceLimits,
-        kind: WriteKind,
-    ) -> Result<(), ApiError> {
-        let mut rates = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match rates.get_mut(tenant) {
-            Some(rates) => rates.room(tenant, limits, kind, Instant::now()),
-            None => Ok(()),
-        }
     }
 }
 

@@ -207,9 +207,9 @@ impl Client {
         self.send(method, path, token, body).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// The text of `/metrics` (asserting it is answered 200).
+    /// The text of `/metrics`, scraped with the admin token (asserting it is answered 200).
     pub fn metrics(&self) -> String {
-        let (status, text) = self.call("GET", "/metrics", None, Body::None);
+        let (status, text) = self.call("GET", "/metrics", Some(ADMIN), Body::None);
         assert_eq!(status, 200, "{text}");
         text.as_str().expect("metrics are text").to_string()
     }

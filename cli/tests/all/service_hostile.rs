@@ -5,7 +5,7 @@
 //! loopback port; every loop is bounded in count and time, and traffic goes only to
 //! 127.0.0.1.
 
-use std::io::Write;
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -31,7 +31,7 @@ fn message(v: &Value) -> &str {
 }
 
 /// A kilobyte figure of the server's /proc/<pid>/status (`VmRSS`, `VmHWM`).
-fn memory_kb(server: &Server, field: &str) -> u64 {
+pub fn memory_kb(server: &Server, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
     status
         .lines()
@@ -291,14 +291,18 @@ fn selections_in_flight_are_capped_with_a_503_overloaded() {
     let mut server = Server::start(&dir, None, Some(ADMIN));
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
-    // 64 selections (the default cap) whose bodies never finish arriving, from a router: a
-    // tenant's own token would get its 429 past its share (`max_in_flight_per_tenant`).
-    let (status, v) = c.call("POST", "/v1/routers", Some(ADMIN), Body::Json(json!({ "name": "edge" })));
-    assert_eq!(status, 201, "{v}");
-    let router = v["token"].as_str().unwrap().to_string();
+    // 64 selections (the default cap) whose bodies never finish arriving, 32 from each of
+    // two routers: a tenant's own token would get its 429 past its share
+    // (`max_in_flight_per_tenant`), a router's past its own (`max_in_flight_per_router`).
     let addr = server.addr();
-    let stalled: Vec<TcpStream> =
-        (0..64).map(|_| send_head(&addr, &head("POST", "/v1/select", Some(&router), 1000), b"{")).collect();
+    let mut stalled = Vec::<TcpStream>::new();
+    for name in ["edge", "edge2"] {
+        let (status, v) = c.call("POST", "/v1/routers", Some(ADMIN), Body::Json(json!({ "name": name })));
+        assert_eq!(status, 201, "{v}");
+        let router = v["token"].as_str().unwrap().to_string();
+        let head = head("POST", "/v1/select", Some(&router), 1000);
+        stalled.extend((0..32).map(|_| send_head(&addr, &head, b"{")));
+    }
     let full = c.wait_for_metric("switchyard_selections_in_flight", 64.0);
     let (status, v) = c.select(&token, "acme", None);
     assert_eq!((status, kind(&v)), (503, "overloaded"), "{v}");
@@ -315,39 +319,62 @@ fn selections_in_flight_are_capped_with_a_503_overloaded() {
 }
 
 #[test]
-fn connections_are_capped_and_slow_bodies_time_out() {
+fn connections_are_capped_idle_ones_make_room_and_slow_bodies_time_out() {
     let dir = temp_dir("hostile-connections");
-    let mut server =
-        Server::with_config(&dir, "[service]\nmax_connections = 4\nbody_read_timeout_ms = 500\n");
+    // Silent connections may stay for the whole test (`first_byte_timeout_ms`): here
+    // only the cap closes them.
+    let mut server = Server::with_config(
+        &dir,
+        "[service]\nmax_connections = 4\nbody_read_timeout_ms = 4000\nfirst_byte_timeout_ms = 60000\n",
+    );
     let c = Client::new(&server);
     let token = c.add_tenant("acme");
     drop(c); // its pooled connection would count against the cap
     let addr = server.addr();
-    // A body that stops arriving: 408 once `body_read_timeout_ms` has passed.
-    let mut slow = send_head(&addr, &head("POST", "/v1/select", Some(&token), 1000), b"{");
-    let (status, answer) = read_response(&mut slow, Duration::from_secs(5)).unwrap();
-    assert_eq!(status, 408, "{answer}");
-    assert!(answer.contains("body-timeout") && answer.contains("`body_read_timeout_ms`"), "{answer}");
-    drop(slow);
-    // Four idle connections take every slot; a fifth is answered 503 and closed. No wait
-    // is needed: the accept loop takes a slot for each connection in the order they were
-    // accepted, so the four hold theirs before the fifth is looked at.
-    let idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(&addr).unwrap()).collect();
-    let mut fifth = send_head(&addr, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"");
+    // Four idle connections take every slot; a fifth makes room: the one idle longest
+    // (the first: the accept loop takes them in the order they were accepted) is closed,
+    // and the fifth is answered.
+    let mut idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    let healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    let mut fifth = send_head(&addr, healthz, b"");
+    let (status, answer) = read_response(&mut fifth, Duration::from_secs(5)).unwrap();
+    assert_eq!((status, answer.as_str()), (200, "ok\n"));
+    idle[0].set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert!(matches!(idle[0].read(&mut [0u8; 1]), Ok(0)), "the connection idle longest was closed");
+    idle[3].set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let open = idle[3].read(&mut [0u8; 1]);
+    assert!(
+        open.as_ref().is_err_and(|e| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)),
+        "the others stay open: {open:?}"
+    );
+    drop((idle, fifth));
+    // Four connections each with a request in progress, a body that stops arriving, take
+    // every slot: none is idle, so a fifth is answered 503 and closed.
+    let mut busy: Vec<TcpStream> =
+        (0..4).map(|_| send_head(&addr, &head("POST", "/v1/select", Some(&token), 1000), b"{")).collect();
+    // Time for their heads to be read (their bodies are then awaited for 4 s).
+    std::thread::sleep(Duration::from_secs(1));
+    let mut fifth = send_head(&addr, healthz, b"");
     let (status, answer) = read_response(&mut fifth, Duration::from_secs(5)).unwrap();
     assert_eq!(status, 503, "{answer}");
     assert!(answer.contains("overloaded") && answer.contains("`max_connections`"), "{answer}");
-    drop(idle);
-    // The server gives their slots back once it sees them closed: /healthz is answered
-    // again (each refused try is one more 503), within 5 s.
+    // The bodies that stopped arriving: 408 once `body_read_timeout_ms` has passed.
+    for stream in &mut busy {
+        let (status, answer) = read_response(stream, Duration::from_secs(10)).unwrap();
+        assert_eq!(status, 408, "{answer}");
+        assert!(answer.contains("body-timeout") && answer.contains("`body_read_timeout_ms`"), "{answer}");
+    }
+    drop(busy);
+    // /healthz is answered again (each refused try is one more 503), within 5 s.
     let c = Client::new(&server);
     let deadline = Instant::now() + Duration::from_secs(5);
     while !matches!(c.send("GET", "/healthz", None, Body::None), Ok((200, _))) {
-        assert!(Instant::now() < deadline, "no slot came back within 5 s of the idle connections closing");
+        assert!(Instant::now() < deadline, "no slot came back within 5 s of the slow bodies' answers");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_healthy(&c, "once the idle connections closed");
+    assert_healthy(&c, "once the slow bodies were answered");
     assert!(c.metric("switchyard_overloaded_total{limit=\"max_connections\"}") >= 1.0);
+    assert!(c.metric("switchyard_connections_evicted_total") >= 1.0);
     server.assert_alive();
 }
 
