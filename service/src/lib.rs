@@ -60,7 +60,7 @@ pub struct ServeOptions {
     pub data_dir: PathBuf,
     /// A fleet's registry on NATS (`--registry nats://…`, `[registry]`) instead of the
     /// data dir's manifest and blobs; the data dir then keeps only this replica's admin
-    /// token and compiled cache.
+    /// token, compiled cache and artifact key.
     pub registry: Option<RegistryOptions>,
     /// What clients may ask of the service (`[service]`).
     pub limits: ServiceLimits,
@@ -70,6 +70,8 @@ pub struct ServeOptions {
     pub engine_limits: Limits,
     /// Where our compiled output is cached (`--cache-dir`, `[cache] dir`); absent:
     /// `<data-dir>/compiled`, so a restart reloads every version without Cranelift.
+    /// Either way the key that seals it is `<data-dir>/artifact.key` (or
+    /// `SWITCHYARD_ARTIFACT_KEY`).
     pub cache_dir: Option<PathBuf>,
 }
 
