@@ -20,6 +20,7 @@ mod sandbox_cli;
 mod server;
 mod service;
 mod service_evict;
+mod service_fair;
 mod service_hostile;
 mod service_limits;
 mod service_load;
