@@ -62,6 +62,12 @@ impl NatsRegistry {
     /// is removed, so a blob an upload is about to name is young and kept.
     pub async fn sweep_blobs(&self) -> Result<Vec<String>, RegistryError> {
         let manifest = self.load().await?.manifest;
+        // A record this build cannot read may name any blob (a newer build's, say): none
+        // is swept until it reads or is removed. A replica that reads it sweeps meanwhile.
+        if let Some((key, record)) = manifest.unreadable.iter().next() {
+            let reason = format!("{}; no blob is swept while it stands, as it may name any", record.reason);
+            return Err(RegistryError::corrupt(key, reason));
+        }
         let named: HashSet<&str> = manifest.versions().map(|(.., v)| v.blob.as_str()).collect();
         let candidates: Vec<String> = self
             .blobs

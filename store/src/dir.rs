@@ -242,6 +242,9 @@ pub struct Store {
     reader: StoreReader,
     /// Holds the exclusive lock on `lock` while the store lives.
     _lock: File,
+    /// A record file the last [`Store::load_manifest`] could not read, if any: it may
+    /// name any blob, so none is deleted while it stands.
+    unreadable: std::sync::Mutex<Option<String>>,
 }
 
 impl Store {
@@ -270,8 +273,12 @@ impl Store {
                 }
             }
         }
-        let store =
-            Self { dir: dir.to_path_buf(), reader: StoreReader { dir: dir.to_path_buf() }, _lock: lock };
+        let store = Self {
+            dir: dir.to_path_buf(),
+            reader: StoreReader { dir: dir.to_path_buf() },
+            _lock: lock,
+            unreadable: std::sync::Mutex::new(None),
+        };
         match store.reader.manifest_file().map_err(std::io::Error::other)? {
             Some(file) if file.format == FORMAT => {}
             Some(file) => store.write_manifest(&whole(file))?,
@@ -280,9 +287,13 @@ impl Store {
         Ok(store)
     }
 
-    /// The committed registry; empty on first start.
+    /// The committed registry; empty on first start. While it lists a record this build
+    /// cannot read, [`Store::remove_blob`] deletes nothing.
     pub fn load_manifest(&self) -> Result<Manifest, String> {
-        self.reader.load_manifest()
+        let manifest = self.reader.load_manifest()?;
+        *self.unreadable.lock().unwrap_or_else(|p| p.into_inner()) =
+            manifest.unreadable.keys().next().cloned();
+        Ok(manifest)
     }
 
     /// Commits tenant `name`'s record (`None` removes the tenant): after this returns, a
@@ -380,7 +391,15 @@ impl Store {
     /// a crash in between leaves a blob (harmless), never an artifact nothing finds. The
     /// blob is read as [`Store::read_blob`] reads it (never through a symlink, owner-only,
     /// at most `MAX_BLOB_BYTES`); one it refuses is an error, and stays.
+    ///
+    /// Refused, and both kept, while the last [`Store::load_manifest`] found a record file
+    /// it could not read: a newer build's record may name this blob.
     pub fn remove_blob(&self, sha256: &str, engine: &PolicyEngine) -> std::io::Result<()> {
+        if let Some(at) = &*self.unreadable.lock().unwrap_or_else(|p| p.into_inner()) {
+            return Err(std::io::Error::other(format!(
+                "blob {sha256} kept: {at} is a record this build cannot read, which may name it"
+            )));
+        }
         let path = self.reader.blob_path(sha256);
         if let Some(cache) = engine.artifact_cache() {
             match self.read_blob(sha256) {

@@ -135,6 +135,12 @@ fn a_record_file_this_build_cannot_read_is_skipped_named_and_never_written_over(
     store.write_manifest(&read).unwrap();
     assert_eq!(std::fs::read(tenants.join("acme.json")).unwrap(), b"{\"token_sha256\": ");
     assert!(tenants.join("Not A Tenant.json").exists() && tenants.join("bad-name.json").exists());
+    // Nor is any blob deleted while they stand: a record this build cannot read may name it.
+    store.write_blob("00ff", b"bytes").unwrap();
+    let engine = PolicyEngine::new(switchyard::Limits::default()).unwrap();
+    let kept = store.remove_blob("00ff", &engine).unwrap_err();
+    assert!(kept.to_string().contains("tenants/Not A Tenant.json"), "{kept}");
+    assert_eq!(store.read_blob("00ff").unwrap(), b"bytes");
     // One tenant's record, read alone, is still an error naming it.
     let reader = StoreReader::new(&dir).unwrap();
     assert!(reader.load_tenant("acme").unwrap_err().contains("acme.json"));
@@ -147,6 +153,14 @@ fn a_record_file_this_build_cannot_read_is_skipped_named_and_never_written_over(
     assert_eq!(read.unreadable_router("any").map(|(at, _)| at), Some("routers.json"));
     store.write_manifest(&read).unwrap();
     assert_eq!(std::fs::read(dir.join("routers.json")).unwrap(), b"[\"a newer build's form\"]");
+
+    // Once every record reads again, a blob no record names goes as ever.
+    for file in ["tenants/acme.json", "tenants/bad-name.json", "tenants/Not A Tenant.json", "routers.json"] {
+        std::fs::remove_file(dir.join(file)).unwrap();
+    }
+    assert!(store.load_manifest().unwrap().unreadable.is_empty());
+    store.remove_blob("00ff", &engine).unwrap();
+    assert!(store.read_blob("00ff").is_err());
 }
 
 #[test]

@@ -98,9 +98,13 @@ fn a_server_starts_past_a_tenant_file_it_cannot_read_and_leaves_it_alone() {
         let server = Server::start(&data, None, Some(ADMIN));
         acme_with_mine(&Client::new(&server), "latency")
     };
-    // A damaged record file, and acme's as a newer build would have written it.
+    // A damaged record file, a blob no other record names (the damaged one may), and
+    // acme's record as a newer build would have written it.
     let evil = data.join("tenants/evil.json");
     std::fs::write(&evil, b"{\"token_sha256\": ").unwrap();
+    let bytes = crate::server::variant(switchyard_test_guests::DEFAULT_POLICY, 7);
+    let blob = data.join(format!("blobs/{}.wasm", switchyard_registry_nats::blobs::sha256(&bytes)));
+    std::fs::write(&blob, &bytes).unwrap();
     let acme_file = data.join("tenants/acme.json");
     let mut acme: Value = serde_json::from_slice(&std::fs::read(&acme_file).unwrap()).unwrap();
     with_newer_fields(&mut acme);
@@ -112,6 +116,7 @@ fn a_server_starts_past_a_tenant_file_it_cannot_read_and_leaves_it_alone() {
     assert_eq!(client.metric(SKIPPED), 1.0);
     recreate_refused(&client, "evil", "tenants/evil.json");
     assert_eq!(std::fs::read(&evil).unwrap(), b"{\"token_sha256\": ", "kept as it was");
+    assert!(blob.exists(), "no blob is swept as an orphan while a record cannot be read");
     // Other tenants come and go as ever.
     client.add_tenant("beta");
     client.assigned(&token, "acme", "batch", json!({ "policy": "mine" }));
@@ -125,4 +130,5 @@ fn a_server_starts_past_a_tenant_file_it_cannot_read_and_leaves_it_alone() {
     wait_for_version(&client, &token, "batch", &v1, "the restarted server");
     assert_eq!(client.metric(SKIPPED), 1.0);
     assert_eq!(std::fs::read(&evil).unwrap(), b"{\"token_sha256\": ");
+    assert!(blob.exists());
 }

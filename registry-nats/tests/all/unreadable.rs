@@ -2,7 +2,9 @@
 //! write, a record naming what the service cannot have) are skipped at load and in the
 //! watch, never an error; fields a newer build added are read, and kept by a rewrite.
 
-use switchyard_registry_nats::{Event, Expected, Key};
+use std::time::Duration;
+
+use switchyard_registry_nats::{Buckets, Event, Expected, Key, NatsRegistry, RegistryError};
 use switchyard_store::{Holds, TenantRecord};
 
 use crate::server::{registry, start};
@@ -84,4 +86,31 @@ async fn keys_this_build_cannot_read_are_skipped_and_a_newer_records_fields_kept
         Event::Change(c) => assert_eq!(c.key, Key::Tenant("evil".into())),
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_blob_is_swept_while_a_record_this_build_cannot_read_stands() {
+    let server = start("unreadable-sweep");
+    let buckets = Buckets { blob_grace: Duration::ZERO, ..Buckets::default() };
+    let client = NatsRegistry::connect(&server.url(), &buckets).await.expect("connects");
+    let bytes = b"a component only a newer build's record names".to_vec();
+    let blob = switchyard_registry_nats::blobs::sha256(&bytes);
+    client.put_blob(&blob, &bytes).await.unwrap();
+    let record = serde_json::json!({ "token_sha256": "nn", "policies": { "p": { "blobs_v2": [blob] } } });
+    client.records().put("tenant.newer", record.to_string().into()).await.unwrap();
+
+    let refused = client.sweep_blobs().await;
+    match &refused {
+        Err(RegistryError::Corrupt { key, reason }) => {
+            assert_eq!(key, "tenant.newer");
+            assert!(reason.contains("no blob is swept"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(client.read_blob(&blob).await.unwrap(), bytes, "kept");
+
+    // Once the record is gone, the blob nothing names is swept as ever.
+    client.records().delete("tenant.newer").await.unwrap();
+    assert_eq!(client.sweep_blobs().await.unwrap(), [blob.clone()]);
+    assert!(matches!(client.read_blob(&blob).await, Err(RegistryError::NoBlob(_))));
 }
