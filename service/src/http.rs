@@ -240,8 +240,9 @@ impl Connections {
                 Activity::Idle(since) => Some((since, c.id)),
                 Activity::Busy(_) | Activity::Closed => None,
             });
-            // The one idle longest cannot start a request in between: its state is
-            // re-read and changed under its lock, which `begin` takes too.
+            // The one idle longest may have started a request since the scan: its state
+            // is read again and changed under its lock, which `begin` takes too, and a
+            // connection busy by then is left alone (the new one is refused).
             let (_, id) = idlest.min()?;
             let idlest = Arc::clone(&open[&id]);
             let mut activity = lock(&idlest.activity);
