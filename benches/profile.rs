@@ -24,8 +24,9 @@
 //! tenants come); `guarded` after K: in guarded selectors, as the service runs them;
 //! `distinct=D`: the K instances spread over D distinct components; `c`: the C default
 //! policy; `PROFILE_RESERVATION_MIB` sets each pool slot's memory reservation
-//! for these two. `compile N [c | FILE.wasm] [winch]`
-//! prints the median compile of the default policy (or its C version). `code <file> [c]` writes the
+//! for these two. `compile N [c | FILE.wasm] [winch] [cached] [worker]`
+//! prints the median compile of the default policy (or its C version); `worker`: in a
+//! compile worker process, as `switchyard serve` compiles. `code <file> [c]` writes the
 //! default policy's (or its C version's) compiled code (an ELF object) for `objdump -d`.
 
 mod common;
@@ -329,6 +330,9 @@ fn main() {
             }
             print_shootdowns(shootdowns, iterations, "a load");
         }
+        "compile-worker" => {
+            switchyard::compile_worker::serve_worker().expect("serves");
+        }
         "compile" => {
             // `compile N [c | FILE.wasm] [winch] [cached | after=FILE.wasm]`: compiles the
             // default policy (its C version, or any component file) N times, with
@@ -353,15 +357,26 @@ fn main() {
                 args.iter().find_map(|a| a.strip_prefix("after=")).map(|f| std::fs::read(f).expect("reads"));
             let function_cache_bytes =
                 if cached || after.is_some() { Limits::default().function_cache_bytes } else { 0 };
+            // `worker`: in a compile worker process (this program, `profile compile-worker`),
+            // as `switchyard serve` compiles; the first compile starts it and is printed apart.
+            let worker = args.iter().any(|a| a == "worker");
             let engine = || {
-                PolicyEngine::new(Limits { compiler, function_cache_bytes, ..Limits::default() })
-                    .expect("engine")
+                let engine =
+                    PolicyEngine::new(Limits { compiler, function_cache_bytes, ..Limits::default() })
+                        .expect("engine");
+                match worker {
+                    true => engine.with_compile_workers(
+                        switchyard::WorkerCommand::current_exe(["compile-worker"]).expect("this program"),
+                    ),
+                    false => engine,
+                }
             };
             let median = match &after {
                 None => {
                     let engine = engine();
-                    if cached {
-                        PolicyComponent::load(&engine, bytes).expect("compiles");
+                    if cached || worker {
+                        let first = PolicyComponent::load(&engine, bytes).expect("compiles").compile_time();
+                        eprintln!("first compile: {first:?}");
                     }
                     let median = median_compile(&engine, bytes, iterations as usize);
                     if let Some(stats) = engine.function_cache_stats() {

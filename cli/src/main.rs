@@ -48,6 +48,10 @@ enum Command {
     Tenant(tenant::TenantCommand),
     /// Replay a request trace through a simulated cluster: routing quality per policy.
     Replay(replay::ReplayArgs),
+    /// Compiles components for `switchyard serve`, which starts it, on standard input and
+    /// output (not for people).
+    #[command(hide = true)]
+    CompileWorker,
 }
 
 fn main() -> ExitCode {
@@ -59,6 +63,12 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Tenant(command) => tenant::run(command),
         Command::Replay(args) => replay::run(args),
+        Command::CompileWorker => switchyard::compile_worker::serve_worker().map_err(|e| {
+            output::CliError::new(
+                switchyard::selection::wire::ErrorKind::Serve,
+                format!("compile worker: {e:#}"),
+            )
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker};
 
+use crate::compile_worker::{Clock, WorkerError};
 use crate::engine::PolicyEngine;
 use crate::host::HostState;
 use crate::selection::wire::ErrorKind;
@@ -210,10 +211,13 @@ impl PolicyComponent {
         let component = match cached {
             Some(component) => component,
             None => {
-                let component = compile_with_timeout(engine, bytes, held, clock)?;
+                let (component, serialised) = compile_with_timeout(engine, bytes, held, clock)?;
                 if let Some(cache) = engine.artifact_cache() {
                     // Caching is an optimisation: a full disk must not refuse the upload.
-                    let _ = cache.store(engine.engine(), &digest, &component);
+                    let _ = match &serialised {
+                        Some(serialised) => cache.store_serialized(engine.engine(), &digest, serialised),
+                        None => cache.store(engine.engine(), &digest, &component),
+                    };
                 }
                 component
             }
@@ -357,16 +361,6 @@ fn within_size(engine: &PolicyEngine, size: usize) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// What `compile_timeout_ms` is measured on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Clock {
-    /// Wall-clock time: an upload's answer comes within the bound.
-    Wall,
-    /// The compiling thread's CPU time: a background compile at low priority is bounded
-    /// by the work it does, not by how long it waits for a CPU.
-    CompilerCpu,
-}
-
 /// The CPU-time clock of the thread that made it.
 struct ThreadCpuClock(libc::clockid_t);
 
@@ -393,16 +387,44 @@ impl ThreadCpuClock {
     }
 }
 
-/// Compiles on a separate thread so a pathological input cannot hold the caller past
-/// `compile_timeout_ms`. (Cranelift cannot be cancelled: a timed-out compile finishes in
-/// the background and is dropped, and `held` with it.)
+/// Compiles `bytes` within `compile_timeout_ms`: in a worker process when the engine has
+/// them (killed at the deadline, `held` dropped then), else on a separate thread so a
+/// pathological input cannot hold the caller past it (Cranelift cannot be cancelled: a
+/// timed-out compile finishes in the background and is dropped, and `held` with it). With
+/// the component, its serialisation when a worker made it (what the cache stores).
 fn compile_with_timeout<H: Send + 'static>(
     engine: &PolicyEngine,
     bytes: &[u8],
     held: H,
     clock: Clock,
-) -> Result<Component, LoadError> {
+) -> Result<(Component, Option<Vec<u8>>), LoadError> {
     let timeout = Duration::from_millis(engine.limits().compile_timeout_ms);
+    let timed_out = || {
+        LoadError::new(
+            LoadErrorKind::CompileTimeout,
+            format!("compilation took longer than {} ms", timeout.as_millis()),
+        )
+    };
+    if let Some((workers, tier)) = engine.compile_in() {
+        let serialised = workers.compile(tier, bytes, timeout, clock);
+        drop(held);
+        let serialised = match serialised {
+            Ok(serialised) => serialised,
+            Err(WorkerError::Timeout) => return Err(timed_out()),
+            Err(WorkerError::Refused(message)) => return Err(compile_error(message)),
+            Err(WorkerError::Failed(message)) => {
+                return Err(LoadError::new(LoadErrorKind::CompileFailed, message));
+            }
+        };
+        // SAFETY: `deserialize` trusts its input to be wasmtime's own output for this
+        // engine's settings. These bytes are `Component::serialize` of a component our
+        // worker compiled: this program, run by us, with an engine built from this
+        // engine's limits, answering over a pipe only it and we hold. wasmtime checks the
+        // header (its version, the engine's settings) and refuses a mismatch.
+        let component = unsafe { Component::deserialize(engine.engine(), &serialised) }
+            .map_err(|e| compile_error(format!("{e:#}")))?;
+        return Ok((component, Some(serialised)));
+    }
     let (tx, rx) = mpsc::channel();
     // The compiler thread's CPU clock, only for a CPU-time bound (an upload waits on
     // nothing but the compile).
@@ -436,25 +458,21 @@ fn compile_with_timeout<H: Send + 'static>(
         None => rx.recv_timeout(timeout),
     };
     match received {
-        Ok(Ok(component)) => Ok(component),
-        Ok(Err(e)) => {
-            let message = format!("{e:#}");
-            // The pooling allocator checks declared memories and tables against the limits
-            // at compile time: a memory (e.g. a huge data segment) over `max_memory_bytes`
-            // is too large, not malformed.
-            if message.contains("pooling allocator") && message.contains("exceeds the limit") {
-                Err(LoadError::new(
-                    LoadErrorKind::TooLarge,
-                    format!("over the memory or table limits: {message}"),
-                ))
-            } else {
-                Err(LoadError::new(LoadErrorKind::CompileFailed, message))
-            }
-        }
-        Err(_) => Err(LoadError::new(
-            LoadErrorKind::CompileTimeout,
-            format!("compilation took longer than {} ms", timeout.as_millis()),
-        )),
+        Ok(Ok(component)) => Ok((component, None)),
+        Ok(Err(e)) => Err(compile_error(format!("{e:#}"))),
+        Err(_) => Err(timed_out()),
+    }
+}
+
+/// The refusal for a compiler's error `message`.
+fn compile_error(message: String) -> LoadError {
+    // The pooling allocator checks declared memories and tables against the limits at
+    // compile time: a memory (e.g. a huge data segment) over `max_memory_bytes` is too
+    // large, not malformed.
+    if message.contains("pooling allocator") && message.contains("exceeds the limit") {
+        LoadError::new(LoadErrorKind::TooLarge, format!("over the memory or table limits: {message}"))
+    } else {
+        LoadError::new(LoadErrorKind::CompileFailed, message)
     }
 }
 

@@ -8,6 +8,7 @@ use anyhow::Result;
 
 use crate::cache::ArtifactCache;
 use crate::code_cache::{FunctionCache, FunctionCacheStats};
+use crate::compile_worker::{CompileWorkers, Tier, WorkerCommand};
 use serde::{Deserialize, Serialize};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig, Strategy};
 
@@ -150,8 +151,15 @@ pub struct Limits {
     /// Epoch tick, ms: the deadline's resolution. A loop stops within deadline + one tick.
     pub epoch_tick_ms: u64,
     /// Compile time allowed for an upload, ms. 10 s: a 4 MiB component compiles in < 2 s
-    /// on 2 cores; pathological inputs that take longer are refused.
+    /// on 2 cores; pathological inputs that take longer are refused. In a compile worker
+    /// ([`PolicyEngine::with_compile_workers`]) the compile stops there; in-process it
+    /// runs on until Cranelift returns (it cannot be interrupted), its caller answered.
     pub compile_timeout_ms: u64,
+    /// Memory a compile worker may allocate, bytes (its `RLIMIT_DATA`; a worker over it
+    /// dies and the upload is refused `compile-failed`). 2 GiB: Cranelift takes tens of
+    /// MB for real policies; the bound is for inputs built to blow it up. Only compiles in
+    /// a worker process are bounded (`switchyard serve` compiles in one).
+    pub compile_memory_bytes: u64,
     /// Instances the pooling allocator holds at once (policies × threads). 256 keeps the
     /// reserved address space modest (each slot reserves `max_memory_bytes` + guards).
     pub max_instances: u32,
@@ -194,6 +202,7 @@ impl Default for Limits {
             call_deadline_ms: 150,
             epoch_tick_ms: 1,
             compile_timeout_ms: 10_000,
+            compile_memory_bytes: 2 << 30,
             max_instances: 256,
             memory_reservation_bytes: 4 << 30,
             compiler: Compiler::Cranelift,
@@ -301,6 +310,9 @@ pub struct PolicyEngine {
     /// pool of `max_instances` slots (an engine's instances live in its own pool), no
     /// artifact cache (its code is never kept past the swap).
     first_tier: Option<Arc<PolicyEngine>>,
+    /// Where this engine compiles, when not in-process: worker processes, and which of
+    /// their engine's tiers is this one.
+    workers: Option<(Arc<CompileWorkers>, Tier)>,
 }
 
 impl PolicyEngine {
@@ -388,12 +400,43 @@ impl PolicyEngine {
             }
             Compiler::Cranelift | Compiler::Winch => None,
         };
-        Ok(Self { engine, limits: Arc::new(limits), cache: None, function_cache, first_tier })
+        Ok(Self { engine, limits: Arc::new(limits), cache: None, function_cache, first_tier, workers: None })
     }
 
-    /// What the cache of Cranelift's compiled functions holds and how often it answered;
-    /// `None` when it is off (`function_cache_bytes = 0`, or Winch's code).
+    /// Compiles in worker processes started by `command` (this program serving
+    /// [`crate::compile_worker::serve_worker`]) instead of on a thread of this process,
+    /// its first tier's compiles too: a compile past `compile_timeout_ms` is killed there,
+    /// and its CPU and memory are bounded (see [`crate::compile_worker`]).
+    pub fn with_compile_workers(mut self, command: WorkerCommand) -> Self {
+        let workers = Arc::new(CompileWorkers::new(command, (*self.limits).clone()));
+        if let Some(first) = &self.first_tier {
+            let mut first = (**first).clone();
+            first.workers = Some((Arc::clone(&workers), Tier::First));
+            self.first_tier = Some(Arc::new(first));
+        }
+        self.workers = Some((workers, Tier::Main));
+        self
+    }
+
+    /// The worker processes this engine compiles in, if any.
+    pub fn compile_workers(&self) -> Option<&CompileWorkers> {
+        self.workers.as_ref().map(|(w, _)| &**w)
+    }
+
+    pub(crate) fn compile_in(&self) -> Option<(&CompileWorkers, Tier)> {
+        self.workers.as_ref().map(|(w, tier)| (&**w, *tier))
+    }
+
+    /// What the cache of Cranelift's compiled functions holds and how often it answered
+    /// (the compile workers' caches, when it compiles in workers); `None` when it is off
+    /// (`function_cache_bytes = 0`, or Winch's code).
     pub fn function_cache_stats(&self) -> Option<FunctionCacheStats> {
+        let own = self.own_function_cache_stats()?;
+        Some(self.compile_workers().map_or(own, CompileWorkers::function_cache_stats))
+    }
+
+    /// This process's own function cache.
+    pub(crate) fn own_function_cache_stats(&self) -> Option<FunctionCacheStats> {
         self.function_cache.as_ref().map(|c| c.stats())
     }
 

@@ -4,6 +4,7 @@
 //! - [`engine`]: all wasmtime configuration and the sandbox's limits.
 //! - [`component`]: validate, compile and pre-instantiate an uploaded component.
 //! - [`cache`]: our own compiled output, keyed by content, engine settings and version.
+//! - [`compile_worker`]: compiles in a child process, killed at its deadline.
 //! - [`guard`]: fault containment: fail-open/closed, the quarantine breaker, counters
 //!   (the fallback comes from outside: `switchyard-builtins` gives the native default).
 //! - [`guest`]: a component instance as a [`selection::Scorer`].
@@ -15,6 +16,7 @@
 
 pub mod cache;
 pub mod code_cache;
+pub mod compile_worker;
 pub mod component;
 pub mod engine;
 pub mod guard;
@@ -26,6 +28,7 @@ pub use switchyard_selection as selection;
 
 pub use cache::ArtifactCache;
 pub use code_cache::{FunctionCache, FunctionCacheStats};
+pub use compile_worker::{WorkerCommand, WorkerStats};
 pub use component::{LoadError, LoadErrorKind, PolicyComponent};
 pub use engine::{Budget, Compiler, Limits, PolicyEngine, WorkUnits, lower_thread_priority};
 pub use guard::{
