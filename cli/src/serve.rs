@@ -40,6 +40,10 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         guard: args.limits.guard()?,
         engine_limits,
         cache_dir: args.limits.cache_dir()?,
+        // Every compile in a worker process (this binary), killed at its deadline.
+        compile_workers: Some(switchyard::WorkerCommand::current_exe(["compile-worker"]).map_err(|e| {
+            CliError::new(ErrorKind::Serve, format!("finding this executable for its compile workers: {e}"))
+        })?),
     };
     switchyard_service::run(options).map_err(|e| CliError::new(ErrorKind::Serve, format!("{e:#}")))
 }

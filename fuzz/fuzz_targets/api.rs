@@ -35,7 +35,7 @@ fn open(dir: &Path) -> Arc<Service> {
     // each component pays for Cranelift.
     let cache = std::env::temp_dir().join("switchyard-fuzz-api-cache");
     let engine = Limits { max_instances: 16, ..Limits::default() };
-    Service::open(dir, None, &cache, limits, GuardConfig::default(), engine, Some(ADMIN.into()))
+    Service::open(dir, None, &cache, limits, GuardConfig::default(), engine.into(), Some(ADMIN.into()))
         .expect("the data dir opens")
 }
 

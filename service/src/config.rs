@@ -238,10 +238,11 @@ impl Deref for ServiceLimits {
 
 impl ServiceLimits {
     /// Slots of the engine's pool these limits may hold at once: selections in flight,
-    /// idle instances and uploads' configure checks (`[limits] max_instances` must be at
-    /// least this, so the pool never runs out).
+    /// idle instances, uploads' configure checks and the service's own loads'
+    /// (`[limits] max_instances` must be at least this, so the pool never runs out).
     pub fn instances_needed(&self) -> usize {
-        self.max_inflight_selections + self.max_idle_instances + self.compile_concurrency
+        // The last one: the service's own loads' configure checks (one at a time).
+        self.max_inflight_selections + self.max_idle_instances + self.compile_concurrency + 1
     }
 
     /// What one selection request may ask for (→ 400 `invalid-input` naming the limit).

@@ -68,9 +68,10 @@ pub async fn sweep(service: Arc<Service>) {
 /// Adopts one change, unless this replica made or saw it already.
 async fn apply(service: &Service, change: Change) {
     // Loading a new version configures it once, in an instance of the engine's pool:
-    // like an upload's check, under one of the `compile_concurrency` permits the pool has
-    // slots for (taken before the writer lock, in the order an upload takes them).
-    let Ok(_permit) = service.compile_permits.acquire().await else { return };
+    // under the service's own compile permit, which the pool has a slot for (taken
+    // before the writer lock, as an upload takes its own). Tenants' uploads never hold
+    // it, and every compile under it ends by its deadline.
+    let Ok(_permit) = service.system_compile_permits.acquire().await else { return };
     let blobs: Vec<String> = match &change.value {
         Some(Value::Tenant(record)) => record.versions().map(|(_, v)| v.blob.clone()).collect(),
         _ => Vec::new(),

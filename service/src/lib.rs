@@ -49,7 +49,7 @@ use std::sync::Arc;
 pub use config::{ServiceConfig, ServiceLimits};
 pub use error::ApiError;
 pub use registry::RegistryOptions;
-pub use state::Service;
+pub use state::{EngineOptions, Service};
 use switchyard::{GuardConfig, Limits};
 
 /// What `switchyard serve` was asked for.
@@ -73,6 +73,10 @@ pub struct ServeOptions {
     /// Either way the key that seals it is `<data-dir>/artifact.key` (or
     /// `SWITCHYARD_ARTIFACT_KEY`).
     pub cache_dir: Option<PathBuf>,
+    /// How to start a compile worker (`switchyard compile-worker`): every compile then
+    /// runs in a process killed at its deadline. `None` compiles on threads of this
+    /// process, where a compile past its deadline runs on until Cranelift returns.
+    pub compile_workers: Option<switchyard::WorkerCommand>,
 }
 
 /// Opens the data directory, binds, prints `listening on http://ADDR` on stdout (tests
@@ -82,11 +86,21 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let admin_env = std::env::var("SWITCHYARD_ADMIN_TOKEN").ok();
-        let ServeOptions { listen, data_dir, registry, limits, guard, engine_limits, cache_dir } = options;
+        let ServeOptions {
+            listen,
+            data_dir,
+            registry,
+            limits,
+            guard,
+            engine_limits,
+            cache_dir,
+            compile_workers,
+        } = options;
         let dir = data_dir.clone();
         let cache = cache_dir.unwrap_or_else(|| data_dir.join("compiled"));
         let service = tokio::task::spawn_blocking(move || {
-            Service::open(&dir, registry.as_ref(), &cache, limits, guard, engine_limits, admin_env)
+            let engine = state::EngineOptions { limits: engine_limits, compile_workers };
+            Service::open(&dir, registry.as_ref(), &cache, limits, guard, engine, admin_env)
         })
         .await??;
         // Every stored version loads in the background while the server answers (a

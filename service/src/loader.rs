@@ -53,8 +53,9 @@ pub struct Loader {
     pub(crate) registry: Registry,
     pub(crate) engine: PolicyEngine,
     metrics: Arc<Metrics>,
-    /// The service's `compile_concurrency` permits (shared with uploads and the fleet).
-    pub(crate) compile_permits: Arc<Semaphore>,
+    /// The permit of the service's own loads (shared with start-up's and the fleet's),
+    /// which a version's background load takes.
+    pub(crate) load_permits: Arc<Semaphore>,
     components: Mutex<HashMap<String, PolicyComponent>>,
     /// The size of every blob loaded before (a blob's name is the sha256 of its bytes):
     /// a version evicted and selected again loads from the compiled cache by that name,
@@ -69,10 +70,10 @@ impl Loader {
         registry: Registry,
         engine: PolicyEngine,
         metrics: Arc<Metrics>,
-        compile_permits: Arc<Semaphore>,
+        load_permits: Arc<Semaphore>,
     ) -> Arc<Self> {
         let (components, sizes, unused) = (Mutex::default(), Mutex::default(), AtomicUsize::new(0));
-        Arc::new(Self { registry, engine, metrics, compile_permits, components, sizes, unused })
+        Arc::new(Self { registry, engine, metrics, load_permits, components, sizes, unused })
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, PolicyComponent>> {

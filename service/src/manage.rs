@@ -272,27 +272,38 @@ impl Service {
     }
 
     /// The compiled component for `bytes` and the compile permit its upload holds: from
-    /// memory if these bytes were compiled before, else compiled on a blocking thread, so
-    /// uploads never take the async workers and at most `compile_concurrency` compiles
-    /// run. The permit is taken on both paths: the upload's configure check that follows
-    /// instantiates the component under it, and the engine's pool has
-    /// `compile_concurrency` slots for those checks (see `Service::open`). It is held by
-    /// Cranelift's own thread until it returns: a compile that outlives its upload's
-    /// `compile_timeout_ms` (answered `compile-timeout` at once) still holds it
-    /// (`switchyard_compiles_abandoned`). An upload waits for a permit at most
-    /// `compile_timeout_ms`, then is refused 503 `compile-busy`: waiting lets concurrent
-    /// honest uploads queue (a compile within the limit frees its permit within that
-    /// time), the bound keeps an upload's answer prompt and the waiting bodies few while
-    /// abandoned compiles hold every permit.
+    /// memory if these bytes were compiled before, else compiled (in a worker process
+    /// under `switchyard serve`, killed at `compile_timeout_ms`), so uploads never take
+    /// the async workers and at most `compile_concurrency` compiles run. The permit is
+    /// taken on both paths: the upload's configure check that follows instantiates the
+    /// component under it, and the engine's pool has `compile_concurrency` slots for
+    /// those checks (see `Service::open`). Compiled in-process, a compile that outlives
+    /// its deadline holds the permit until Cranelift returns
+    /// (`switchyard_compiles_abandoned`).
+    ///
+    /// A tenant's uploads take turns: one waits for a permit at a time, so another
+    /// tenant's upload waits behind at most one compile of each other tenant. An upload
+    /// waits for its turn and a permit at most `compile_timeout_ms` in all, then is
+    /// refused 503 `compile-busy`: a compile frees its permit within that time.
     async fn compile(
         self: &Arc<Self>,
+        tenant: &str,
         blob: &str,
         bytes: Arc<[u8]>,
     ) -> Result<(PolicyComponent, Arc<CompilePermit>), ApiError> {
         let wait = Duration::from_millis(self.loader.engine.limits().compile_timeout_ms);
-        match tokio::time::timeout(wait, self.compile_permits.acquire()).await {
-            Ok(Ok(permit)) => permit.forget(),
-            Ok(Err(e)) => return Err(ApiError::internal(format!("the compile permits: {e}"))),
+        let turn = self.compile_turn(tenant);
+        let acquired = tokio::time::timeout(wait, async {
+            let turn = turn.lock_owned().await;
+            (turn, self.compile_permits.acquire().await)
+        })
+        .await;
+        let _turn = match acquired {
+            Ok((turn, Ok(permit))) => {
+                permit.forget();
+                turn
+            }
+            Ok((_, Err(e))) => return Err(ApiError::internal(format!("the compile permits: {e}"))),
             Err(_) => {
                 self.metrics.compile_busy();
                 return Err(ApiError::new(
@@ -300,15 +311,14 @@ impl Service {
                     ErrorKind::CompileBusy,
                     format!(
                         "no compile permit freed up within {} ms (`compile_timeout_ms`): all {} \
-                         (`compile_concurrency`) are taken, {} by compiles that outlived their \
-                         upload's timeout; try again later",
+                         (`compile_concurrency`) are taken, or this tenant's previous upload is \
+                         still compiling; try again later",
                         wait.as_millis(),
                         self.limits.compile_concurrency,
-                        self.metrics.compiles_abandoned()
                     ),
                 ));
             }
-        }
+        };
         let permit = Arc::new(CompilePermit { service: Arc::clone(self), abandoned: AtomicBool::new(false) });
         if let Some(c) = self.loader.kept(blob) {
             return Ok((c, permit));
@@ -326,7 +336,10 @@ impl Service {
         })
         .await
         .map_err(|e| ApiError::internal(format!("the compile thread: {e}")))?;
-        if loaded.as_ref().is_err_and(|e| e.kind == LoadErrorKind::CompileTimeout) {
+        // Compiled in-process, Cranelift's thread may still hold its share of the permit.
+        if loaded.as_ref().is_err_and(|e| e.kind == LoadErrorKind::CompileTimeout)
+            && Arc::strong_count(&permit) > 1
+        {
             // Counted before our reference goes: whichever of us and Cranelift's thread
             // lets go last frees the permit and uncounts it.
             self.metrics.compile_abandoned();
@@ -335,6 +348,15 @@ impl Service {
         let component = loaded?;
         self.metrics.loaded(&component);
         Ok((component, permit))
+    }
+
+    /// `tenant`'s turn to compile (see [`Service::compile`]); turns nobody holds or waits
+    /// for are dropped as another is handed out, so there are about as many as tenants
+    /// uploading at once.
+    fn compile_turn(&self, tenant: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self.compile_turns.lock().unwrap_or_else(|p| p.into_inner());
+        turns.retain(|_, turn| Arc::strong_count(turn) > 1);
+        Arc::clone(turns.entry(tenant.to_string()).or_default())
     }
 
     /// With `compiler = "tiered"`: compiles `blob` with Cranelift in the background, one
@@ -455,7 +477,11 @@ impl Service {
             self.place_upload((&mut policy, &current.classes), tenant, name, record.clone())?;
         }
         let bytes: Arc<[u8]> = bytes.into();
-        let (component, permit) = self.compile(&blob, bytes.clone()).await?;
+        let compiling = std::time::Instant::now();
+        let (component, permit) = self.compile(tenant, &blob, bytes.clone()).await?;
+        // This upload's own time: a component compiled before (for any tenant) is not
+        // reported with that compile's time, which would tell this tenant about another's.
+        let compile_time = compiling.elapsed();
         let (template, component) = {
             let (name, parameters) = (name.to_string(), parameters.clone());
             tokio::task::spawn_blocking(move || {
@@ -525,7 +551,7 @@ impl Service {
             version,
             sha256: blob,
             size_bytes: bytes.len(),
-            compile_ms: component.compile_time().as_secs_f64() * 1e3,
+            compile_ms: compile_time.as_secs_f64() * 1e3,
             compiler: component.compiled_by().name().into(),
         })
     }

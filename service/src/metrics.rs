@@ -249,6 +249,8 @@ pub struct State {
     pub instances: u64,
     /// Cranelift's function cache (none when it is off).
     pub function_cache: Option<switchyard::FunctionCacheStats>,
+    /// The compile workers (none when compiles run in-process).
+    pub compile_workers: Option<switchyard::WorkerStats>,
 }
 
 /// How many versions one tenant has: in the manifest, and loaded in memory.
@@ -399,6 +401,7 @@ impl Metrics {
             components_unused,
             instances,
             function_cache,
+            compile_workers,
         } = state;
         let f = &self.families;
         registry.register(
@@ -531,6 +534,23 @@ impl Metrics {
                 "switchyard_function_cache_bytes",
                 "Bytes the cache of compiled functions holds (at most [limits] function_cache_bytes)",
                 ConstGauge::new(cache.bytes as i64),
+            );
+        }
+        if let Some(workers) = compile_workers {
+            registry.register(
+                "switchyard_compile_workers_started",
+                "Compile worker processes started (one is kept between compiles; a new one replaces each killed or dead)",
+                ConstCounter::new(workers.spawned),
+            );
+            registry.register(
+                "switchyard_compile_workers_killed",
+                "Compile workers killed at a compile's deadline (compile_timeout_ms): the compile stopped there",
+                ConstCounter::new(workers.killed),
+            );
+            registry.register(
+                "switchyard_compile_workers_died",
+                "Compile workers that died on their own (their memory limit, compile_memory_bytes, or a signal)",
+                ConstCounter::new(workers.died),
             );
         }
         registry.register(

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use switchyard::cache::ArtifactKey;
 use switchyard::guard::GuardConfig;
-use switchyard::{ArtifactCache, GuestScorer, Limits, PolicyEngine};
+use switchyard::{ArtifactCache, GuestScorer, Limits, PolicyEngine, WorkerCommand};
 use switchyard_registry_nats::Key;
 use tokio::sync::{MutexGuard, Semaphore};
 
@@ -81,9 +81,15 @@ pub struct Service {
     pub(crate) admin_sha256: String,
     pub(crate) writer: tokio::sync::Mutex<Writer>,
     snapshot: ArcSwap<Snapshot>,
-    /// The `compile_concurrency` permits: uploads, a fleet's changes, the background
-    /// loads (the loader's, shared).
+    /// The `compile_concurrency` permits of tenants' uploads.
     pub(crate) compile_permits: Arc<Semaphore>,
+    /// The permit of the service's own loads: a fleet's changes, start-up's and the
+    /// background loads (the loader's, shared). Apart from the uploads', so no tenant's
+    /// uploads can hold these back.
+    pub(crate) system_compile_permits: Arc<Semaphore>,
+    /// Each tenant's turn to compile: one upload of a tenant waits for a compile permit
+    /// at a time, so a tenant's uploads never queue ahead of another's more than once.
+    pub(crate) compile_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// One Cranelift compile at a time behind tiered uploads (`compiler = "tiered"`).
     pub(crate) tier_up_permits: Arc<Semaphore>,
     pub(crate) metrics: Arc<Metrics>,
@@ -94,6 +100,24 @@ pub struct Service {
     /// Each tenant's uploads and writes in the last minute (`uploads_per_minute`,
     /// `writes_per_minute`).
     pub(crate) rates: WriteRates,
+}
+
+/// The engine a [`Service`] compiles and runs policies with.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// The sandbox's limits for every guest (`[limits]`).
+    pub limits: Limits,
+    /// How to start a compile worker: every compile then runs in a process killed at its
+    /// deadline. `None` compiles on threads of this process, where a compile past its
+    /// deadline runs on until Cranelift returns.
+    pub compile_workers: Option<WorkerCommand>,
+}
+
+impl From<Limits> for EngineOptions {
+    /// In-process compiles.
+    fn from(limits: Limits) -> Self {
+        Self { limits, compile_workers: None }
+    }
 }
 
 impl Service {
@@ -107,15 +131,16 @@ impl Service {
         cache_dir: &Path,
         limits: ServiceLimits,
         guard: GuardConfig,
-        engine_limits: Limits,
+        engine: EngineOptions,
         admin_token: Option<String>,
     ) -> anyhow::Result<Arc<Self>> {
+        let EngineOptions { limits: engine_limits, compile_workers } = engine;
         // Selections in flight, idle instances and uploads' configure checks each hold a
         // slot of the engine's pool: together they must fit, so the pool never runs out.
         let needed = limits.instances_needed();
         if needed > engine_limits.max_instances as usize {
             anyhow::bail!(
-                "[service] max_inflight_selections ({}) + max_idle_instances ({}) + compile_concurrency ({}) = {needed} exceed [limits] max_instances ({})",
+                "[service] max_inflight_selections ({}) + max_idle_instances ({}) + compile_concurrency ({}) + 1 (the service's own loads) = {needed} exceed [limits] max_instances ({})",
                 limits.max_inflight_selections,
                 limits.max_idle_instances,
                 limits.compile_concurrency,
@@ -136,7 +161,10 @@ impl Service {
             .map_err(|e| anyhow::anyhow!("the compiled-artifact key: {e}"))?;
         let cache = ArtifactCache::open(cache_dir, key)
             .map_err(|e| anyhow::anyhow!("the compiled-artifact cache {}: {e}", cache_dir.display()))?;
-        let engine = PolicyEngine::new(engine_limits)?.with_artifact_cache(cache);
+        let mut engine = PolicyEngine::new(engine_limits)?.with_artifact_cache(cache);
+        if let Some(command) = compile_workers {
+            engine = engine.with_compile_workers(command);
+        }
         let metrics = Arc::new(Metrics::default());
         for (at, record) in &manifest.unreadable {
             crate::registry::skipped(&metrics, at, record);
@@ -144,7 +172,8 @@ impl Service {
         let idle_slots =
             IdleSlots::new(limits.max_idle_instances, limits.idle_rss_limit_mb.saturating_mul(1 << 20));
         let compile_permits = Arc::new(Semaphore::new(limits.compile_concurrency));
-        let loader = Loader::new(registry, engine, Arc::clone(&metrics), Arc::clone(&compile_permits));
+        let system_compile_permits = Arc::new(Semaphore::new(1));
+        let loader = Loader::new(registry, engine, Arc::clone(&metrics), Arc::clone(&system_compile_permits));
         let clock = Clock::new();
         let mut writer = Writer { manifest, loaded: imbl::OrdMap::new(), blob_users: HashMap::new() };
         let manifest = writer.manifest.clone();
@@ -164,6 +193,8 @@ impl Service {
         let snapshot = Snapshot::build(&writer.manifest, &writer.loaded);
         let service = Arc::new(Self {
             compile_permits,
+            system_compile_permits,
+            compile_turns: Mutex::default(),
             tier_up_permits: Arc::new(Semaphore::new(1)),
             limits,
             guard,
@@ -203,6 +234,7 @@ impl Service {
             components_unused: self.loader.unused(),
             instances: self.loader.instances(),
             function_cache: self.loader.engine.function_cache_stats(),
+            compile_workers: self.loader.engine.compile_workers().map(|w| w.stats()),
         };
         self.metrics.register(registry, &state);
         registry.register(
@@ -392,7 +424,7 @@ pub async fn warm(service: Arc<Service>) {
     let started = std::time::Instant::now();
     let versions: Vec<Arc<LoadedVersion>> = service.snapshot().versions().cloned().collect();
     for version in &versions {
-        let Ok(_permit) = service.compile_permits.acquire().await else { return };
+        let Ok(_permit) = service.system_compile_permits.acquire().await else { return };
         tokio::task::block_in_place(|| version.load());
     }
     tracing::info!(versions = versions.len(), took = ?started.elapsed(), "every stored version loaded");

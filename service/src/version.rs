@@ -216,7 +216,7 @@ impl LoadedVersion {
         if self.loading_later.swap(true, Ordering::AcqRel) {
             return;
         }
-        let permits = Arc::clone(&self.loader.compile_permits);
+        let permits = Arc::clone(&self.loader.load_permits);
         runtime.spawn(async move {
             if let Ok(_permit) = permits.acquire().await {
                 let version = Arc::clone(&this);

@@ -19,6 +19,7 @@ mod replay;
 mod sandbox_cli;
 mod server;
 mod service;
+mod service_compile;
 mod service_evict;
 mod service_fair;
 mod service_hostile;

@@ -274,8 +274,8 @@ fn uploads_assignments_rollbacks_breaker_trips_and_refusals_are_logged_with_tena
 
 #[test]
 fn serve_refuses_limits_whose_instances_in_flight_and_idle_do_not_fit_the_pool() {
-    // Selections in flight, idle instances and uploads' configure checks each hold a slot
-    // of the engine's pool; if they could outnumber it, the pool could run out under load.
+    // Selections in flight, idle instances, uploads' configure checks and the service's own
+    // loads each hold a slot of the engine's pool; if they could outnumber it, the pool could run out under load.
     let dir = temp_dir("service-shares-fit");
     let config = write_config(
         &dir,
@@ -283,7 +283,12 @@ fn serve_refuses_limits_whose_instances_in_flight_and_idle_do_not_fit_the_pool()
     );
     let (code, stderr) = serve_refused(serve_command(&dir.join("data"), Some(&config), Some(ADMIN)));
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("max_inflight_selections (64) + max_idle_instances (64) + compile_concurrency (1) = 129 exceed [limits] max_instances (100)"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "max_inflight_selections (64) + max_idle_instances (64) + compile_concurrency (1) + 1 (the service's own loads) = 130 exceed [limits] max_instances (100)"
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]
