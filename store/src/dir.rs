@@ -198,13 +198,19 @@ impl StoreReader {
     /// no symlink, at most `MAX_BLOB_BYTES`). `sha256` must be a blob name a record
     /// gave (hex digits); anything else (a path) is refused.
     pub fn read_blob(&self, sha256: &str) -> std::io::Result<Vec<u8>> {
+        self.read_blob_at_most(sha256, MAX_BLOB_BYTES)
+    }
+
+    /// [`StoreReader::read_blob`], refused unread if the file is over `max` bytes: for a
+    /// reader that compiles what it reads, and need not read more than it would compile.
+    pub fn read_blob_at_most(&self, sha256: &str, max: u64) -> std::io::Result<Vec<u8>> {
         if sha256.is_empty() || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!("`{sha256}` is not a blob name (hex digits)"),
             ));
         }
-        read_private(&self.blob_path(sha256), MAX_BLOB_BYTES)
+        read_private(&self.blob_path(sha256), max.min(MAX_BLOB_BYTES))
     }
 
     fn blob_path(&self, sha256: &str) -> PathBuf {

@@ -177,3 +177,32 @@ fn dynamo_follows_an_upload_and_a_rollback_while_selecting() {
     runs.dedup();
     assert_eq!(runs, [2, 1, 2], "{} answers", answers.len());
 }
+
+#[test]
+fn dynamo_refuses_a_blob_whose_bytes_are_not_its_name_or_over_the_limit() {
+    let dir = temp_dir("dynamo-store-blob");
+    let server = Server::with_config(&dir, "");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    let v1 = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    c.assigned(&token, "acme", "latency", json!({ "policy": "mine", "on_fault": "closed" }));
+    drop(server);
+    let config = SwitchyardConfig::from_json(json!({
+        "policy": {"store": {"data_dir": dir.join("data"), "tenant": "acme", "class": "latency"}},
+    }))
+    .expect("valid parameters");
+    let blob = dir.join("data").join("blobs").join(format!("{v1}.wasm"));
+
+    // Other bytes of the same size under this blob's name: never compiled as it.
+    let mut other = DEFAULT_POLICY.to_vec();
+    let last = other.len() - 1;
+    other[last] ^= 1;
+    std::fs::write(&blob, other).unwrap();
+    let refused = LivePolicy::load(&config).err().expect("a blob that is not its name is refused");
+    assert!(refused.to_string().contains("not to their name"), "{refused}");
+
+    // A file far over what compiles: refused before it is read.
+    std::fs::write(&blob, vec![0u8; 5 << 20]).unwrap();
+    let refused = LivePolicy::load(&config).err().expect("an oversized blob is refused");
+    assert!(refused.to_string().contains("over"), "{refused}");
+}

@@ -8,6 +8,8 @@
 
 use std::sync::{Arc, Weak};
 
+use sha2::Digest;
+
 use switchyard::{FailMode, GuardConfig, PolicyEngine};
 use switchyard_store::{ManifestStamp, Routed, StoreReader};
 
@@ -97,7 +99,7 @@ impl Follower {
                 (builtin(b, on_fault), format!("{tenant}/{class}: {policy}"))
             }
             Routed::Version { policy, record, on_fault } => {
-                let component = Component::Blob(record.blob.clone());
+                let component = Component::Blob { sha256: record.blob.clone(), size: record.size };
                 let running = Running { component, params: record.params.clone(), fail_mode: on_fault };
                 let short = record.version.get(..12).unwrap_or(&record.version);
                 (running, format!("{tenant}/{policy}@{short}"))
@@ -108,8 +110,8 @@ impl Follower {
         }
         let bytes = match &running.component {
             Component::Builtin(bytes, _) => bytes.to_vec(),
-            Component::Blob(sha256) => {
-                self.reader.read_blob(sha256).map_err(|e| format!("{name}: blob: {e}"))?
+            Component::Blob { sha256, size } => {
+                self.blob(sha256, *size).map_err(|e| format!("{name}: blob: {e}"))?
             }
         };
         let version = Version { name: name.clone(), params: &running.params, fail_mode: running.fail_mode };
@@ -117,6 +119,26 @@ impl Follower {
             .map_err(|(_, e)| format!("{name}: {e}"))?;
         self.running = Some(running);
         Ok(Some(policy))
+    }
+
+    /// The bytes of blob `sha256`, the record saying they are `size` long: refused unread
+    /// when the file or the record is over `max_component_bytes` (nothing larger would
+    /// compile), and refused unless the bytes are that long and hash to their name (a
+    /// blob is named by its sha256: whatever else is there was not uploaded as it).
+    fn blob(&self, sha256: &str, size: usize) -> Result<Vec<u8>, String> {
+        let most = self.engine.limits().max_component_bytes;
+        if size > most {
+            return Err(format!("the record says {size} bytes; the limit is {most} bytes"));
+        }
+        let bytes = self.reader.read_blob_at_most(sha256, most as u64).map_err(|e| e.to_string())?;
+        if bytes.len() != size {
+            return Err(format!("{} bytes, but the record says {size}", bytes.len()));
+        }
+        let actual = hex::encode(sha2::Sha256::digest(&bytes));
+        if !actual.eq_ignore_ascii_case(sha256) {
+            return Err(format!("its bytes hash to {actual}, not to their name"));
+        }
+        Ok(bytes)
     }
 
     /// Checks every `poll` until the policy is dropped.
@@ -149,8 +171,13 @@ impl Follower {
 enum Component {
     /// A builtin's guest build, by name.
     Builtin(&'static [u8], String),
-    /// A blob in the store, by sha256.
-    Blob(String),
+    /// A blob in the store, by sha256, and its size as its record says.
+    Blob {
+        /// Its name: the sha256 of its bytes.
+        sha256: String,
+        /// Its size, bytes.
+        size: usize,
+    },
 }
 
 /// A builtin's guest build, run with its default parameters.

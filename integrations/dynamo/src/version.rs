@@ -2,7 +2,7 @@
 //! instance runs now ([`LivePolicy`]), swapped when a followed source moves.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 use dynamo_kv_router::plugins::worker_selection::WorkerInputs as DynamoInputs;
 use switchyard::selection::Scorer;
@@ -13,6 +13,42 @@ use switchyard::{
 use switchyard_guest_sdk::{InputGroups, PolicyInfo};
 
 use crate::config::{ConfigError, SwitchyardConfig};
+
+/// The adapter's one compile at a time, across every instance and follower in this
+/// process: a router compiles on its own cores, and followers of many partitions must
+/// not take them all. Held by the compile until Cranelift returns (in-process it cannot
+/// be interrupted), even past its deadline.
+struct CompilePermit;
+
+static COMPILING: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+impl CompilePermit {
+    /// The permit, waiting for it at most `compile_timeout_ms` (then refused
+    /// `compile-timeout`: the compile ahead of this one has outlived its own deadline).
+    fn take(engine: &PolicyEngine) -> Result<Self, (LoadErrorKind, String)> {
+        let wait = std::time::Duration::from_millis(engine.limits().compile_timeout_ms);
+        let (lock, freed) = &COMPILING;
+        let busy = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut busy, waited) =
+            freed.wait_timeout_while(busy, wait, |busy| *busy).unwrap_or_else(|p| p.into_inner());
+        if waited.timed_out() && *busy {
+            return Err((
+                LoadErrorKind::CompileTimeout,
+                format!("another compile held the adapter's compile permit for over {} ms", wait.as_millis()),
+            ));
+        }
+        *busy = true;
+        Ok(Self)
+    }
+}
+
+impl Drop for CompilePermit {
+    fn drop(&mut self) {
+        let (lock, freed) = &COMPILING;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        freed.notify_one();
+    }
+}
 
 /// One version of a policy, compiled and configured once, from which every partition's
 /// picker (or scorer) gets a sibling instance.
@@ -55,7 +91,9 @@ impl LoadedPolicy {
         guard: &GuardConfig,
         temperature: Option<f64>,
     ) -> Result<Arc<Self>, (LoadErrorKind, String)> {
-        let component = PolicyComponent::load(engine, bytes).map_err(|e| (e.kind, e.to_string()))?;
+        let permit = CompilePermit::take(engine)?;
+        let component =
+            PolicyComponent::load_holding(engine, bytes, permit).map_err(|e| (e.kind, e.to_string()))?;
         let guest = GuestScorer::new(version.name.clone(), component, version.params)
             .map_err(|e| (e.kind, e.to_string()))?;
         let info = guest.info();

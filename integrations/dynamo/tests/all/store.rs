@@ -19,16 +19,24 @@ fn config(dir: &Path) -> SwitchyardConfig {
     .expect("valid parameters")
 }
 
+/// `bytes` stored as a blob: its name (their sha256) and size.
+fn blob(store: &Store, bytes: &[u8]) -> (String, usize) {
+    use sha2::Digest;
+    let name = hex::encode(sha2::Sha256::digest(bytes));
+    store.write_blob(&name, bytes).unwrap();
+    (name, bytes.len())
+}
+
 /// A manifest in which acme's class `latency` follows policy `mine`, whose active
-/// version is `active`; `blobs` are (version, blob name).
-fn manifest(blobs: &[(&str, &str)], active: &str) -> Manifest {
+/// version is `active`; `blobs` are (version, blob).
+fn manifest(blobs: &[(&str, &(String, usize))], active: &str) -> Manifest {
     let versions = blobs
         .iter()
-        .map(|(v, blob)| VersionRecord {
+        .map(|(v, (blob, size))| VersionRecord {
             version: (*v).into(),
-            blob: (*blob).into(),
+            blob: blob.clone(),
             params: "{}".into(),
-            size: 1,
+            size: *size,
         })
         .collect();
     let mut tenant = TenantRecord::default();
@@ -53,10 +61,9 @@ fn a_change_that_cannot_be_taken_keeps_the_running_version() {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("switchyard-dynamo-store-bad");
     let _ = std::fs::remove_dir_all(&dir);
     let store = Store::open(&dir).expect("a data dir");
-    let (good, bad, good2) = ("aa".repeat(32), "bb".repeat(32), "cc".repeat(32));
-    store.write_blob(&good, switchyard_test_guests::DEFAULT_POLICY).unwrap();
-    store.write_blob(&bad, b"\0asm not a component").unwrap();
-    store.write_blob(&good2, switchyard_test_guests::DEFAULT_POLICY).unwrap();
+    let good = blob(&store, switchyard_test_guests::DEFAULT_POLICY);
+    let bad = blob(&store, b"\0asm not a component");
+    let good2 = blob(&store, &switchyard_test_guests::variant(switchyard_test_guests::DEFAULT_POLICY, 1));
 
     // At start-up: no tenant yet is a refusal naming the store.
     let e = LivePolicy::load(&config(&dir)).err().expect("refused");
