@@ -331,7 +331,7 @@ fn main() {
             print_shootdowns(shootdowns, iterations, "a load");
         }
         "compile-worker" => {
-            switchyard::compile_worker::serve_worker().expect("serves");
+            switchyard::compile_worker_main::serve_worker().expect("serves");
         }
         "compile" => {
             // `compile N [c | FILE.wasm] [winch] [cached | after=FILE.wasm]`: compiles the

@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Tenant(command) => tenant::run(command),
         Command::Replay(args) => replay::run(args),
-        Command::CompileWorker => switchyard::compile_worker::serve_worker().map_err(|e| {
+        Command::CompileWorker => switchyard::compile_worker_main::serve_worker().map_err(|e| {
             output::CliError::new(
                 switchyard::selection::wire::ErrorKind::Serve,
                 format!("compile worker: {e:#}"),

@@ -7,7 +7,7 @@
 //! backstop should its parent stop watching) are bounded by the kernel.
 //!
 //! A worker is this program run again ([`WorkerCommand`], e.g. `switchyard
-//! compile-worker`), serving [`serve_worker`]. It builds
+//! compile-worker`), serving [`crate::compile_worker_main::serve_worker`]. It builds
 //! the parent's engine from the same [`Limits`] and answers each job with wasmtime's
 //! serialisation of the component, which the parent deserialises: the same binary, the
 //! same engine settings, over a pipe only the two share. A worker that answered is kept
@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::code_cache::FunctionCacheStats;
-use crate::engine::{Limits, PolicyEngine};
 
 /// The largest answer read from a worker: a 4 MiB component compiles to a few tens of MB.
 const MAX_ANSWER_BYTES: u64 = 1 << 30;
@@ -44,7 +43,7 @@ const MAX_IDLE_WORKERS: usize = 2;
 
 /// A worker with no job for this long exits, and its memory goes back: compiles come in
 /// bursts (a deploy, a restart), and a fresh worker costs its first compile a start.
-const WORKER_IDLE_EXIT: Duration = Duration::from_secs(60);
+pub(crate) const WORKER_IDLE_EXIT: Duration = Duration::from_secs(60);
 
 /// An idle worker is handed a job only if it has been idle less than this: well before
 /// it exits by itself, so no job is sent to a worker on its way out.
@@ -59,7 +58,7 @@ pub struct WorkerCommand {
 }
 
 impl WorkerCommand {
-    /// `program args…`, which must call [`serve_worker`] on its standard input and output.
+    /// `program args…`, which must call [`crate::compile_worker_main::serve_worker`].
     pub fn new(program: impl Into<PathBuf>, args: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
         Self { program: program.into(), args: args.into_iter().map(Into::into).collect() }
     }
@@ -103,10 +102,11 @@ pub(crate) enum WorkerError {
 
 /// The settings a worker starts with.
 #[derive(Debug, Serialize, Deserialize)]
-struct Settings {
-    limits: Limits,
+pub(crate) struct Settings<L> {
+    /// The engine's limits (`Limits`, as JSON on the parent's side).
+    pub(crate) limits: L,
     /// Run at the lowest priority (background compiles).
-    background: bool,
+    pub(crate) background: bool,
 }
 
 /// One answer from a worker.
@@ -155,7 +155,10 @@ struct CacheTotals {
 /// Compiles for one [`PolicyEngine`] in worker processes (see the module's documentation).
 pub struct CompileWorkers {
     command: WorkerCommand,
-    limits: Limits,
+    /// The engine's `Limits`, as the worker builds its engine from them.
+    limits: serde_json::Value,
+    /// Their `compile_memory_bytes`, for the refusals that name it.
+    memory_bytes: u64,
     idle: Mutex<Vec<(bool, Worker)>>,
     counters: Counters,
     caches: Mutex<CacheTotals>,
@@ -183,11 +186,13 @@ pub struct WorkerStats {
 }
 
 impl CompileWorkers {
-    /// Workers started by `command` for an engine built from `limits`.
-    pub(crate) fn new(command: WorkerCommand, limits: Limits) -> Self {
+    /// Workers started by `command` for an engine built from `limits` (`Limits` as JSON),
+    /// which let a worker allocate `memory_bytes`.
+    pub(crate) fn new(command: WorkerCommand, limits: serde_json::Value, memory_bytes: u64) -> Self {
         Self {
             command,
             limits,
+            memory_bytes,
             idle: Mutex::default(),
             counters: Counters::default(),
             caches: Mutex::default(),
@@ -382,7 +387,7 @@ impl CompileWorkers {
             Some(libc::SIGABRT | libc::SIGSEGV | libc::SIGBUS) => format!(
                 "the compile worker died (signal {}): most likely over its memory limit (`compile_memory_bytes`, {} bytes)",
                 status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s)).unwrap_or_default(),
-                self.limits.compile_memory_bytes
+                self.memory_bytes
             ),
             Some(libc::SIGXCPU) => "the compile worker ran out of CPU time".to_string(),
             _ => format!(
@@ -413,7 +418,7 @@ impl Drop for CompileWorkers {
     }
 }
 
-fn write_frame(out: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_frame(out: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
     out.write_all(&(bytes.len() as u64).to_le_bytes())?;
     out.write_all(bytes)
 }
@@ -424,7 +429,7 @@ fn read_u64(input: &mut impl Read) -> std::io::Result<u64> {
     Ok(u64::from_le_bytes(word))
 }
 
-fn read_frame(input: &mut impl Read, max: u64) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_frame(input: &mut impl Read, max: u64) -> std::io::Result<Vec<u8>> {
     let len = read_u64(input)?;
     if len > max {
         return Err(std::io::Error::other(format!("a frame of {len} bytes, over {max}")));
@@ -435,6 +440,25 @@ fn read_frame(input: &mut impl Read, max: u64) -> std::io::Result<Vec<u8>> {
         return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
     Ok(bytes)
+}
+
+/// Writes one answer (see the module's documentation): `compiled`, the serialised
+/// component or why not, and the worker's function-cache counters.
+pub(crate) fn write_answer(
+    output: &mut impl Write,
+    compiled: Result<&[u8], &str>,
+    stats: FunctionCacheStats,
+) -> std::io::Result<()> {
+    let (status, payload) = match compiled {
+        Ok(serialised) => (0u8, serialised),
+        Err(message) => (1u8, message.as_bytes()),
+    };
+    output.write_all(&[status])?;
+    write_frame(output, payload)?;
+    for word in [stats.hits, stats.misses, stats.entries as u64, stats.bytes as u64] {
+        output.write_all(&word.to_le_bytes())?;
+    }
+    output.flush()
 }
 
 fn read_answer(input: &mut impl Read) -> std::io::Result<Answer> {
@@ -475,109 +499,5 @@ impl ProcessCpuClock {
             return Duration::ZERO;
         }
         Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
-    }
-}
-
-/// Sets the soft limit of a resource of this process (at most its hard limit, which is
-/// left as it is: lowering it could not be undone).
-fn set_soft_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `limit` is a valid `rlimit` for getrlimit to write and setrlimit to read.
-    unsafe {
-        if libc::getrlimit(resource, &mut limit) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        limit.rlim_cur = value.min(limit.rlim_max);
-        if libc::setrlimit(resource, &limit) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// The CPU time this process has used, whole seconds.
-fn own_cpu_seconds() -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `now` is valid for clock_gettime to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
-    now.tv_sec as u64
-}
-
-/// Whether standard input has something to read (or is closed) within `within`.
-fn readable_within(within: Duration) -> bool {
-    let mut fd = libc::pollfd { fd: libc::STDIN_FILENO, events: libc::POLLIN, revents: 0 };
-    let ms = libc::c_int::try_from(within.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `fd` is one valid `pollfd` for poll to read and write.
-    let ready = unsafe { libc::poll(&mut fd, 1, ms) };
-    // An error (EINTR, say) is not an idle timeout: the read that follows finds out.
-    ready != 0
-}
-
-/// Serves compile jobs on standard input and output until the input closes, or no job
-/// came for a minute: what a worker process runs (`switchyard compile-worker`). Errors
-/// only if the parent's stream is broken.
-pub fn serve_worker() -> anyhow::Result<()> {
-    let (mut input, mut output) =
-        (BufReader::new(std::io::stdin().lock()), BufWriter::new(std::io::stdout().lock()));
-    let settings: Settings = serde_json::from_slice(&read_frame(&mut input, 1 << 20)?)?;
-    if settings.background {
-        // Before any thread starts: they inherit it.
-        crate::engine::lower_thread_priority();
-    }
-    let timeout = Duration::from_millis(settings.limits.compile_timeout_ms);
-    let max_bytes = settings.limits.max_component_bytes as u64;
-    let memory = settings.limits.compile_memory_bytes;
-    // One pool slot: the worker only compiles, and the pool's per-component caps (which
-    // refuse a component over the limits) are the parent's.
-    let engine = PolicyEngine::new(Limits { max_instances: 1, ..settings.limits })?;
-    // Cranelift's threads (rayon's global pool, which wasmtime compiles on) start now,
-    // before the limit: a compile over it then dies at its allocation, not half-way
-    // through starting a pool it waits for.
-    rayon::ThreadPoolBuilder::new().build_global().ok();
-    // What is bounded is what compiles allocate.
-    set_soft_limit(libc::RLIMIT_DATA, memory)?;
-    loop {
-        if input.buffer().is_empty() && !readable_within(WORKER_IDLE_EXIT) {
-            return Ok(());
-        }
-        let mut tier = [0u8];
-        match input.read_exact(&mut tier) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e.into()),
-        }
-        let bytes = read_frame(&mut input, max_bytes)?;
-        let target = match tier[0] {
-            0 => &engine,
-            _ => engine.first_tier().unwrap_or(&engine),
-        };
-        // A backstop should the parent stop watching: the CPU time a compile may take on
-        // every core for twice its deadline, then SIGXCPU.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-        let allowed = own_cpu_seconds() + (timeout.as_secs() + 1) * 2 * cores;
-        set_soft_limit(libc::RLIMIT_CPU, allowed)?;
-        let compiled = wasmtime::component::Component::new(target.engine(), &bytes)
-            .and_then(|c| c.serialize())
-            .map_err(|e| {
-                let message = format!("{e:#}");
-                if message.contains(&format!("os error {}", libc::ENOMEM)) {
-                    format!(
-                        "{message}: over the compile's memory limit (`compile_memory_bytes`, {memory} bytes)"
-                    )
-                } else {
-                    message
-                }
-            });
-        let stats = engine.own_function_cache_stats().unwrap_or_default();
-        let (status, payload) = match &compiled {
-            Ok(serialised) => (0u8, serialised.as_slice()),
-            Err(message) => (1u8, message.as_bytes()),
-        };
-        output.write_all(&[status])?;
-        write_frame(&mut output, payload)?;
-        for word in [stats.hits, stats.misses, stats.entries as u64, stats.bytes as u64] {
-            output.write_all(&word.to_le_bytes())?;
-        }
-        output.flush()?;
     }
 }

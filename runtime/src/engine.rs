@@ -404,11 +404,13 @@ impl PolicyEngine {
     }
 
     /// Compiles in worker processes started by `command` (this program serving
-    /// [`crate::compile_worker::serve_worker`]) instead of on a thread of this process,
+    /// [`crate::compile_worker_main::serve_worker`]) instead of on a thread of this process,
     /// its first tier's compiles too: a compile past `compile_timeout_ms` is killed there,
     /// and its CPU and memory are bounded (see [`crate::compile_worker`]).
     pub fn with_compile_workers(mut self, command: WorkerCommand) -> Self {
-        let workers = Arc::new(CompileWorkers::new(command, (*self.limits).clone()));
+        // `Limits` always serialises (plain numbers and names).
+        let limits = serde_json::to_value(&*self.limits).unwrap_or_default();
+        let workers = Arc::new(CompileWorkers::new(command, limits, self.limits.compile_memory_bytes));
         if let Some(first) = &self.first_tier {
             let mut first = (**first).clone();
             first.workers = Some((Arc::clone(&workers), Tier::First));

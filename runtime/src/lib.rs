@@ -4,7 +4,8 @@
 //! - [`engine`]: all wasmtime configuration and the sandbox's limits.
 //! - [`component`]: validate, compile and pre-instantiate an uploaded component.
 //! - [`cache`]: our own compiled output, keyed by content, engine settings and version.
-//! - [`compile_worker`]: compiles in a child process, killed at its deadline.
+//! - [`compile_worker`]: compiles in a child process, killed at its deadline;
+//!   [`compile_worker_main`]: what that process runs.
 //! - [`guard`]: fault containment: fail-open/closed, the quarantine breaker, counters
 //!   (the fallback comes from outside: `switchyard-builtins` gives the native default).
 //! - [`guest`]: a component instance as a [`selection::Scorer`].
@@ -17,6 +18,7 @@
 pub mod cache;
 pub mod code_cache;
 pub mod compile_worker;
+pub mod compile_worker_main;
 pub mod component;
 pub mod engine;
 pub mod guard;
