@@ -342,9 +342,9 @@ impl CompileWorkers {
         let started = Instant::now();
         let cpu = match clock {
             Clock::Wall => None,
-            Clock::CompilerCpu => ProcessCpuClock::of(worker.pid()),
+            Clock::CompilerCpu => CpuClock::of_process(worker.pid()),
         };
-        let cpu_at_start = cpu.as_ref().map(ProcessCpuClock::elapsed);
+        let cpu_at_start = cpu.as_ref().map(CpuClock::elapsed);
         let answer = loop {
             let waited = match (&cpu, cpu_at_start) {
                 (Some(cpu), Some(at_start)) => {
@@ -478,11 +478,21 @@ fn read_answer(input: &mut impl Read) -> std::io::Result<Answer> {
     Ok(Answer { compiled, stats })
 }
 
-/// The CPU-time clock of another process (all its threads).
-struct ProcessCpuClock(libc::clockid_t);
+/// A CPU-time clock: a thread's or a process's (all its threads).
+pub(crate) struct CpuClock(libc::clockid_t);
 
-impl ProcessCpuClock {
-    fn of(pid: u32) -> Option<Self> {
+impl CpuClock {
+    /// The calling thread's, if the platform gives it.
+    pub(crate) fn of_this_thread() -> Option<Self> {
+        let mut id: libc::clockid_t = 0;
+        // SAFETY: `id` is valid for pthread_getcpuclockid to write; pthread_self is the
+        // calling thread, alive for the call.
+        let ok = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut id) } == 0;
+        ok.then_some(Self(id))
+    }
+
+    /// Process `pid`'s, if the platform gives it.
+    fn of_process(pid: u32) -> Option<Self> {
         let mut id: libc::clockid_t = 0;
         // SAFETY: `id` is valid for clock_getcpuclockid to write; an unknown pid is an
         // error return.
@@ -490,11 +500,12 @@ impl ProcessCpuClock {
         ok.then_some(Self(id))
     }
 
-    /// The CPU time used so far (zero once the process is gone).
-    fn elapsed(&self) -> Duration {
+    /// The CPU time used so far. (Read once the thread or process is gone, it fails:
+    /// that is read as zero, and what it ran has answered already.)
+    pub(crate) fn elapsed(&self) -> Duration {
         let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: `now` is valid for clock_gettime to write; a stale clock id is an error
-        // return, not undefined behaviour.
+        // SAFETY: `now` is valid for clock_gettime to write; an invalid clock id is an
+        // error return, not undefined behaviour.
         if unsafe { libc::clock_gettime(self.0, &mut now) } != 0 {
             return Duration::ZERO;
         }

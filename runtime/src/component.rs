@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker};
 
-use crate::compile_worker::{Clock, WorkerError};
+use crate::compile_worker::{Clock, CpuClock, WorkerError};
 use crate::engine::PolicyEngine;
 use crate::host::HostState;
 use crate::selection::wire::ErrorKind;
@@ -361,32 +361,6 @@ fn within_size(engine: &PolicyEngine, size: usize) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// The CPU-time clock of the thread that made it.
-struct ThreadCpuClock(libc::clockid_t);
-
-impl ThreadCpuClock {
-    /// The calling thread's, if the platform gives it.
-    fn current() -> Option<Self> {
-        let mut id: libc::clockid_t = 0;
-        // SAFETY: `id` is valid for pthread_getcpuclockid to write; pthread_self is the
-        // calling thread, alive for the call.
-        let ok = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut id) } == 0;
-        ok.then_some(Self(id))
-    }
-
-    /// The CPU time its thread has used. (Read after the thread ended, it fails: that is
-    /// read as zero, and the compile's result is already on its way.)
-    fn elapsed(&self) -> Duration {
-        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: `now` is valid for clock_gettime to write; an invalid clock id is an
-        // error return, not undefined behaviour.
-        if unsafe { libc::clock_gettime(self.0, &mut now) } != 0 {
-            return Duration::ZERO;
-        }
-        Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
-    }
-}
-
 /// Compiles `bytes` within `compile_timeout_ms`: in a worker process when the engine has
 /// them (killed at the deadline, `held` dropped then), else on a separate thread so a
 /// pathological input cannot hold the caller past it (Cranelift cannot be cancelled: a
@@ -436,7 +410,7 @@ fn compile_with_timeout<H: Send + 'static>(
         .name("switchyard-compile".into())
         .spawn(move || {
             if let Some(cpu_tx) = cpu_tx {
-                let _ = cpu_tx.send(ThreadCpuClock::current());
+                let _ = cpu_tx.send(CpuClock::of_this_thread());
             }
             let compiled = Component::new(&wasmtime_engine, &owned);
             // Cranelift is done: release what the caller asked to hold until now.
@@ -487,7 +461,7 @@ mod tests {
         let (sleeper, busy) = std::thread::scope(|s| {
             let time = |work: fn()| {
                 s.spawn(move || {
-                    let clock = ThreadCpuClock::current().expect("Linux gives threads a CPU clock");
+                    let clock = CpuClock::of_this_thread().expect("Linux gives threads a CPU clock");
                     work();
                     clock.elapsed()
                 })
