@@ -2,7 +2,7 @@
 //! commit; fail-open, default limits) costs when the tenant's policy is hostile and the
 //! request is the tenant's own, ordinary or hostile. Prints markdown: per case and
 //! request, the median time per selection, what stopped the guest, and the fuel of its
-//! last call. `cargo bench -p switchyard-benches --bench hostile` (about a minute).
+//! last call. `cargo bench --bench hostile` (about a minute).
 //!
 //! Also prints the calibration behind the import charges: nanoseconds per unit of fuel of
 //! a plain loop (iloop) and of a loop on each import, at the same ceiling.
@@ -15,8 +15,8 @@ use switchyard::{
     FailMode, GuardConfig, GuestScorer, Limits, PolicyComponent, PolicyEngine, SelectionRequest, WorkerTable,
 };
 use switchyard_builtins as builtin;
-use switchyard_test_guests::hostile;
-use switchyard_test_guests::requests::fleet;
+use switchyard_test_util::hostile;
+use switchyard_test_util::requests::fleet;
 
 /// Selections timed per (case, request); the median is printed.
 const REPEATS: usize = 7;
@@ -91,7 +91,7 @@ fn main() {
         ("NaN on every 6th call", load(hostile::NAN_ONCE), r#"{"at": 6}"#),
     ];
     let mut requests = vec![("16 workers, 4K tokens", fleet(16, 4096, 16, 256))];
-    requests.extend(switchyard_test_guests::requests::hostile());
+    requests.extend(switchyard_test_util::requests::hostile());
 
     println!(
         "\n### One selection (select + commit), default limits (fuel + {} ms deadline, {compiler:?}), median of {REPEATS}\n",

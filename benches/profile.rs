@@ -1,7 +1,7 @@
 //! One scenario in a tight loop, for a profiler: where does a guest call's time go?
 //!
 //! ```text
-//! cargo bench -p switchyard-benches --bench profile --no-run
+//! cargo bench --bench profile --no-run
 //! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
 //!     target/release/deps/profile-* empty 20000
 //! callgrind_annotate --inclusive=yes /tmp/cg.out | head -60
@@ -38,7 +38,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use switchyard::{Budget, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 use switchyard_builtins as builtin;
-use switchyard_test_guests::variant;
+use switchyard_test_util::variant;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
@@ -88,7 +88,7 @@ fn main() {
             let scorer = match scenario.as_str() {
                 "select-native" => default.native("{}").expect("native"),
                 "select-guest" => Box::new(default.guest(&engine, "{}").expect("guest")),
-                _ => Box::new(guest(switchyard_test_guests::DEFAULT_POLICY_C)),
+                _ => Box::new(guest(switchyard_test_util::DEFAULT_POLICY_C)),
             };
             let mut selector = Selector::new(scorer);
             for _ in 0..iterations {
@@ -97,7 +97,7 @@ fn main() {
         }
         "trap" => {
             // Every call panics: the cost of a trap and the fresh instance after it.
-            let panic = switchyard_test_guests::hostile::PANIC;
+            let panic = switchyard_test_util::hostile::PANIC;
             let component = PolicyComponent::load(&engine, panic).expect("loads");
             let mut scorer = GuestScorer::new("trap", component, r#"{"every": 1}"#).expect("instantiates");
             let stats = scorer.stats();
@@ -208,7 +208,7 @@ fn main() {
                 .unwrap_or(1)
                 .clamp(1, kept);
             let policy = if args.iter().skip(3).any(|a| a == "c") {
-                switchyard_test_guests::DEFAULT_POLICY_C
+                switchyard_test_util::DEFAULT_POLICY_C
             } else {
                 default.component
             };
@@ -344,7 +344,7 @@ fn main() {
             let read = file_arg(&args);
             let bytes = match (&read, args.iter().any(|a| a == "c")) {
                 (Some(read), _) => read.as_slice(),
-                (None, true) => switchyard_test_guests::DEFAULT_POLICY_C,
+                (None, true) => switchyard_test_util::DEFAULT_POLICY_C,
                 (None, false) => default.component,
             };
             let compiler = if args.iter().any(|a| a == "winch") {
@@ -413,7 +413,7 @@ fn main() {
             // `code <file> c`: the C default policy's instead.
             let out = args.get(1).expect("code <output file> [c]");
             let bytes = match args.get(2).map(String::as_str) {
-                Some("c") => switchyard_test_guests::DEFAULT_POLICY_C,
+                Some("c") => switchyard_test_util::DEFAULT_POLICY_C,
                 _ => default.component,
             };
             let code = engine.engine().precompile_component(bytes).expect("compiles");

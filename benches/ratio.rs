@@ -22,7 +22,7 @@ use switchyard::{Budget, Compiler, GuestScorer, Limits, PolicyComponent, PolicyE
 use switchyard_builtins as builtin;
 use switchyard_dynamo::{LoadedPolicy, SwitchyardConfig};
 use switchyard_guest_sdk::Pool;
-use switchyard_test_guests::{DEFAULT_POLICY, DEFAULT_POLICY_C};
+use switchyard_test_util::{DEFAULT_POLICY, DEFAULT_POLICY_C};
 
 const ROUNDS: usize = 31;
 /// Each timed batch runs about this long, so timer overhead is negligible.

@@ -10,7 +10,7 @@ use switchyard::{FailMode, GuardConfig, GuestScorer, Limits, PolicyComponent, Po
 use switchyard_replay::{PolicyLabel, ReplayConfig, Trace, replay};
 
 fn trace() -> Trace {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../traces/conversation_trace.jsonl");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/conversation_trace.jsonl");
     let bytes = std::fs::read(&path)
         .unwrap_or_else(|e| panic!("the benchmark needs the conversation trace at {}: {e}", path.display()));
     Trace::parse(&bytes, 512, None).expect("the conversation trace parses")

@@ -25,7 +25,7 @@ use switchyard::{
 fn default_policy() -> &'static [u8] {
     switchyard_builtins::find("default").expect("the default builtin").component
 }
-use switchyard_test_guests::hostile::PANIC;
+use switchyard_test_util::hostile::PANIC;
 
 /// A request over `n` workers with varied load and cache columns.
 fn request(n: u64) -> (WorkerTable, SelectionRequest) {
@@ -91,7 +91,7 @@ fn fresh_instance(c: &mut Criterion) {
     });
     // Two components of one engine (different bytes: a custom section appended).
     let engine = PolicyEngine::new(Limits { budget: Budget::Fuel, ..Limits::default() }).expect("engine");
-    let other = switchyard_test_guests::variant(default_policy(), 1);
+    let other = switchyard_test_util::variant(default_policy(), 1);
     let templates: Vec<GuestScorer> = [default_policy(), &other[..]]
         .iter()
         .map(|bytes| {
@@ -113,7 +113,7 @@ fn fresh_instance(c: &mut Criterion) {
         .expect("engine");
     let templates: Vec<GuestScorer> = (0..24)
         .map(|i| {
-            let bytes = switchyard_test_guests::variant(default_policy(), i);
+            let bytes = switchyard_test_util::variant(default_policy(), i);
             let component = PolicyComponent::load(&engine, &bytes).expect("loads");
             GuestScorer::new("bench", component, params).expect("instantiates").sibling()
         })

@@ -27,7 +27,7 @@ pub const PORTED: [&str; 2] = ["lmetric", "chwbl"];
 pub const PROMPT_TOKENS: u32 = 2_048;
 pub const BLOCK_SIZE: u32 = 16;
 
-pub use switchyard_test_guests::{IMPORTS, NOOP};
+pub use switchyard_test_util::{IMPORTS, NOOP};
 
 fn cached_tokens(id: u64) -> u32 {
     (id % 32) as u32 * 64

@@ -85,5 +85,5 @@ pub fn component(u: &mut Unstructured<'_>) -> arbitrary::Result<Option<Vec<u8>>>
     let module = wasm_smith::Module::new(config, u)?;
     let mut core = module.to_bytes();
     core.extend_from_slice(&t.custom);
-    Ok(switchyard_guest_sdk::build::componentize(&core).ok())
+    Ok(switchyard_guest_build::componentize(&core).ok())
 }

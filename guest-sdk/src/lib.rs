@@ -29,9 +29,6 @@ mod request;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 
-#[cfg(feature = "build")]
-pub mod build;
-
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
 pub mod guest;

@@ -169,7 +169,7 @@ pub struct Limits {
     /// Every pool slot reserves this plus a 32 MiB guard (address space, not memory), so
     /// about 30,000 slots fit a 47-bit address space at 4 GiB. Smaller, a slot reserves
     /// less and every load and store is checked: +5 % on the default guest's
-    /// per-candidate slope at 64 MiB (`cargo bench -p switchyard-benches --bench ratio`).
+    /// per-candidate slope at 64 MiB (`cargo bench --bench ratio`).
     pub memory_reservation_bytes: u64,
     /// The compiler uploads are compiled with (see [`Compiler`]). An artifact cached by
     /// one is never loaded by the other (the cache's key includes the engine's settings;

@@ -11,7 +11,7 @@ fn refusal(name: &str, parameters: &str) -> String {
 
 #[test]
 fn each_bad_field_is_refused_by_name() {
-    let good = component_file("config-default", switchyard_test_guests::DEFAULT_POLICY);
+    let good = component_file("config-default", switchyard_test_util::DEFAULT_POLICY);
     let policy = format!("        policy: {{file: {}}}\n", good.display());
     let cases = [
         ("no-policy", "        on_fault: open".to_string(), "missing field `policy`"),
@@ -92,14 +92,14 @@ fn each_bad_field_is_refused_by_name() {
     let not_wasm = component_file("config-not-wasm", b"hello");
     let e = refusal("config-not-wasm", &format!("        policy: {{file: {}}}", not_wasm.display()));
     assert!(e.contains("policy.file: not-wasm"), "{e}");
-    let core = component_file("config-core", switchyard_test_guests::hostile::CORE_MODULE);
+    let core = component_file("config-core", switchyard_test_util::hostile::CORE_MODULE);
     let e = refusal("config-core", &format!("        policy: {{file: {}}}", core.display()));
     assert!(e.contains("policy.file: core-module"), "{e}");
 }
 
 #[test]
 fn good_parameters_resolve() {
-    let good = component_file("config-good", switchyard_test_guests::DEFAULT_POLICY);
+    let good = component_file("config-good", switchyard_test_util::DEFAULT_POLICY);
     let parameters = format!(
         "        policy: {{file: {}}}\n        params: {{overlap_score_credit: 0.5}}\n        on_fault: closed\n        temperature: 0.25\n        limits: {{fuel_base: 3000000}}\n        guard: {{quarantine_after: 5}}",
         good.display()

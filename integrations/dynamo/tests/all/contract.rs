@@ -42,7 +42,7 @@ fn the_same_with_every_weight_changed() {
 }
 
 fn contract(name: &str, params: &str, config: KvRouterConfig, fixtures: usize, seed: u64) {
-    let file = component_file(name, switchyard_test_guests::DEFAULT_POLICY);
+    let file = component_file(name, switchyard_test_util::DEFAULT_POLICY);
     let parameters = format!(
         "        policy: {{file: {}}}\n        params: {params}\n        on_fault: closed\n        temperature: 0",
         file.display()

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use dynamo_kv_router::{WorkerSelectionPolicy, WorkerType};
 
 use crate::common::{Rng, component_file, policy, random_fixture, resolve};
-use switchyard_test_guests::hostile;
+use switchyard_test_util::hostile;
 
 /// Selections per guest.
 const SELECTIONS: usize = 40;
@@ -67,7 +67,7 @@ fn hostile_guests_fail_open_every_selection_answered() {
     ];
     // What the native default (the fallback) picks: the default policy's guest build,
     // which picks the same (`contract.rs`), with the same derived seed.
-    let default_file = component_file("hostile-reference", switchyard_test_guests::DEFAULT_POLICY);
+    let default_file = component_file("hostile-reference", switchyard_test_util::DEFAULT_POLICY);
     let reference = resolve("hostile-reference", &params(&default_file, "closed")).expect("loads");
     let mut reference = Pools::new(reference);
     for (name, bytes, expect) in guests {

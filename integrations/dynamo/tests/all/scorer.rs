@@ -13,7 +13,7 @@ use switchyard::PolicyEngine;
 use switchyard_dynamo::{LoadedPolicy, ScorerFactory, SwitchyardConfig};
 
 use crate::common::{Fixture, Rng, component_file, policy, random_fixture, resolve};
-use switchyard_test_guests::hostile;
+use switchyard_test_util::hostile;
 
 /// A host's own native scorer, as a Dynamo image would compile in: requests in flight.
 struct RequestsScorer;
@@ -77,8 +77,8 @@ fn costs_of(fixture: &Fixture, scorers: Vec<Box<dyn WorkerScorer>>) -> BTreeMap<
 #[test]
 fn a_guest_scorer_adds_its_costs_to_a_native_scorers() {
     let scorers: ScorerFactory =
-        loaded("scorer-default", switchyard_test_guests::DEFAULT_POLICY, "closed").scorers().expect("suits");
-    let picker_file = component_file("scorer-picker", switchyard_test_guests::DEFAULT_POLICY);
+        loaded("scorer-default", switchyard_test_util::DEFAULT_POLICY, "closed").scorers().expect("suits");
+    let picker_file = component_file("scorer-picker", switchyard_test_util::DEFAULT_POLICY);
     let picker = resolve(
         "scorer-picker",
         &format!(
@@ -136,9 +136,8 @@ fn a_hostile_guest_scorer_is_contained_in_both_modes() {
     let mut rng = Rng::new(99);
     // Fail-open: the native default's costs stand in, and the host's scorer still adds.
     let open = loaded("scorer-iloop-open", hostile::ILOOP, "open").scorers().expect("suits");
-    let reference = loaded("scorer-reference", switchyard_test_guests::DEFAULT_POLICY, "closed")
-        .scorers()
-        .expect("suits");
+    let reference =
+        loaded("scorer-reference", switchyard_test_util::DEFAULT_POLICY, "closed").scorers().expect("suits");
     for i in 0..6 {
         let fixture = random_fixture(&mut rng);
         let ours = costs_of(&fixture, vec![Box::new(open.scorer(fixture.worker_type))]);

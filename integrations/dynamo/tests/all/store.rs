@@ -61,9 +61,9 @@ fn a_change_that_cannot_be_taken_keeps_the_running_version() {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("switchyard-dynamo-store-bad");
     let _ = std::fs::remove_dir_all(&dir);
     let store = Store::open(&dir).expect("a data dir");
-    let good = blob(&store, switchyard_test_guests::DEFAULT_POLICY);
+    let good = blob(&store, switchyard_test_util::DEFAULT_POLICY);
     let bad = blob(&store, b"\0asm not a component");
-    let good2 = blob(&store, &switchyard_test_guests::variant(switchyard_test_guests::DEFAULT_POLICY, 1));
+    let good2 = blob(&store, &switchyard_test_util::variant(switchyard_test_util::DEFAULT_POLICY, 1));
 
     // At start-up: no tenant yet is a refusal naming the store.
     let e = LivePolicy::load(&config(&dir)).err().expect("refused");

@@ -1,0 +1,208 @@
+//! The Dynamo adapter following the data dir of a running `switchyard serve`: an upload
+//! and a rollback through the service's API take effect inside Dynamo's selector while
+//! another thread selects, with no failed selection and every answer from the old or the
+//! new version.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use dynamo_kv_router::protocols::{RoutingConstraints, WorkerConfigLike, WorkerId, WorkerWithDpRank};
+use dynamo_kv_router::scheduling::{OverlapSignals, ScheduleMode};
+use dynamo_kv_router::{
+    KvRouterConfig, RoutingPartitionRef, SchedulingRequest, WorkerLoadProjection, WorkerSelectionInput,
+    WorkerSelector, WorkerType,
+};
+use rustc_hash::FxHashMap;
+use serde_json::json;
+use switchyard_dynamo::{LivePolicy, SwitchyardConfig};
+use switchyard_test_util::DEFAULT_POLICY;
+
+use switchyard_test_util::server::{Body, Client, Server, temp_dir};
+
+#[derive(Default)]
+struct TestWorker(HashSet<String>);
+
+impl WorkerConfigLike for TestWorker {
+    fn data_parallel_start_rank(&self) -> u32 {
+        0
+    }
+    fn data_parallel_size(&self) -> u32 {
+        1
+    }
+    fn max_num_batched_tokens(&self) -> Option<u64> {
+        None
+    }
+    fn total_kv_blocks(&self) -> Option<u64> {
+        None
+    }
+    fn taints(&self) -> &HashSet<String> {
+        &self.0
+    }
+}
+
+/// Two workers whose order the default policy's `prefill_load_scale` decides: a 100-block
+/// prompt; worker 1 has 150 decode blocks, worker 2 100 blocks of prefill queued. At scale
+/// 1 worker 2 costs 200 and worker 1 250; at scale 4, 800 and 550.
+fn request() -> SchedulingRequest {
+    let load = |prefill_tokens: usize, decode_blocks: usize| WorkerLoadProjection {
+        active_prefill_tokens: prefill_tokens,
+        active_decode_blocks: decode_blocks,
+        active_requests: 1,
+        additional_active_blocks: 0,
+    };
+    let mut loads = FxHashMap::default();
+    loads.insert(WorkerWithDpRank::new(1, 0), load(0, 150));
+    loads.insert(WorkerWithDpRank::new(2, 0), load(1_600, 0));
+    SchedulingRequest {
+        mode: ScheduleMode::QueryOnly { request_id: None },
+        token_seq: None,
+        isl_tokens: 1_600,
+        lora_name: None,
+        expected_output_tokens: None,
+        affinity_target: None,
+        pinned_worker: None,
+        allowed_worker_ids: None,
+        routing_constraints: RoutingConstraints::default(),
+        router_config_override: None,
+        track_prefill_tokens: true,
+        priority_jump: 0.0,
+        strict_priority: 0,
+        policy_class: None,
+        session_context: None,
+        overlap: OverlapSignals {
+            tier_overlap_blocks: Default::default(),
+            effective_overlap_blocks: FxHashMap::default(),
+            effective_cached_tokens: FxHashMap::default(),
+        },
+        kv_transfer_candidates: None,
+        retain_kv_transfer_chain: false,
+        shared_cache_hits: None,
+        worker_loads: loads,
+        resp_tx: None,
+    }
+}
+
+fn select(
+    policy: &impl WorkerSelector<TestWorker>,
+    workers: &HashMap<WorkerId, TestWorker>,
+) -> Result<u64, String> {
+    let request = request();
+    let input = WorkerSelectionInput::configured(workers, &request, request.eligibility(), 16);
+    policy.select_worker(input).map(|r| r.worker.worker_id).map_err(|e| e.to_string())
+}
+
+/// Waits until the selecting thread's last answer is `worker`.
+fn wait_for(answers: &std::sync::Mutex<Vec<u64>>, worker: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while answers.lock().unwrap().last() != Some(&worker) {
+        assert!(Instant::now() < deadline, "{what}: Dynamo's selector never answered worker {worker}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn dynamo_follows_an_upload_and_a_rollback_while_selecting() {
+    let dir = temp_dir("dynamo-store");
+    let server = Server::with_config(&dir, "");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    let v1 = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    c.assigned(&token, "acme", "latency", json!({ "policy": "mine", "on_fault": "closed" }));
+
+    let config = SwitchyardConfig::from_json(json!({
+        "policy": {"store": {"data_dir": dir.join("data"), "tenant": "acme", "class": "latency", "poll_ms": 20}},
+        "temperature": 0,
+    }))
+    .expect("valid parameters");
+    let live = LivePolicy::load(&config).expect("the class's version loads");
+    assert!(
+        live.current().name().starts_with(&format!("acme/mine@{}", &v1[..12])),
+        "{}",
+        live.current().name()
+    );
+    let factory = Arc::clone(&live).factory();
+
+    // Another thread selects throughout, as Dynamo's router would.
+    let answers = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let selecting = {
+        let (answers, stop) = (Arc::clone(&answers), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let policy = factory(
+                &KvRouterConfig::default(),
+                WorkerType::Aggregated,
+                RoutingPartitionRef::new("m", "d"),
+            );
+            let workers: HashMap<WorkerId, TestWorker> =
+                [(1, TestWorker::default()), (2, TestWorker::default())].into();
+            let mut failed = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                match select(&policy, &workers) {
+                    Ok(worker) => answers.lock().unwrap().push(worker),
+                    Err(e) => failed.push(e),
+                }
+            }
+            failed
+        })
+    };
+    wait_for(&answers, 2, "v1 (scale 1)");
+
+    // A new upload becomes the policy's active version, which the class follows.
+    let params = "%7B%22prefill_load_scale%22%3A4%7D";
+    let v2 = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, Some(params));
+    assert_ne!(v1, v2);
+    wait_for(&answers, 1, "v2 (scale 4)");
+    assert!(live.current().name().contains(&v2[..12]), "{}", live.current().name());
+
+    // A rollback through the API: v1 answers again.
+    let (status, v) = c.call("POST", "/v1/tenants/acme/policies/mine/rollback", Some(&token), Body::None);
+    assert_eq!(status, 200, "{v}");
+    wait_for(&answers, 2, "v1 after the rollback");
+    let settled = answers.lock().unwrap().len();
+    while answers.lock().unwrap().len() < settled + 50 {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let failed = selecting.join().expect("the selecting thread");
+
+    assert!(failed.is_empty(), "selections failed: {failed:?}");
+    assert_eq!(live.generation(), 2, "one swap for the upload, one for the rollback");
+    assert_eq!(live.last_error(), None);
+    // Each answer is one version's: v1's worker 2, then v2's worker 1, then v1's again,
+    // never back and forth (no selection mixes the versions, none flaps).
+    let answers = answers.lock().unwrap();
+    let mut runs: Vec<u64> = answers.clone();
+    runs.dedup();
+    assert_eq!(runs, [2, 1, 2], "{} answers", answers.len());
+}
+
+#[test]
+fn dynamo_refuses_a_blob_whose_bytes_are_not_its_name_or_over_the_limit() {
+    let dir = temp_dir("dynamo-store-blob");
+    let server = Server::with_config(&dir, "");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    let v1 = c.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    c.assigned(&token, "acme", "latency", json!({ "policy": "mine", "on_fault": "closed" }));
+    drop(server);
+    let config = SwitchyardConfig::from_json(json!({
+        "policy": {"store": {"data_dir": dir.join("data"), "tenant": "acme", "class": "latency"}},
+    }))
+    .expect("valid parameters");
+    let blob = dir.join("data").join("blobs").join(format!("{v1}.wasm"));
+
+    // Other bytes of the same size under this blob's name: never compiled as it.
+    let mut other = DEFAULT_POLICY.to_vec();
+    let last = other.len() - 1;
+    other[last] ^= 1;
+    std::fs::write(&blob, other).unwrap();
+    let refused = LivePolicy::load(&config).err().expect("a blob that is not its name is refused");
+    assert!(refused.to_string().contains("not to their name"), "{refused}");
+
+    // A file far over what compiles: refused before it is read.
+    std::fs::write(&blob, vec![0u8; 5 << 20]).unwrap();
+    let refused = LivePolicy::load(&config).err().expect("an oversized blob is refused");
+    assert!(refused.to_string().contains("over"), "{refused}");
+}
