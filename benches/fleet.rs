@@ -1,4 +1,4 @@
-//! How fast a change reaches a fleet (issue 15): a real nats-server and three replicas
+//! How fast a change reaches a fleet: a real nats-server and three replicas
 //! of the real `switchyard serve` (this bench's release build), on loopback. Each change
 //! is made through one replica, in turn; the clock starts when that replica has answered
 //! it (the change is durable in the registry) and stops, for each of the two others, at

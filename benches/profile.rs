@@ -289,7 +289,7 @@ fn main() {
             // given), each dropped before the next; prints the median load. `busy`:
             // another thread spins meanwhile (see `fresh-many`).
             let dir = std::env::temp_dir().join(format!("switchyard-profile-cache-{}", std::process::id()));
-            let key = switchyard::cache::ArtifactKey::generate().expect("a key");
+            let key = switchyard::artifact_cache::ArtifactKey::generate().expect("a key");
             let cache = switchyard::ArtifactCache::open(&dir, key).expect("opens the cache");
             let engine = PolicyEngine::new(Limits { max_instances: 4, ..Limits::default() })
                 .expect("engine")

@@ -102,7 +102,7 @@ fn selection_table(engine: &PolicyEngine, temperature: f64) {
     }
 }
 
-/// Inside Dynamo (issue 14): Dynamo's own `DefaultWorkerSelector` against the
+/// Inside Dynamo: Dynamo's own `DefaultWorkerSelector` against the
 /// `WorkerSelectionPolicy` the `switchyard` plugin's factory builds (picker mode, the
 /// default policy's guest, fail-closed, temperature 0), both driven the same way on the
 /// same `DynamoFixture` (one workers map, one request). The policy's time includes
@@ -203,7 +203,7 @@ fn c_guest_table(engine: &PolicyEngine) {
     let default = builtin::find("default").unwrap();
     let rust = PolicyComponent::load(engine, DEFAULT_POLICY).unwrap();
     let c = PolicyComponent::load(engine, DEFAULT_POLICY_C).unwrap();
-    println!("\n### The default policy in C (issue 18) vs the Rust guest, temperature 0\n");
+    println!("\n### The default policy in C vs the Rust guest, temperature 0\n");
     println!("| component | size | compile, Cranelift (the default) | compile, Winch |");
     println!("| --- | ---: | ---: | ---: |");
     let winch = PolicyEngine::new(Limits { compiler: Compiler::Winch, ..Limits::default() }).unwrap();
@@ -334,7 +334,7 @@ fn overhead_table(engine: &PolicyEngine) {
     let mut g1_small = ScoreOnly::new(1_024, &guest_small);
     let mut g4_small = ScoreOnly::new(4_096, &guest_small);
     // The same call compiled by Winch (`[limits] compiler = "winch"`): uploads compile
-    // ~4× faster; what do selections pay?
+    // faster (BENCHMARKS.md, "Compilers: Cranelift, Winch, tiered"); what do selections pay?
     let winch_engine = PolicyEngine::new(Limits { compiler: Compiler::Winch, ..Limits::default() }).unwrap();
     let mut guest_winch = default.guest(&winch_engine, "{}").unwrap();
     let mut guest_winch_4 = default.guest(&winch_engine, "{}").unwrap();

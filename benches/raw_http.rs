@@ -2,10 +2,10 @@
 //! before the clock starts, the answer read by its `Content-Length` and left as bytes.
 //!
 //! Why not the tests' `Client` (ureq): it parses the URL, builds the headers, serialises
-//! the JSON body and parses the answer into a JSON tree on every request, ~100–200 µs of
-//! CPU each (the scale bench's CPU row measured it), on the same two cores the server
-//! runs on; the latencies were partly the client's own. This one costs a `write` and a
-//! `read` or two.
+//! the JSON body and parses the answer into a JSON tree on every request, on the same two
+//! cores the server runs on, so the latencies would be partly the client's own
+//! (docs/benchmarks-history.md, "the bench's own client was the tail"). This one costs a
+//! `write` and a `read` or two.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -1,4 +1,4 @@
-//! Ten thousand tenant policies on one server (issue 16): the real `switchyard serve`
+//! Ten thousand tenant policies on one server: the real `switchyard serve`
 //! (this bench's release build) on loopback, driven through its HTTP API.
 //!
 //! 1. `SCALE_TENANTS` tenants (default 10,000), each uploading one version of the default

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{DynamoFixture, IMPORTS, NOOP, PORTED, SIZES, ScoreOnly, switchyard_fixture};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use switchyard::cache::ArtifactKey;
+use switchyard::artifact_cache::ArtifactKey;
 use switchyard::{ArtifactCache, GuestScorer, Limits, PolicyComponent, PolicyEngine, Selector};
 use switchyard_builtins as builtin;
 

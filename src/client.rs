@@ -13,7 +13,7 @@ pub struct ServerArgs {
     /// The service's base URL.
     #[arg(long, env = "SWITCHYARD_SERVER", default_value = "http://127.0.0.1:7700")]
     pub server: String,
-    /// A bearer token: the admin's (<data-dir>/admin.token) or a tenant's.
+    /// A bearer token: the admin's (`<data-dir>/admin.token`) or a tenant's.
     #[arg(long, env = "SWITCHYARD_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 }

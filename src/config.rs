@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use serde::Deserialize;
-use switchyard::cache::ArtifactKey;
+use switchyard::artifact_cache::ArtifactKey;
 use switchyard::selection::wire::ErrorKind;
 use switchyard::{ArtifactCache, Budget, Compiler, GuardConfig, Limits, PolicyEngine};
 use switchyard_service::{RegistryOptions, ServiceLimits};
@@ -250,7 +250,7 @@ fn artifact_key(dir: &Path) -> Result<ArtifactKey, CliError> {
         config(format!(
             "cache directory {}: name it by a path ending in a name (its key goes in <name>.key beside it), or set {}",
             dir.display(),
-            switchyard::cache::ARTIFACT_KEY_ENV
+            switchyard::artifact_cache::ARTIFACT_KEY_ENV
         ))
     })?;
     ArtifactKey::from_file(&path).map_err(|e| config(format!("the cache's key: {e}")))

@@ -20,10 +20,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 // The binary's heap, not the library's: a router embedding `switchyard` keeps its own.
-// Against glibc's malloc, in the same session (BENCHMARKS.md, "mimalloc in the binary"):
-// a version's load (the compiled component's metadata, an instance's host state) and a
-// compile allocate a lot: cold selections ~8 % faster (6–11 % less server CPU), compiles
-// 5–6 %; resident memory 35–95 MiB higher.
+// A version's load (the compiled component's metadata, an instance's host state) and a
+// compile allocate a lot: against glibc's malloc, cold selections and compiles are faster
+// and resident memory higher (docs/benchmarks-history.md, "mimalloc in the binary").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -80,7 +80,7 @@ pub enum PolicyCommand {
     },
     /// Wrap a wasm32-unknown-unknown core module built with the guest SDK as a component.
     Wrap {
-        /// The core module (target/wasm32-unknown-unknown/release/<crate>.wasm).
+        /// The core module (`target/wasm32-unknown-unknown/release/<crate>.wasm`).
         core: PathBuf,
         /// Where to write the component.
         #[arg(short, long)]

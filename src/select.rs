@@ -20,7 +20,7 @@ pub struct SelectArgs {
     /// Run the builtin's component build (the same source) instead of its native build.
     #[arg(long)]
     guest: bool,
-    /// The request JSON (see selection/sample-request.json); absent: that sample, embedded.
+    /// The request JSON (see crates/selection/sample-request.json); absent: that sample, embedded.
     #[arg(long)]
     input: Option<PathBuf>,
     /// The policy's parameters, a JSON object.

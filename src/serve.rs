@@ -29,7 +29,7 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> Result<(), CliError> {
     // Every component loaded from the compiled cache holds its mapped file open.
-    switchyard::cache::raise_descriptor_limit();
+    switchyard::artifact_cache::raise_descriptor_limit();
     let limits = args.limits.service_limits()?;
     let engine_limits = args.limits.serve_limits(&limits)?;
     let options = switchyard_service::ServeOptions {

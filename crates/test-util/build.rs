@@ -7,7 +7,9 @@
 //!   growth, a WASI import, another world), assembled with `wat` and wrapped with
 //!   wit-component against a real WIT world.
 //! - C guests (`C_GUESTS`): compiled by clang against the C SDK (guest-sdk/c) and wrapped
-//!   by the same step (`switchyard_guest_build::c`); clang and lld must be installed.
+//!   by the same step (`switchyard_guest_build::c`), with the toolchain
+//!   `switchyard_guest_build::c::toolchain` resolves (clang-19 or clang on the PATH, else
+//!   zig's clang installed from PyPI into the target directory).
 //! - `adversarial_core_module.wasm`: the iloop guest's core module, not wrapped.
 
 use std::path::{Path, PathBuf};
@@ -64,8 +66,9 @@ fn main() {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
     println!("cargo:rerun-if-changed=build.rs");
-    // The C guests' compiler (guest-sdk's `build::c::clang`): another clang, other code.
+    // The C guests' compiler (`switchyard_guest_build::c::toolchain`): another clang, other code.
     println!("cargo:rerun-if-env-changed=SWITCHYARD_CLANG");
+    println!("cargo:rerun-if-env-changed=SWITCHYARD_WASM_LD");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("set by cargo"));
     let target_dir = guest_target_dir(&workspace);
     let guests: Vec<GuestCrate> = GUESTS.iter().map(|p| GuestCrate::new(p)).collect();

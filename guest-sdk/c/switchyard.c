@@ -11,7 +11,7 @@
 #include "switchyard_internal.h"
 
 /* Every function of this file is compiled for size, whatever the flags: none runs per
- * candidate, and a guest built in one clang command (the README's) at -O3 would
+ * candidate, and a guest built in one clang command (docs/writing-policies-c.md's) at -O3 would
  * otherwise be ~2 KB larger. A policy's own code keeps its flags. */
 #pragma clang attribute push(__attribute__((minsize)), apply_to = function)
 
@@ -266,8 +266,9 @@ static bool view_of(const switchyard_policy_types_candidates_t *c, sy_candidates
 /* The last `score` or `filter` answer and error message. The host reads them after the
  * call returns and calls nothing in between, so an answer is not a fresh allocation
  * freed after each call but this buffer, reused, and a message lives until the next call
- * (the host makes no second call into the guest after each batch: ~330 instructions of
- * an empty call's ~2,250 in wasmtime 50, measured on the Rust SDK's noop guest). */
+ * (the host makes no second call into the guest after each batch, a sizeable share of an
+ * empty call, measured on the Rust SDK's noop guest: docs/benchmarks-history.md, "an
+ * empty call's instructions"). */
 static struct {
     unsigned char *answer;
     size_t capacity;

@@ -7,8 +7,8 @@
  * with the packing of the wire hidden. Units and absence rules are the WIT file's.
  *
  * No libc: the SDK brings its allocator (switchyard_alloc.c) and the few string
- * functions a compiler may call. Build with clang for wasm32 (see the README, "Writing
- * a policy in C"). */
+ * functions a compiler may call. Build with clang for wasm32 (see
+ * docs/writing-policies-c.md). */
 #ifndef SWITCHYARD_H
 #define SWITCHYARD_H
 

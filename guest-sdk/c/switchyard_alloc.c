@@ -8,14 +8,13 @@
  * handed back for the next request of its class in a few instructions, and the heap of a
  * steady workload stops growing after its first call.
  *
- * Layout of a block: a 16-byte header holding its class k, then 2^k usable bytes
- * (k >= 4), 16-byte aligned: more than any WIT type needs (8), so that the lists the
- * host copies in start on a vector's boundary and a policy's `v128.load`s of them split
- * fewer cache lines (the C default policy's selection over 1,024 candidates: 7.82 ->
- * 7.51 µs against 8-byte alignment, one run of `--bench ratio -- c` on a busy machine,
- * within its noise). A block is never
- * split, merged or returned to the host: a policy's memory stays within the instance's
- * limit (`max_memory_bytes`), and growth past it traps (the host's setting). */
+ * Layout of a block: a 16-byte header holding its class k, then 2^k usable bytes (k >= 4),
+ * 16-byte aligned: more than any WIT type needs (8), so that the lists the host copies in
+ * start on a vector's boundary and a policy's `v128.load`s of them split fewer cache lines
+ * (the C default policy's selection over 1,024 candidates: no slower than with 8-byte
+ * alignment, and faster within noise, `--bench ratio -- c`). A block is never split, merged
+ * or returned to the host: a policy's memory stays within the instance's limit
+ * (`max_memory_bytes`), and growth past it traps (the host's setting). */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -23,7 +22,7 @@
 #include <string.h>
 
 /* Every function of this file is compiled for size, whatever the flags: none runs per
- * candidate, and a guest built in one clang command (the README's) at -O3 would
+ * candidate, and a guest built in one clang command (docs/writing-policies-c.md's) at -O3 would
  * otherwise be ~2 KB larger. A policy's own code keeps its flags. */
 #pragma clang attribute push(__attribute__((minsize)), apply_to = function)
 

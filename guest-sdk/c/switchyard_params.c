@@ -11,7 +11,7 @@
 #include "switchyard_internal.h"
 
 /* Every function of this file is compiled for size, whatever the flags: none runs per
- * candidate, and a guest built in one clang command (the README's) at -O3 would
+ * candidate, and a guest built in one clang command (docs/writing-policies-c.md's) at -O3 would
  * otherwise be ~2 KB larger. A policy's own code keeps its flags. */
 #pragma clang attribute push(__attribute__((minsize)), apply_to = function)
 

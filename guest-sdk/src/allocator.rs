@@ -5,15 +5,14 @@
 //! Why: every `score` call allocates the same few blocks (the host's copies of the column
 //! lists, through `cabi_realloc`, and the returned costs) and frees them when the call
 //! ends. Those sizes repeat call after call, so a freed block goes onto its class's list
-//! and the next request of that class pops it: a few instructions, and the heap of a
-//! steady workload stops growing after its first call. And size: dlmalloc was ~9 KB of
-//! the default policy's code (its `malloc` alone 5.1 KB), every byte of which Cranelift
-//! compiles at each upload; this is ~1.3 KB. Its small blocks are the C SDK's allocator
-//! (`guest-sdk/c/switchyard_alloc.c`) without the header: Rust passes the layout back on
-//! `dealloc`, so the class is computed, not stored. (The ecosystem's wasm allocator,
-//! `talc`, measured in its place: the same code size and compile, but a fresh instance's
-//! round ~15 % slower and 4 KiB more resident per idle instance; BENCHMARKS.md, "the
-//! SDK's own allocator".)
+//! and the next request of that class pops it: a few instructions, and the heap of a steady
+//! workload stops growing after its first call. And size: this is a fraction of dlmalloc's
+//! code, every byte of which Cranelift compiles at each upload. Its small blocks are the C
+//! SDK's allocator (`guest-sdk/c/switchyard_alloc.c`) without the header: Rust passes the
+//! layout back on `dealloc`, so the class is computed, not stored. (The ecosystem's wasm
+//! allocator, `talc`, measured in its place: the same code size and compile, but a slower
+//! fresh instance's round and more resident per idle instance; docs/benchmarks-history.md,
+//! "the SDK's own allocator".)
 //!
 //! Bounds: a small block (up to a 64 KiB page) is rounded up to a power of two and is
 //! never split or merged, so a policy holds at most twice its peak use of each class. A

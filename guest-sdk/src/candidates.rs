@@ -179,8 +179,8 @@ impl<'a> Candidates<'a> {
             });
         }
         // Straight-line per column, from a table: a guest builds this view on every call,
-        // and the filtered walk over `Column::present` was ~330 of the ~2,500 instructions
-        // of an empty call (callgrind, `benches/profile.rs empty`).
+        // and a filtered walk over `Column::present` is a measurable share of an empty
+        // call's instructions (callgrind, `benches/profile.rs empty`).
         let mut sliced: [&'a [u32]; Column::COUNT] = [&[]; Column::COUNT];
         for (column, &slot) in sliced.iter_mut().zip(&layout.slots) {
             if slot != ABSENT {

@@ -13,8 +13,8 @@ wit_bindgen::generate!({
     export_macro_name: "__export_selection_policy",
     default_bindings_module: "switchyard_guest_sdk::guest",
     // Guests target `wasm32-unknown-unknown`: no libc, so no constructors to run once
-    // (`__wasm_call_ctors` is empty). The workaround's check on every export call was two
-    // guest calls, ~60 instructions of an empty call's ~2,300 (callgrind, `profile empty`).
+    // (`__wasm_call_ctors` is empty). The workaround's check on every export call would
+    // be two guest calls for nothing (callgrind, `profile empty`).
     disable_run_ctors_once_workaround: true,
     // Hand-written in `batch` (no post-return): see there.
     skip: ["score", "filter"],

@@ -3,7 +3,8 @@
 //! A policy implements [`Policy`] once. The same source is
 //! - linked natively into the host (the runtime calls [`Policy::score`] directly), and
 //! - built for `wasm32-unknown-unknown` and exported as a component with
-//!   [`export_policy!`], then wrapped by [`build::componentize`] (feature `build`).
+//!   [`export_policy!`], then wrapped by `switchyard_guest_build::componentize` (the
+//!   build tooling, crate `switchyard-guest-build`).
 //!
 //! Both builds see the same [`Request`] and [`Candidates`] views, so "guest vs native"
 //! compares the same code, and the cost logic lives in one place.

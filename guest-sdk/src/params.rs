@@ -20,9 +20,8 @@ pub fn parse_parameters<P: DeserializeOwned>(json: &str) -> Result<P, PolicyErro
 fn read(json: &str) -> Result<json::Value, PolicyError> {
     let json = json.trim();
     let json = if json.is_empty() || json == "null" { "{}" } else { json };
-    // Parsed as a `Value` first, as before the path was tracked: a duplicate key keeps
-    // its last value (a struct read straight from the text would refuse it), so the
-    // parameters a policy accepts are unchanged, and the object check needs no second
+    // Parsed as a `Value` first: a duplicate key keeps its last value (a struct read
+    // straight from the text would refuse it), and the object check needs no second
     // parse (serde would otherwise read a struct from an array, positionally).
     let value = json::parse(json)
         .map_err(|e| PolicyError::invalid_parameters(format!("parameters are not JSON: {e}")))?;
@@ -104,7 +103,7 @@ mod tests {
     #[test]
     fn a_type_error_names_the_whole_path() {
         assert_eq!(error(r#"{"factor": "x"}"#), "field `factor`: invalid type: string \"x\", expected f64");
-        // The old search removed top-level fields one at a time: it could only name `row`.
+        // The nested field is named, not just the top-level field that holds it.
         assert_eq!(
             error(r#"{"row": {"weight": true}}"#),
             "field `row.weight`: invalid type: boolean `true`, expected f64"
@@ -117,7 +116,7 @@ mod tests {
 
     #[test]
     fn with_two_bad_fields_the_first_is_still_named() {
-        // The old search found no single field whose removal fixed the parse, and named none.
+        // No single field's removal fixes this parse; the first bad one is named all the same.
         let message = error(r#"{"blocks": "many", "factor": "x"}"#);
         assert!(message.starts_with("field `blocks`: invalid type: string \"many\""), "{message}");
     }

@@ -24,8 +24,8 @@ pub struct PolicyInfo {
 /// `on_selected` (if [`PolicyInfo::wants_commits`]).
 pub trait Policy: Sized + 'static {
     /// Builds the policy from the tenant's JSON parameters (`{}` means defaults).
-    /// Use [`parse_parameters`] so that an error names the offending field, and [`check`]
-    /// for ranges, so that every policy states them the same way.
+    /// Use [`crate::parse_parameters`] so that an error names the offending field, and
+    /// [`crate::check`] for ranges, so that every policy states them the same way.
     fn configure(parameters: &str) -> Result<Self, PolicyError>;
 
     /// Describes the policy.

@@ -61,8 +61,8 @@ pub struct Capacity {
     pub max_num_batched_tokens: Option<u32>,
 }
 
-/// Facts fetched on demand (the WIT interface `request`). In a guest each call crosses
-/// into the host (~70–90 ns), so a policy asks only for what it uses.
+/// Facts fetched on demand (the WIT interface `request`). In a guest each call crosses into
+/// the host (BENCHMARKS.md, "Guest call overhead"), so a policy asks only for what it uses.
 pub trait Facts {
     /// Chained per-block prefix hashes: entry i names blocks 0..=i. `None` where the
     /// host tracks no blocks (prefill pool).

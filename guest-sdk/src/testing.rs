@@ -18,7 +18,7 @@ pub struct StaticFacts {
     pub policy_class: Option<String>,
     /// One per candidate, in row order; `worker_capacity` looks them up by worker id.
     pub capacities: Vec<Option<Capacity>>,
-    /// The worker ids the capacities belong to (filled by [`Case::facts_for_rows`]).
+    /// The worker ids the capacities belong to (filled by [`Case::new`]).
     pub capacity_ids: Vec<u64>,
 }
 

@@ -8,7 +8,7 @@
 //!
 //! A worker is this program run again ([`WorkerCommand`], e.g. `switchyard
 //! compile-worker`), serving [`crate::compile_worker_main::serve_worker`]. It builds
-//! the parent's engine from the same [`Limits`] and answers each job with wasmtime's
+//! the parent's engine from the same [`crate::Limits`] and answers each job with wasmtime's
 //! serialisation of the component, which the parent deserialises: the same binary, the
 //! same engine settings, over a pipe only the two share. A worker that answered is kept
 //! for the next compile (its engine and Cranelift's function cache stay warm); one killed
@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::code_cache::FunctionCacheStats;
+use crate::function_cache::FunctionCacheStats;
 
 /// The largest answer read from a worker: a 4 MiB component compiles to a few tens of MB.
 const MAX_ANSWER_BYTES: u64 = 1 << 30;
@@ -152,7 +152,7 @@ struct CacheTotals {
     gone: FunctionCacheStats,
 }
 
-/// Compiles for one [`PolicyEngine`] in worker processes (see the module's documentation).
+/// Compiles for one [`crate::PolicyEngine`] in worker processes (see the module's documentation).
 pub struct CompileWorkers {
     command: WorkerCommand,
     /// The engine's `Limits`, as the worker builds its engine from them.

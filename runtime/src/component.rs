@@ -95,8 +95,8 @@ impl LoadError {
 
 /// Where the policy interface's functions are in a component, found by name once when it
 /// is loaded: an instance then fetches each by index, and the types are checked on the
-/// component's first instance only (name lookups and type checks were ~3 µs of every
-/// fresh instance).
+/// component's first instance only (name lookups and type checks would otherwise be a
+/// measurable share of every fresh instance).
 #[derive(Debug)]
 pub(crate) struct ExportIndices {
     pub(crate) configure: ComponentExportIndex,
@@ -197,7 +197,7 @@ impl PolicyComponent {
             return Err(LoadError::new(
                 LoadErrorKind::CoreModule,
                 "this is a core wasm module, not a component; wrap it with `wasm-tools component new` \
-                 or switchyard_guest_sdk::build::componentize",
+                 or switchyard_guest_build::componentize",
             ));
         }
         if !wasmparser::Parser::is_component(bytes) {

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::cache::ArtifactCache;
-use crate::code_cache::{FunctionCache, FunctionCacheStats};
+use crate::artifact_cache::ArtifactCache;
 use crate::compile_worker::{CompileWorkers, Tier, WorkerCommand};
+use crate::function_cache::{FunctionCache, FunctionCacheStats};
 use serde::{Deserialize, Serialize};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig, Strategy};
 
@@ -43,21 +43,21 @@ impl Budget {
 }
 
 /// Which of wasmtime's compilers turns uploads into machine code. Either compiles in
-/// parallel on all cores (`parallel-compilation`: the default policy's compile 140 → 82 ms
-/// with Cranelift on this project's 2-core machine).
+/// parallel on all cores (`parallel-compilation`; docs/benchmarks-history.md, "Two
+/// compilers").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Compiler {
     /// Cranelift, optimising, the default: the fastest selections, the slowest uploads
-    /// (the default policy's 86 KB component compiles in ~80 ms here).
+    /// (BENCHMARKS.md, "Compilers: Cranelift, Winch, tiered").
     #[default]
     Cranelift,
-    /// Winch, wasmtime's baseline compiler: one pass, no optimisation. The default
-    /// policy compiles in ~18 ms instead of ~80, and selects ~1.5× slower; its costs are
-    /// bit-identical. Fuel still stops its loops, but counts less of its work: 0.76–1.0
-    /// of Cranelift's count on the default policy's calls, ~1/500 on a byte-copy loop
-    /// (`huge-error`'s 1 MB message), and a spinning guest spends `max_fuel_per_call` in
-    /// ~51–55 ms, not ~8–16 (BENCHMARKS.md, "Two compilers"). So with Winch keep the
+    /// Winch, wasmtime's baseline compiler: one pass, no optimisation. The default policy
+    /// compiles several times faster and selects slower; its costs are bit-identical. Fuel
+    /// still stops its loops, but counts less of its work: somewhat less on the default
+    /// policy's calls, a sliver on a byte-copy loop (`huge-error`'s 1 MB message), and a
+    /// spinning guest takes several times longer to spend `max_fuel_per_call`
+    /// (BENCHMARKS.md, "Compilers: Cranelift, Winch, tiered"). So with Winch keep the
     /// deadline (`budget = "both"`, the default): it is what bounds a call's time.
     Winch,
     /// Both, in tiers: an upload is compiled by Winch and serves at once; Cranelift
@@ -112,8 +112,8 @@ pub struct Limits {
     pub max_wasm_stack_bytes: usize,
     /// How CPU time per call is bounded.
     pub budget: Budget,
-    /// Fuel for a call regardless of batch size. 2,000,000: about 0.1 ms of a plain wasm
-    /// loop here (derived from `--bench hostile`'s calibration, 8.53 ms for 186M fuel);
+    /// Fuel for a call regardless of batch size. 2,000,000: a fraction of a millisecond
+    /// of a plain wasm loop (BENCHMARKS.md, "Hostile guests": the calibration);
     /// covers `configure` parsing JSON, a start function's setup, and copying the data
     /// segments into a new instance (a bulk copy, which wasmtime charges 1 fuel a byte:
     /// ~2 MB of data fit).
@@ -132,19 +132,19 @@ pub struct Limits {
     /// The hard ceiling on one call's fuel, whatever the request and whatever the
     /// instance saved (see [`Limits::fuel_for`]). 200,000,000: the allowance of 10,000
     /// candidates (CHWBL's first call over a new fleet needs most of it); a plain loop
-    /// spends it in 8–20 ms on this project's 2-core machine (BENCHMARKS.md, `--bench
-    /// hostile`).
+    /// spends it in milliseconds (BENCHMARKS.md, "Hostile guests").
     pub max_fuel_per_call: u64,
     /// Fuel charged for each import call, before the host does any work for it. 6,000:
     /// calibrated so a loop of small imports (`policy-class`, `worker-capacity`) costs no
-    /// more time per unit of fuel than a plain wasm loop (BENCHMARKS.md, `--bench hostile`).
+    /// more time per unit of fuel than a plain wasm loop (BENCHMARKS.md, "Hostile guests").
     pub fuel_per_import_call: u64,
     /// Fuel charged per byte an import copies into the guest (a prefix hash is 8 bytes, a
     /// capacity 12; `candidate-capacities` counts 512 per candidate, its lookup included).
     /// 2: the host's clone, lowering and the guest's `realloc`, calibrated as above.
     pub fuel_per_import_byte: u64,
-    /// Wall-clock deadline per call (with the epoch or both budgets), ms. 150 ms: ~8× the
-    /// time `max_fuel_per_call` takes on an idle core, so fuel decides first (and
+    /// Wall-clock deadline per call (with the epoch or both budgets), ms. 150 ms: several
+    /// times what `max_fuel_per_call` takes on an idle core (BENCHMARKS.md, "Hostile
+    /// guests"), so fuel decides first (and
     /// deterministically) but on a badly overloaded host; the deadline stops what fuel
     /// does not count (host stalls, a miscalibrated import charge).
     pub call_deadline_ms: u64,
@@ -168,8 +168,8 @@ pub struct Limits {
     /// region it covers every 32-bit address, so compiled code needs no bounds checks.
     /// Every pool slot reserves this plus a 32 MiB guard (address space, not memory), so
     /// about 30,000 slots fit a 47-bit address space at 4 GiB. Smaller, a slot reserves
-    /// less and every load and store is checked: +5 % on the default guest's
-    /// per-candidate slope at 64 MiB (`cargo bench --bench ratio`).
+    /// less and every load and store is checked, which slows the default guest's
+    /// per-candidate slope (BENCHMARKS.md, "Guest call overhead").
     pub memory_reservation_bytes: u64,
     /// The compiler uploads are compiled with (see [`Compiler`]). An artifact cached by
     /// one is never loaded by the other (the cache's key includes the engine's settings;
@@ -341,14 +341,15 @@ impl PolicyEngine {
                 .enable_incremental_compilation(Arc::clone(cache) as Arc<dyn wasmtime::CacheStore>)
                 .map_err(|e| anyhow::anyhow!("enabling the function cache: {e:#}"))?;
         }
-        // Functions compile on all cores: 1.7× faster on 2 (BENCHMARKS.md, "Two compilers").
-        // But not the tier-ups of `tiered`: they run in the background in the idle CPU
-        // class ([`lower_thread_priority`]) on their own thread, and rayon's shared
-        // threads would run them at normal priority, ahead of the uploads' Winch compiles.
+        // Functions compile on all cores: faster on 2 (docs/benchmarks-history.md, "Two
+        // compilers"). But not the tier-ups of `tiered`: they run in the background in the
+        // idle CPU class ([`lower_thread_priority`]) on their own thread, and rayon's
+        // shared threads would run them at normal priority, ahead of the uploads' Winch
+        // compiles.
         config.parallel_compilation(limits.compiler != Compiler::Tiered);
         // `+simd128` guests vectorise the per-candidate loops.
         config.wasm_simd(true);
-        // No component-model async: saves ~360 ns per call, and no guest needs it.
+        // No component-model async: it makes every call dearer, and no guest needs it.
         config.concurrency_support(false);
         config.consume_fuel(limits.budget.uses_fuel());
         config.epoch_interruption(limits.budget.uses_epoch());
@@ -357,16 +358,16 @@ impl PolicyEngine {
         // A linear memory starts as a copy of the data segments, not as a copy-on-write
         // mapping of an image. With an image, each first write to a data page is a
         // copy-on-write fault that flushes the old mapping from every core running one of
-        // our threads (an interrupt each), and an instance in a slot another component
-        // used last maps its image again. In a server's process, whose other cores run its
-        // other threads, a fresh instance of the default policy was ready in 65–70 µs with
-        // the image and 35 µs without (BENCHMARKS.md, "TLB shootdowns"); our guests' data
-        // segments are a few KiB to copy, and the copy is charged to the guest's fuel.
+        // our threads (an interrupt each), and an instance in a slot another component used
+        // last maps its image again. In a server's process, whose other cores run its other
+        // threads, a fresh instance of the default policy is ready sooner without the image
+        // (docs/benchmarks-history.md, "TLB shootdowns on a fresh instance"); our guests'
+        // data segments are a few KiB to copy, and the copy is charged to the guest's fuel.
         config.memory_init_cow(false);
         // Four frames: the innermost locate a trap for the tenant (the fault message lists
-        // their offsets). Capturing and symbolising wasmtime's default 20 was ~47 % of the
-        // instructions of recovering from a trap; with 4, recovery took 79 µs, not 91
-        // (`cargo bench --bench sandbox -- recovery`).
+        // their offsets). Capturing and symbolising wasmtime's default 20 is much of the
+        // work of recovering from a trap (`cargo bench --bench sandbox -- recovery`;
+        // docs/benchmarks-history.md, "Recovery after a trap").
         config.wasm_backtrace_max_frames(std::num::NonZeroUsize::new(4));
         // Pooling: instantiation is a few µs (slots are pre-reserved and reused), which is
         // what makes "drop the Store after a trap, instantiate fresh" cheap.

@@ -45,7 +45,8 @@ pub struct GuardConfig {
     /// three in a row is a broken policy, and each fault costs a fresh instance.
     pub quarantine_after: u32,
     /// Selections served by the fallback before the first retry. 16: a retry costs an
-    /// instantiation (~10 µs) plus a likely fault; 1 in 16 keeps that under 10%.
+    /// instantiation (BENCHMARKS.md, "Where the time goes") plus a likely fault; 1 in 16
+    /// keeps that under 10%.
     pub backoff_initial: u64,
     /// Longest wait between retries, selections. 4,096: a broken policy is retried
     /// at least every few seconds at router rates, so a fixed upload recovers quickly.

@@ -67,8 +67,9 @@ fn charge(store: &mut StoreContextMut<'_, HostState>, bytes: usize) -> wasmtime:
 const HASH_BYTES: usize = 8;
 const CAPACITY_BYTES: usize = 12;
 /// `option<capacity>` in a list (16 bytes) plus the host's lookup of the worker and the
-/// element-wise lowering, counted as bytes: measured ~54 ns a candidate, what a plain wasm
-/// loop does with ~1,000 fuel (`--bench hostile`), hence 16 + 496 bytes at 2 fuel a byte.
+/// element-wise lowering, counted as bytes: measured as long as a plain wasm loop takes
+/// with ~1,000 fuel (BENCHMARKS.md, "Hostile guests": the import charges), hence 16 + 496
+/// bytes at 2 fuel a byte.
 const CANDIDATE_CAPACITY_BYTES: usize = 16 + 496;
 
 /// Links the contract's imports (`request`), each charged to the guest before it runs.

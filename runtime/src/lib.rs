@@ -3,7 +3,9 @@
 //!
 //! - [`engine`]: all wasmtime configuration and the sandbox's limits.
 //! - [`component`]: validate, compile and pre-instantiate an uploaded component.
-//! - [`cache`]: our own compiled output, keyed by content, engine settings and version.
+//! - [`artifact_cache`]: our own compiled output on disk, keyed by content, engine
+//!   settings and version; [`function_cache`]: Cranelift's compiled functions in memory,
+//!   shared by every compile of an engine.
 //! - [`compile_worker`]: compiles in a child process, killed at its deadline;
 //!   [`compile_worker_main`]: what that process runs.
 //! - [`guard`]: fault containment: fail-open/closed, the quarantine breaker, counters
@@ -15,12 +17,12 @@
 //! - [`selection`]: the wasmtime-free core this host builds on (the `switchyard-selection`
 //!   crate, re-exported): columns → scorers → validated costs → picker, and the wire types.
 
-pub mod cache;
-pub mod code_cache;
+pub mod artifact_cache;
 pub mod compile_worker;
 pub mod compile_worker_main;
 pub mod component;
 pub mod engine;
+pub mod function_cache;
 pub mod guard;
 pub mod guest;
 mod host;
@@ -28,11 +30,11 @@ mod lists;
 
 pub use switchyard_selection as selection;
 
-pub use cache::ArtifactCache;
-pub use code_cache::{FunctionCache, FunctionCacheStats};
+pub use artifact_cache::ArtifactCache;
 pub use compile_worker::{WorkerCommand, WorkerStats};
 pub use component::{LoadError, LoadErrorKind, PolicyComponent};
 pub use engine::{Budget, Compiler, Limits, PolicyEngine, WorkUnits, lower_thread_priority};
+pub use function_cache::{FunctionCache, FunctionCacheStats};
 pub use guard::{
     Admission, Breaker, BreakerState, Decider, Decision, FailMode, GuardConfig, GuardCounters,
     GuardedSelector, SharedBreaker, Ticket,

@@ -2,14 +2,14 @@
 //!
 //! **An empty list costs no guest call.** The canonical ABI lowers every list by calling
 //! the guest's `realloc` for its bytes, zero bytes included: a host → guest call of its
-//! own (~480 instructions in wasmtime 50, a third of an empty `score` call, callgrind
-//! `benches/profile.rs empty`). Every `score` call passes three lists, and the taint
-//! multipliers are empty whenever no preference applies. A `realloc` asked for zero
-//! bytes has nothing to allocate: the bindings both SDKs generate (wit-bindgen's Rust
-//! runtime and its C generator) answer it with the alignment itself as the pointer and
-//! free a list only when its length is non-zero. So an empty list is lowered as exactly
-//! that pointer, `(align, 0)`, without the call; a guest reads nothing through it
-//! whatever it does with the pointer.
+//! own (a large share of an empty `score` call: callgrind, `benches/profile.rs empty`;
+//! docs/benchmarks-history.md, "an empty call's instructions"). Every `score` call passes
+//! three lists, and the taint multipliers are empty whenever no preference applies. A
+//! `realloc` asked for zero bytes has nothing to allocate: the bindings both SDKs generate
+//! (wit-bindgen's Rust runtime and its C generator) answer it with the alignment itself as
+//! the pointer and free a list only when its length is non-zero. So an empty list is
+//! lowered as exactly that pointer, `(align, 0)`, without the call; a guest reads nothing
+//! through it whatever it does with the pointer.
 //!
 //! **The packed columns are one list gathered from columns that lie apart.** The WIT
 //! record carries the declared u32 columns one after another in one `list<u32>`; the

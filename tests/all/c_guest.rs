@@ -1,7 +1,7 @@
-//! The C SDK (issue 18): the default policy written in C (policies/default-c) decides as
+//! The C SDK: the default policy written in C (policies/default-c) decides as
 //! the Rust one does, to the bit, in selections and in a replay; its component imports
-//! only the policy world; bad parameters name the field; and the README's path from an
-//! empty folder (bindings, clang, wrap, check, select) works with the real `switchyard`.
+//! only the policy world; bad parameters name the field; and docs/writing-policies-c.md's path
+//! from an empty folder (bindings, clang, wrap, check, select) works with the real `switchyard`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -141,7 +141,8 @@ fn c_default_policy_imports_only_the_policy_world_and_is_printed_beside_the_rust
         assert_eq!(report["inputs"], serde_json::json!({"cache": true, "load": true, "affinity": true}));
         let size = report["size_bytes"].as_u64().unwrap();
         let compile_ms = report["compile_ms"].as_f64().unwrap();
-        // For the issue's table (`cargo test … c_guest -- --nocapture`); not asserted: timed.
+        // For BENCHMARKS.md, "The default policy in C" (`cargo test … c_guest -- --nocapture`);
+        // not asserted: timed.
         println!("{name}: {size} bytes, compiled in {compile_ms:.2} ms");
         sizes.push(size);
     }
@@ -199,8 +200,8 @@ fn readme_policy() -> String {
     block[..block.find("```").unwrap()].to_string()
 }
 
-/// The README's path to a component: `policy bindings` into `dir/sdk`, the README's
-/// `mine.c` built by clang with the flags it printed, in one command as the README shows,
+/// docs/writing-policies-c.md's path to a component: `policy bindings` into `dir/sdk`, its
+/// `mine.c` built by clang with the flags it printed, in one command as the page shows,
 /// then `policy wrap`. Returns the component's path.
 fn build_readme_policy(dir: &Path) -> String {
     let sdk = dir.join("sdk");
@@ -214,13 +215,15 @@ fn build_readme_policy(dir: &Path) -> String {
         written[key].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect()
     };
     let mine = write(dir, "mine.c", readme_policy().as_bytes());
-    let clang =
-        switchyard_guest_build::c::clang().expect("clang and wasm-ld (the test guests need them too)");
+    // The toolchain the test guests were built with (clang-19, clang, or zig from PyPI).
+    let toolchain = switchyard_guest_build::c::toolchain().expect("the test guests' C toolchain");
     let core = dir.join("mine.core.wasm").display().to_string();
     let sources = ["switchyard.c", "switchyard_alloc.c", "switchyard_params.c", "selection_policy.c"];
-    let out = Command::new(&clang)
+    let out = toolchain
+        .clang()
         .args(flags("compile_flags"))
         .args(flags("link_flags"))
+        .arg(toolchain.link_arg())
         .arg("-isystem")
         .arg(sdk.join("include"))
         .arg("-I")
@@ -280,11 +283,12 @@ fn the_c_sdk_hands_over_the_lazy_facts_once_per_call() {
     );
 }
 
-/// A C policy built by hand as the README shows, one instance answering many batches of
-/// changing sizes: the SDK answers from one buffer it reuses, so the bindings' post-returns
-/// (which would free that buffer after every call) must not be exported, whoever links
-/// the guest. With them, each answer was freed twice and handed out again by the
-/// allocator while still the answer: costs read from recycled memory.
+/// A C policy built by hand as docs/writing-policies-c.md shows, one instance answering
+/// many batches of changing sizes: the SDK answers from one buffer it reuses, so the
+/// bindings' post-returns (which would free that buffer after every call) must not be
+/// exported, whoever links the guest. With them, each answer would be freed twice and
+/// handed out again by the allocator while still the answer: costs read from recycled
+/// memory.
 #[test]
 fn a_hand_built_c_policy_answers_batch_after_batch_as_the_sdk_build_does() {
     let dir = temp_dir("by-hand");
@@ -309,7 +313,7 @@ fn a_hand_built_c_policy_answers_batch_after_batch_as_the_sdk_build_does() {
 }
 
 /// A range end the C reader's message cannot write exactly is not written: a fractional
-/// or huge bound used to come out as another number (`[0, 0]` for a range of [0, 0.5],
+/// or huge bound would come out as another number (`[0, 0]` for a range of [0, 0.5],
 /// 2^63 for 1e300).
 #[test]
 fn an_out_of_range_message_writes_no_bound_it_cannot_write_exactly() {
@@ -383,8 +387,8 @@ fn random_number(rng: &mut Rng) -> String {
 
 /// The C reader reads the doubles the Rust SDK's reader does (and refuses what it
 /// refuses), number by number: a C policy that gives its one parameter back as every
-/// cost, against `parse_parameters` on the same text. (155,906 texts of the same shapes
-/// agreed when the reader was last changed, run natively; this keeps 20,000 of them.)
+/// cost, against `parse_parameters` on the same text. (A native run over many more texts
+/// of the same shapes checks a change to the reader; this keeps 20,000 of them.)
 #[test]
 fn the_c_reader_reads_each_number_as_the_rust_sdk_does() {
     let dir = temp_dir("numbers");

@@ -2,7 +2,7 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use switchyard::cache::ARTIFACT_KEY_ENV;
+use switchyard::artifact_cache::ARTIFACT_KEY_ENV;
 use switchyard_test_util::server::temp_dir as temp;
 
 /// `SWITCHYARD_ARTIFACT_KEY`, for the CLI's `--cache-dir`: a malformed value is a

@@ -192,8 +192,8 @@ fn every_builtin_selects_by_name_with_params_and_bad_params_name_the_field() {
 }
 
 /// `switchyard policy list | head -1`: the reader closed the pipe, which is not the
-/// command's failure. It ends with status 0 and says nothing (it used to panic in
-/// `println!` with a backtrace hint and exit 101).
+/// command's failure. It ends with status 0 and says nothing (not `println!`'s panic,
+/// with a backtrace hint and exit 101).
 #[test]
 fn a_closed_output_pipe_ends_the_command_quietly() {
     for args in [&["policy", "list"][..], &["select", "--policy", "default"][..]] {

@@ -50,10 +50,9 @@ fn winch_code_costs_bit_identically_and_is_metered_by_fuel_as_cranelift_code_is(
             }
         }
         assert!(fuel_spent > 0, "{name}: fuel was metered");
-        // Winch counts fuel at other points than Cranelift: measured 0.64–1.0 of its count
-        // on these calls (0.76–1.0 before the SDK's batch exports lost their post-return
-        // and ctor checks, which shortened the fixed part each call spends). Deterministic
-        // per compiler, but not equal across them.
+        // Winch counts fuel at other points than Cranelift: at most Cranelift's count on
+        // these calls, and less by a share that moves with the fixed part each call spends
+        // (the bound leaves it a margin). Deterministic per compiler, but not equal across them.
         assert!(lo >= 0.6 && hi <= 1.0, "{name}: Winch's fuel is {lo:.3}..{hi:.3} of Cranelift's");
     }
 }
@@ -73,8 +72,9 @@ fn winch_code_is_contained_as_cranelift_code_is() {
     ] {
         assert_contained(&winch, bytes, params, kind);
     }
-    // Winch charges a byte-copy loop ~1/500 of Cranelift's fuel: the 40 MB message that
-    // runs out of fuel on Cranelift's code is built on Winch's, then refused by its size.
+    // Winch charges a byte-copy loop a sliver of Cranelift's fuel (BENCHMARKS.md,
+    // "Compilers: Cranelift, Winch, tiered"): the 40 MB message that runs out of fuel on
+    // Cranelift's code is built on Winch's, then refused by its size.
     let cranelift = engine_with(limits(Compiler::Cranelift, Budget::Both));
     assert_contained(&cranelift, hostile::HUGE_ERROR, "{}", FaultKind::Fuel);
     assert_contained(&winch, hostile::HUGE_ERROR, "{}", FaultKind::InvalidOutput);
@@ -223,9 +223,8 @@ fn a_tier_up_checks_its_artifact_once_it_has_settled() {
 /// A tier-up makes its versions cold (they reload onto Cranelift's code when next
 /// selected), and the component kept for a version nobody selects since is dropped by the
 /// next eviction pass when no component is kept for versions not loaded
-/// (`max_unused_components = 0`). Before, only a pass that evicted something dropped
-/// components: a quiet server kept every tiered-up component (230 MiB more at 1,000 of
-/// them), beyond any bound.
+/// (`max_unused_components = 0`), even one that evicts nothing: else a quiet server would
+/// keep every tiered-up component, beyond any bound.
 #[test]
 fn a_tiered_up_component_nobody_selects_is_dropped_by_the_next_eviction_pass() {
     let dir = temp_dir("compilers-tiered-drop");
@@ -274,7 +273,7 @@ fn an_upload_whose_functions_were_compiled_before_compiles_few_of_them_again() {
     assert_eq!(status, 201, "{second}");
     assert_ne!(first["sha256"], second["sha256"], "other bytes");
     // Most are found compiled; not quite all: a few functions' keys differ from one
-    // compile to the next (8–10 % of the default policy's in `profile compile … after=`),
+    // compile to the next (measured by `profile compile … after=`),
     // and the cache then holds both forms.
     let (found, compiled) = (c.metric(HITS) - hits, c.metric(MISSES) - misses);
     assert!(found >= 0.75 * misses && compiled <= 0.25 * misses, "{found} found, {compiled} compiled again");

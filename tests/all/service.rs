@@ -211,7 +211,7 @@ fn wasi_importer() -> Vec<u8> {
 #[test]
 fn uploads_are_refused_with_the_validation_kind_and_limits_are_clear_errors() {
     let dir = temp_dir("service-refusals");
-    // Components up to 200,000 bytes (the default policy is ~150 KB); bodies up to 300,000.
+    // Components up to 200,000 bytes (the default policy fits); bodies up to 300,000.
     let server = Server::with_config(
         &dir,
         "[limits]\nmax_component_bytes = 200000\n[service]\nmax_body_bytes = 300000\nuploads_per_minute = 12\nmax_policies_per_tenant = 1\n",

@@ -10,8 +10,8 @@ use switchyard_test_util::fixtures::DEFAULT_POLICY;
 use switchyard_test_util::server::{ADMIN, Client, Server, serve_command, temp_dir, variant, write_config};
 
 /// An evicted version loads again from its compiled artifact alone, found by its blob's
-/// name: no blob read, no hash of the component (before, a reload read the blob, so one
-/// lost after the upload made the version unavailable). An artifact tampered with is
+/// name: no blob read, no hash of the component (so a blob lost after the upload does not
+/// make the version unavailable). An artifact tampered with is
 /// still never loaded: the version is compiled again from its blob (in the background).
 #[test]
 fn an_evicted_version_loads_again_from_its_artifact_alone_never_from_a_tampered_one() {
@@ -61,7 +61,7 @@ fn an_evicted_version_loads_again_from_its_artifact_alone_never_from_a_tampered_
 
 /// The artifact an upload compiled is checked by the eviction pass once it has settled,
 /// off any selection's path, so its version's first reload after an eviction computes no
-/// digest (before, that reload hashed the whole artifact while its selection waited).
+/// digest (else it would hash the whole artifact while its selection waits).
 #[test]
 fn an_evicted_version_reloads_without_hashing_an_artifact_the_eviction_pass_checked() {
     let (server, _) = evicting_server("service-evict-checked");
@@ -143,9 +143,9 @@ fn mine_on_gold(c: &Client) -> (String, String) {
 /// A selection never compiles: it holds no compile permit, so a component the artifact
 /// cache lacks (wiped here, as a wasmtime upgrade would leave it) is compiled in the
 /// background under one, and the selections meanwhile are answered without it
-/// (fail-open: by the native default, saying why). Before, each such selection compiled
-/// inline, outside `compile_concurrency`: ten thousand evicted versions after an upgrade
-/// were ten thousand compiles on the selection threads.
+/// (fail-open: by the native default, saying why). Compiling inline, outside
+/// `compile_concurrency`, would make ten thousand evicted versions after an upgrade ten
+/// thousand compiles on the selection threads.
 #[test]
 fn a_selection_never_compiles_a_version_whose_artifact_is_gone_the_background_does() {
     let (server, data) = evicting_server("service-evict-no-inline-compile");
@@ -173,9 +173,8 @@ fn a_selection_never_compiles_a_version_whose_artifact_is_gone_the_background_do
 /// dropped) and loads again on its next selection, which its own version answers. Its
 /// component is kept (`max_unused_components`, 1,024 by default), so that selection loads
 /// none, neither from the artifact nor compiled; with `max_unused_components = 0` the
-/// component went with the version, and the selection loads it from its artifact. Before,
-/// the component always went, and every reload mapped its artifact again on the
-/// selection's path.
+/// component goes with the version, and the selection maps it again from its artifact,
+/// on the selection's path: what keeping the component spares.
 #[test]
 fn an_unused_version_is_evicted_and_its_next_selection_loads_it_again() {
     for (kept, more) in [(1.0, ""), (0.0, "max_unused_components = 0\n")] {

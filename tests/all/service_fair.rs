@@ -166,7 +166,7 @@ fn the_upload_buffer_is_a_server_wide_budget_and_an_upload_is_charged_before_its
 #[test]
 fn connections_that_send_nothing_do_not_lock_out_a_tenant_or_healthz() {
     // The test opens more descriptors than a common soft limit of 1,024.
-    let limit = switchyard::cache::raise_descriptor_limit().unwrap_or(0);
+    let limit = switchyard::artifact_cache::raise_descriptor_limit().unwrap_or(0);
     assert!(limit >= 1_200, "this test needs 1,200 open files; the hard limit is {limit}");
     // Silent connections stay open as long as the test needs (`first_byte_timeout_ms`),
     // so it is the cap that must make room for the tenant.

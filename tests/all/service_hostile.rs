@@ -1,4 +1,4 @@
-//! `switchyard serve` against hostile clients (issue 12): request limits checked before
+//! `switchyard serve` against hostile clients: request limits checked before
 //! anything is allocated, taint matching linear in the input, authentication before the
 //! body, per-route body limits, the in-flight and connection caps, and the integrity of
 //! the compiled-artifact cache and the data dir. Each test runs the real binary on a
@@ -426,7 +426,7 @@ fn write_owner_only(path: &Path, bytes: &[u8]) {
 fn a_tampered_compiled_artifact_is_recompiled_and_counted_never_run() {
     use sha2::{Digest, Sha256};
     use std::os::unix::fs::PermissionsExt;
-    use switchyard::cache::{ARTIFACT_KEY_ENV, ArtifactCache, ArtifactKey};
+    use switchyard::artifact_cache::{ARTIFACT_KEY_ENV, ArtifactCache, ArtifactKey};
     let dir = temp_dir("hostile-tamper");
     // The key from `<data-dir>/artifact.key`, whatever the environment says.
     let start = || {

@@ -1,4 +1,4 @@
-//! `switchyard serve` under a hostile tenant (issue 12, items 4 and 6), on loopback with
+//! `switchyard serve` under a hostile tenant, on loopback with
 //! the real binary: one tenant's many versions and concurrent selections take at most
 //! its share, so another tenant's policy never faults or gets quarantined for it; and a
 //! stored version that no longer loads is served as unavailable while everything else
@@ -43,11 +43,12 @@ fn outcome(v: &Value) -> String {
 
 #[test]
 fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
-    // The issue's attack, scaled to a pool of 24: one tenant with many pinned versions and
-    // concurrent selections on each (there, 33 × 8 against 256 slots exhausted the pool and
-    // another tenant's selections failed `instantiate …`, counted as its policy's faults).
-    // Now the attacker holds at most its share in flight (429 beyond), idle instances are
-    // bounded in all, and the slots provably fit (see `serve_refuses_limits_…` below).
+    // A pool-flooding attack, scaled to a pool of 24: one tenant with many pinned versions
+    // and concurrent selections on each (unshared, 33 × 8 against 256 slots would exhaust
+    // the pool, and another tenant's selections fail `instantiate …`, counted as its
+    // policy's faults). The attacker holds at most its share in flight (429 beyond), idle
+    // instances are bounded in all, and the slots provably fit (see `serve_refuses_limits_…`
+    // below).
     //
     // What this checks, and how: 12 pinned versions; a burst is 12 threads in 4 groups of
     // 3, the threads of a group selecting the same version together (4 selections on each
@@ -211,7 +212,7 @@ fn a_stored_version_that_no_longer_loads_is_unavailable_and_everything_else_serv
         let p = listing["policies"].as_array().unwrap().iter().find(|p| p["name"] == "broken").unwrap();
         (broken, p["versions"][0]["sha256"].as_str().unwrap().to_string())
     };
-    // Its blob is lost: before, `serve` refused to start and every tenant was down.
+    // Its blob is lost: `serve` must still start, or every tenant would be down.
     std::fs::remove_file(data.join("blobs").join(format!("{blob}.wasm"))).unwrap();
     let token = std::fs::read_to_string(dir.join("token")).unwrap();
     let server = Server::start(&data, None, Some(ADMIN));
@@ -368,8 +369,7 @@ fn versions_load_on_their_first_selection_when_start_up_loads_none() {
 
 /// With every idle slot taken, the instance idle longest gives its slot to the one just
 /// used, whichever version each is of: a tenant selecting now keeps its instance warm
-/// however many versions were selected before it (which, before, kept the slots for
-/// good).
+/// however many versions were selected before it, which never keep the slots for good.
 #[test]
 fn the_idle_slots_go_to_the_instances_used_most_recently() {
     let dir = temp_dir("service-shares-idle-lru");

@@ -284,8 +284,8 @@ fn service_state_versions_nothing_routes_to_are_collected_with_their_blobs_and_a
 fn service_state_a_timed_out_compile_frees_its_permit_at_the_deadline() {
     // One compile at a time, and 1 ms to compile: every real component times out. Its
     // worker is killed then, so the permit is free for the very next upload (in-process,
-    // Cranelift went on for hundreds of ms holding it, and that upload was refused
-    // `compile-busy`). Distinct bytes each time: nothing is reused.
+    // Cranelift would go on holding it, and that upload would be refused `compile-busy`).
+    // Distinct bytes each time: nothing is reused.
     let (server, _, _) = start(
         "state-compile-permit",
         "[limits]\ncompile_timeout_ms = 1\n[service]\ncompile_concurrency = 1\n",

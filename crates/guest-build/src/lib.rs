@@ -9,10 +9,10 @@ use anyhow::{Context, Result, bail};
 
 pub mod c;
 
-/// Wraps a core module built with [`switchyard_guest_sdk::export_policy!`] (it carries its WIT in a
+/// Wraps a core module built with `switchyard_guest_sdk::export_policy!` (it carries its WIT in a
 /// custom section) as a component, without the `component-name` section the encoder
-/// always writes: it names instances and functions for tools (~850 bytes of every guest,
-/// 6 % of the C default policy's), and neither wasmtime nor the host reads it.
+/// always writes: it names instances and functions for tools (its size in every guest:
+/// docs/benchmarks-history.md, "A policy in C"), and neither wasmtime nor the host reads it.
 pub fn componentize(core_module: &[u8]) -> Result<Vec<u8>> {
     let component = wit_component::ComponentEncoder::default()
         .module(core_module)
@@ -141,12 +141,13 @@ fn build_one(workspace: &Path, target_dir: &Path, guest: &GuestCrate) -> Result<
             cmd.env_remove(var.as_ref());
         }
     }
-    // SIMD lets the per-candidate loops vectorise (measured 0.45 ns/candidate vs ~0.9).
-    // Vector width 4 over f64 columns makes LLVM load four u32 rows with one `v128.load`
-    // (width 2 loads each pair with `v128.load64_zero`, which Cranelift lowers through a
-    // general register), and interleave 2 spreads Cranelift's stack reloads around the
-    // fuel check over 16 rows per iteration: 8.4 → 6.8 µs for the default policy's score
-    // over 1,024 candidates (`cargo bench --bench ratio`; width 8 or interleave 4: slower).
+    // SIMD lets the per-candidate loops vectorise (BENCHMARKS.md, "Guest call overhead":
+    // the slope). Vector width 4 over f64 columns makes LLVM load four u32 rows with one
+    // `v128.load` (width 2 loads each pair with `v128.load64_zero`, which Cranelift lowers
+    // through a general register), and interleave 2 spreads Cranelift's stack reloads
+    // around the fuel check over 16 rows per iteration: the default policy's score over
+    // 1,024 candidates is faster (`cargo bench --bench ratio`; width 8 or interleave 4:
+    // slower).
     cmd.env(
         "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS",
         "-Ctarget-feature=+simd128 -Cllvm-args=-force-vector-width=4 -Cllvm-args=-force-vector-interleave=2",

@@ -129,7 +129,7 @@ impl NatsRegistry {
     }
 
     /// Every tenant and router now, with their revisions. Gives up after
-    /// [`LOAD_TIMEOUT`] (listing the keys is a consumer, which waits as long as NATS is
+    /// `LOAD_TIMEOUT` (listing the keys is a consumer, which waits as long as NATS is
     /// silent). A key this build cannot read is skipped, not an error: one bad record
     /// (or a newer build's) must not keep a replica from starting.
     pub async fn load(&self) -> Result<Loaded, RegistryError> {

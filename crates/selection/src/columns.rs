@@ -335,7 +335,7 @@ mod tests {
         assert_eq!(buffers.view().unwrap().decode_blocks(), &[4]);
     }
 
-    /// The multiplier as it was computed before it was linear: a scan of the worker's
+    /// The multiplier computed the quadratic way: a scan of the worker's
     /// taints for each preferred taint, in the map's order.
     fn reference(preferred: &BTreeMap<String, f64>, taints: &[String]) -> f64 {
         let sum: f64 = preferred.iter().filter(|(t, _)| taints.contains(t)).map(|(_, w)| *w).sum();

@@ -43,7 +43,7 @@ pub fn admin_token_hash(data_dir: &Path, from_env: Option<String>) -> std::io::R
         return Ok(hash_token(&token));
     }
     let path = data_dir.join("admin.token");
-    match switchyard::cache::read_private(&path, 4096) {
+    match switchyard_fs::read_private(&path, 4096) {
         Ok(token) => {
             let token = String::from_utf8_lossy(&token);
             if !token.trim().is_empty() {
@@ -55,7 +55,7 @@ pub fn admin_token_hash(data_dir: &Path, from_env: Option<String>) -> std::io::R
     }
     let token = new_token().map_err(|e| std::io::Error::other(e.message().to_string()))?;
     // Owner-only, atomically (a crash leaves no empty file).
-    switchyard::cache::write_private(data_dir, "admin.token", format!("{token}\n").as_bytes())?;
+    switchyard_fs::write_private(data_dir, "admin.token", format!("{token}\n").as_bytes())?;
     Ok(hash_token(&token))
 }
 

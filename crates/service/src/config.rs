@@ -105,11 +105,12 @@ pub struct ServiceConfig {
     pub idle_instances_per_version: usize,
     /// Idle instances across all versions (→ beyond it the instance idle longest is
     /// dropped). 10,240: one for every recently used version of ten thousand tenants. An
-    /// idle default-policy instance keeps ~34 KiB resident, while making a fresh one
-    /// costs each selection ~100 µs of CPU (instantiate, configure, and the memory reset
-    /// when it is dropped); `idle_rss_limit_mb` bounds what idle instances keep whatever
-    /// their guests touch. `serve` sizes the engine's pool (`[limits] max_instances`) to
-    /// fit these, the selections in flight and the compiles, unless it is set.
+    /// idle default-policy instance keeps tens of KiB resident, while making a fresh one
+    /// costs each selection far more CPU (instantiate, configure, and the memory reset when
+    /// it is dropped; BENCHMARKS.md, "Where the time goes"); `idle_rss_limit_mb` bounds
+    /// what idle instances keep whatever their guests touch. `serve` sizes the engine's
+    /// pool (`[limits] max_instances`) to fit these, the selections in flight and the
+    /// compiles, unless it is set.
     pub max_idle_instances: usize,
     /// Resident memory of the whole process, MiB, above which idle instances are shed
     /// (longest idle first) and no more are kept until it is back under. 1,536; 0: no
@@ -134,11 +135,12 @@ pub struct ServiceConfig {
     /// dropped at the next eviction pass; all of them while resident memory is over
     /// `idle_rss_limit_mb`). 1,024; 0 drops a component with its last loaded version.
     /// A version evicted whose component is kept loads again by instantiating and
-    /// configuring alone; otherwise it first loads the component from the compiled cache
-    /// (~0.1–0.5 ms more on its selection's path). What one keeps is its metadata and
-    /// its code, no instance: ~0.27 MiB for the default policy (mapped from its artifact,
-    /// file-backed, when it was loaded from the compiled cache; in anonymous memory when
-    /// this process compiled it for an upload).
+    /// configuring alone; otherwise it first loads the component from the compiled cache,
+    /// on its selection's path (BENCHMARKS.md, "Where the time goes"). What one keeps is
+    /// its metadata and its code, no instance (the default policy's: BENCHMARKS.md, "Ten
+    /// thousand tenants on one server"), mapped from its artifact, file-backed, when it
+    /// was loaded from the compiled cache; in anonymous memory when this process compiled
+    /// it for an upload.
     pub max_unused_components: usize,
     /// Selections of one tenant at once (→ 429 `tenant-busy`), each running on an
     /// instance of its own. 16: more than the selection threads of a small host, so one

@@ -7,7 +7,7 @@
 //! before it.
 //!
 //! Counted slots alone do not bound memory: an idle instance keeps whatever its guest
-//! touched (~34 KiB for the default policy, up to `max_memory_bytes` for a guest that
+//! touched (tens of KiB for the default policy, up to `max_memory_bytes` for a guest that
 //! fills its memory), though nothing of its last request (`GuardedSelector::release` at
 //! check-in: a request's rows, up to `max_slots` of them, would otherwise stay with it).
 //! So the idle instances are also shed, longest idle first, while the process's resident

@@ -1,15 +1,23 @@
 //! Components by blob, loaded when a version first needs one: from the engine's artifact
 //! cache when it holds this engine's compilation of the bytes, else compiled (and cached)
 //! by a caller holding a compile permit.
+//!
+//! Uploads' compiles are scheduled here too ([`Loader::compile`]): at most
+//! `compile_concurrency` at once, a tenant's uploads taking turns, each waiting at most
+//! `compile_timeout_ms` for its turn and a permit.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use axum::http::StatusCode;
 use tokio::sync::Semaphore;
 
-use switchyard::{PolicyComponent, PolicyEngine};
+use switchyard::selection::wire::ErrorKind;
+use switchyard::{LoadErrorKind, PolicyComponent, PolicyEngine};
 
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 
@@ -47,7 +55,7 @@ impl LoadFailure {
 /// Where components come from: the registry's blobs, loaded from the engine's artifact
 /// cache when it holds them, else compiled. Each blob's component is kept once, shared by
 /// every version naming it, while a loaded version uses it, and after that among the
-/// `max_unused_components` used most recently ([`Loader::keep_only`]); never once no
+/// `max_unused_components` used most recently (`Loader::keep_only`); never once no
 /// version names the blob.
 pub struct Loader {
     pub(crate) registry: Registry,
@@ -63,17 +71,146 @@ pub struct Loader {
     sizes: Mutex<HashMap<String, usize>>,
     /// Components kept that no loaded version used at the last [`Loader::keep_only`].
     unused: AtomicUsize,
+    /// The `compile_concurrency` permits of tenants' uploads ([`Loader::compile`]).
+    compile_permits: Semaphore,
+    compile_concurrency: usize,
+    /// Each tenant's turn to compile: one upload of a tenant waits for a compile permit
+    /// at a time, so a tenant's uploads never queue ahead of another's more than once.
+    compile_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// One of the `compile_concurrency` compile permits, taken from the semaphore (and
+/// forgotten there) by an upload. Shared by the upload and Cranelift's thread
+/// (`PolicyComponent::load_holding`): returned when both have let go, so a compile that
+/// outlives its upload still holds it until Cranelift really returns.
+pub(crate) struct CompilePermit {
+    loader: Arc<Loader>,
+    /// The upload was answered `compile-timeout` while Cranelift still ran (counted in
+    /// `switchyard_compiles_abandoned` until it ends).
+    abandoned: AtomicBool,
+}
+
+impl Drop for CompilePermit {
+    fn drop(&mut self) {
+        // The permit first: once the gauge says no abandoned compile runs, its permit is free.
+        self.loader.compile_permits.add_permits(1);
+        if self.abandoned.load(Ordering::Acquire) {
+            self.loader.metrics.abandoned_compile_ended();
+        }
+    }
 }
 
 impl Loader {
+    /// A loader of `registry`'s blobs with `engine`; the service's own loads take
+    /// `load_permits`, tenants' uploads one of `compile_concurrency` permits of its own.
     pub(crate) fn new(
         registry: Registry,
         engine: PolicyEngine,
         metrics: Arc<Metrics>,
         load_permits: Arc<Semaphore>,
+        compile_concurrency: usize,
     ) -> Arc<Self> {
         let (components, sizes, unused) = (Mutex::default(), Mutex::default(), AtomicUsize::new(0));
-        Arc::new(Self { registry, engine, metrics, load_permits, components, sizes, unused })
+        Arc::new(Self {
+            registry,
+            engine,
+            metrics,
+            load_permits,
+            components,
+            sizes,
+            unused,
+            compile_permits: Semaphore::new(compile_concurrency),
+            compile_concurrency,
+            compile_turns: Mutex::default(),
+        })
+    }
+
+    /// The compiled component for `bytes` and the compile permit its upload holds: from
+    /// memory if these bytes were compiled before, else compiled (in a worker process
+    /// under `switchyard serve`, killed at `compile_timeout_ms`), so uploads never take
+    /// the async workers and at most `compile_concurrency` compiles run. The permit is
+    /// taken on both paths: the upload's configure check that follows instantiates the
+    /// component under it, and the engine's pool has `compile_concurrency` slots for
+    /// those checks (see `Service::open`). Compiled in-process, a compile that outlives
+    /// its deadline holds the permit until Cranelift returns
+    /// (`switchyard_compiles_abandoned`).
+    ///
+    /// A tenant's uploads take turns: one waits for a permit at a time, so another
+    /// tenant's upload waits behind at most one compile of each other tenant. An upload
+    /// waits for its turn and a permit at most `compile_timeout_ms` in all, then is
+    /// refused 503 `compile-busy`: a compile frees its permit within that time.
+    pub(crate) async fn compile(
+        self: &Arc<Self>,
+        tenant: &str,
+        blob: &str,
+        bytes: Arc<[u8]>,
+    ) -> Result<(PolicyComponent, Arc<CompilePermit>), ApiError> {
+        let wait = Duration::from_millis(self.engine.limits().compile_timeout_ms);
+        let turn = self.compile_turn(tenant);
+        let acquired = tokio::time::timeout(wait, async {
+            let turn = turn.lock_owned().await;
+            (turn, self.compile_permits.acquire().await)
+        })
+        .await;
+        let _turn = match acquired {
+            Ok((turn, Ok(permit))) => {
+                permit.forget();
+                turn
+            }
+            Ok((_, Err(e))) => return Err(ApiError::internal(format!("the compile permits: {e}"))),
+            Err(_) => {
+                self.metrics.compile_busy();
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorKind::CompileBusy,
+                    format!(
+                        "no compile permit freed up within {} ms (`compile_timeout_ms`): all {} \
+                         (`compile_concurrency`) are taken, or this tenant's previous upload is \
+                         still compiling; try again later",
+                        wait.as_millis(),
+                        self.compile_concurrency,
+                    ),
+                ));
+            }
+        };
+        let permit = Arc::new(CompilePermit { loader: Arc::clone(self), abandoned: AtomicBool::new(false) });
+        if let Some(c) = self.kept(blob) {
+            return Ok((c, permit));
+        }
+        let held = Arc::clone(&permit);
+        let (engine, blob) = (self.engine.clone(), blob.to_string());
+        let loaded = tokio::task::spawn_blocking(move || match engine.first_tier() {
+            // Tiered: Winch compiles it now, unless Cranelift's code is cached already
+            // (looked up here, off the async workers: a file mapped and hashed).
+            Some(first) => match PolicyComponent::load_cached(&engine, &blob, bytes.len()) {
+                Some(Ok(cached)) => Ok(cached),
+                Some(Err(_)) | None => PolicyComponent::load_holding(first, &bytes, held),
+            },
+            None => PolicyComponent::load_holding(&engine, &bytes, held),
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("the compile thread: {e}")))?;
+        // Compiled in-process, Cranelift's thread may still hold its share of the permit.
+        if loaded.as_ref().is_err_and(|e| e.kind == LoadErrorKind::CompileTimeout)
+            && Arc::strong_count(&permit) > 1
+        {
+            // Counted before our reference goes: whichever of us and Cranelift's thread
+            // lets go last frees the permit and uncounts it.
+            self.metrics.compile_abandoned();
+            permit.abandoned.store(true, Ordering::Release);
+        }
+        let component = loaded?;
+        self.metrics.loaded(&component);
+        Ok((component, permit))
+    }
+
+    /// `tenant`'s turn to compile (see [`Loader::compile`]); turns nobody holds or waits
+    /// for are dropped as another is handed out, so there are about as many as tenants
+    /// uploading at once.
+    fn compile_turn(&self, tenant: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self.compile_turns.lock().unwrap_or_else(|p| p.into_inner());
+        turns.retain(|_, turn| Arc::strong_count(turn) > 1);
+        Arc::clone(turns.entry(tenant.to_string()).or_default())
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, PolicyComponent>> {
@@ -190,12 +327,11 @@ impl Loader {
     /// the oldest); drops the rest.
     ///
     /// Why keep code no version uses: an evicted version's next selection then only
-    /// instantiates and configures (~0.1 ms) instead of loading its component too
-    /// (mapping the artifact, registering its types and code: ~0.1–0.5 ms on a selection's
-    /// path). What an unused component keeps is its metadata and its code (mapped from
-    /// its artifact, or compiled by this process for an upload); evicting its versions
-    /// already dropped their instances.
-    ///
+    /// instantiates and configures instead of loading its component too (mapping the
+    /// artifact, registering its types and code, on a selection's path; BENCHMARKS.md,
+    /// "Where the time goes"). What an unused component keeps is its metadata and its code
+    /// (mapped from its artifact, or compiled by this process for an upload); evicting its
+    /// versions already dropped their instances.
     /// A version loading meanwhile keeps its own component; only the shared copy goes. A
     /// first-tier (Winch) component stays until its tier-up replaces it: no Cranelift
     /// artifact exists yet to load it again from, and without it a version evicted before

@@ -3,8 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 use switchyard::selection::wire::ErrorKind;
 use switchyard::selection::wire::api::{
     AssignBody, Assigned, ClassEntry, Credentials, Listing, NameBody, PolicyEntry, RolledBack, Uploaded,
@@ -14,7 +12,7 @@ use switchyard::selection::wire::api::{
 use axum::http::StatusCode;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use switchyard::{GuestScorer, LoadErrorKind, PolicyComponent};
+use switchyard::GuestScorer;
 use switchyard_builtins as builtin;
 
 use crate::auth::{Principal, hash_token, new_token, require_admin, require_tenant};
@@ -28,27 +26,6 @@ use crate::store::{Assignment, PolicyRecord, TenantRecord, VersionRecord};
 /// Entries of a policy's rollback history, at most (it may name a version more than once;
 /// the versions it keeps are bounded by `max_versions_per_policy`).
 const MAX_PREVIOUS: usize = 64;
-
-/// One of the `compile_concurrency` compile permits, taken from the semaphore (and
-/// forgotten there) by an upload. Shared by the upload and Cranelift's thread
-/// (`PolicyComponent::load_holding`): returned when both have let go, so a compile that
-/// outlives its upload still holds it until Cranelift really returns.
-struct CompilePermit {
-    service: Arc<Service>,
-    /// The upload was answered `compile-timeout` while Cranelift still ran (counted in
-    /// `switchyard_compiles_abandoned` until it ends).
-    abandoned: AtomicBool,
-}
-
-impl Drop for CompilePermit {
-    fn drop(&mut self) {
-        // The permit first: once the gauge says no abandoned compile runs, its permit is free.
-        self.service.compile_permits.add_permits(1);
-        if self.abandoned.load(Ordering::Acquire) {
-            self.service.metrics.abandoned_compile_ended();
-        }
-    }
-}
 
 /// The versions `policy` (named `name`) must keep: its active one, its rollback history,
 /// and the ones `classes` pin.
@@ -271,94 +248,6 @@ impl Service {
         Ok(())
     }
 
-    /// The compiled component for `bytes` and the compile permit its upload holds: from
-    /// memory if these bytes were compiled before, else compiled (in a worker process
-    /// under `switchyard serve`, killed at `compile_timeout_ms`), so uploads never take
-    /// the async workers and at most `compile_concurrency` compiles run. The permit is
-    /// taken on both paths: the upload's configure check that follows instantiates the
-    /// component under it, and the engine's pool has `compile_concurrency` slots for
-    /// those checks (see `Service::open`). Compiled in-process, a compile that outlives
-    /// its deadline holds the permit until Cranelift returns
-    /// (`switchyard_compiles_abandoned`).
-    ///
-    /// A tenant's uploads take turns: one waits for a permit at a time, so another
-    /// tenant's upload waits behind at most one compile of each other tenant. An upload
-    /// waits for its turn and a permit at most `compile_timeout_ms` in all, then is
-    /// refused 503 `compile-busy`: a compile frees its permit within that time.
-    async fn compile(
-        self: &Arc<Self>,
-        tenant: &str,
-        blob: &str,
-        bytes: Arc<[u8]>,
-    ) -> Result<(PolicyComponent, Arc<CompilePermit>), ApiError> {
-        let wait = Duration::from_millis(self.loader.engine.limits().compile_timeout_ms);
-        let turn = self.compile_turn(tenant);
-        let acquired = tokio::time::timeout(wait, async {
-            let turn = turn.lock_owned().await;
-            (turn, self.compile_permits.acquire().await)
-        })
-        .await;
-        let _turn = match acquired {
-            Ok((turn, Ok(permit))) => {
-                permit.forget();
-                turn
-            }
-            Ok((_, Err(e))) => return Err(ApiError::internal(format!("the compile permits: {e}"))),
-            Err(_) => {
-                self.metrics.compile_busy();
-                return Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorKind::CompileBusy,
-                    format!(
-                        "no compile permit freed up within {} ms (`compile_timeout_ms`): all {} \
-                         (`compile_concurrency`) are taken, or this tenant's previous upload is \
-                         still compiling; try again later",
-                        wait.as_millis(),
-                        self.limits.compile_concurrency,
-                    ),
-                ));
-            }
-        };
-        let permit = Arc::new(CompilePermit { service: Arc::clone(self), abandoned: AtomicBool::new(false) });
-        if let Some(c) = self.loader.kept(blob) {
-            return Ok((c, permit));
-        }
-        let held = Arc::clone(&permit);
-        let (engine, blob) = (self.loader.engine.clone(), blob.to_string());
-        let loaded = tokio::task::spawn_blocking(move || match engine.first_tier() {
-            // Tiered: Winch compiles it now, unless Cranelift's code is cached already
-            // (looked up here, off the async workers: a file mapped and hashed).
-            Some(first) => match PolicyComponent::load_cached(&engine, &blob, bytes.len()) {
-                Some(Ok(cached)) => Ok(cached),
-                Some(Err(_)) | None => PolicyComponent::load_holding(first, &bytes, held),
-            },
-            None => PolicyComponent::load_holding(&engine, &bytes, held),
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("the compile thread: {e}")))?;
-        // Compiled in-process, Cranelift's thread may still hold its share of the permit.
-        if loaded.as_ref().is_err_and(|e| e.kind == LoadErrorKind::CompileTimeout)
-            && Arc::strong_count(&permit) > 1
-        {
-            // Counted before our reference goes: whichever of us and Cranelift's thread
-            // lets go last frees the permit and uncounts it.
-            self.metrics.compile_abandoned();
-            permit.abandoned.store(true, Ordering::Release);
-        }
-        let component = loaded?;
-        self.metrics.loaded(&component);
-        Ok((component, permit))
-    }
-
-    /// `tenant`'s turn to compile (see [`Service::compile`]); turns nobody holds or waits
-    /// for are dropped as another is handed out, so there are about as many as tenants
-    /// uploading at once.
-    fn compile_turn(&self, tenant: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut turns = self.compile_turns.lock().unwrap_or_else(|p| p.into_inner());
-        turns.retain(|_, turn| Arc::strong_count(turn) > 1);
-        Arc::clone(turns.entry(tenant.to_string()).or_default())
-    }
-
     /// With `compiler = "tiered"`: compiles `blob` with Cranelift in the background, one
     /// such compile at a time (apart from the `compile_concurrency` permits, so uploads
     /// never wait behind it), then moves every version of it onto Cranelift's code: each
@@ -409,7 +298,8 @@ impl Service {
             // than by the next eviction pass (up to a minute away): the tier-up made its
             // versions cold, that pass drops their component, and a reload before the
             // following pass would hash the artifact on its selection's path.
-            tokio::time::sleep(switchyard::cache::SETTLED + std::time::Duration::from_millis(100)).await;
+            tokio::time::sleep(switchyard::artifact_cache::SETTLED + std::time::Duration::from_millis(100))
+                .await;
             if let Some(cache) = service.loader.engine.artifact_cache().cloned() {
                 let _ = tokio::task::spawn_blocking(move || cache.check_written()).await;
             }
@@ -478,7 +368,7 @@ impl Service {
         }
         let bytes: Arc<[u8]> = bytes.into();
         let compiling = std::time::Instant::now();
-        let (component, permit) = self.compile(tenant, &blob, bytes.clone()).await?;
+        let (component, permit) = self.loader.compile(tenant, &blob, bytes.clone()).await?;
         // This upload's own time: a component compiled before (for any tenant) is not
         // reported with that compile's time, which would tell this tenant about another's.
         let compile_time = compiling.elapsed();

@@ -26,10 +26,10 @@ use switchyard::FaultKind;
 
 /// The `Content-Type` of [`encode`]'s output: the Prometheus text format, version 0.0.4.
 ///
-/// Not OpenMetrics, which prometheus-client also writes: the 0.0.4 text is what `/metrics`
-/// has always served, with the same names on every line (OpenMetrics names a counter's
-/// `# TYPE` without `_total` and ends the text with `# EOF`), so dashboards, scripts
-/// that grep it and the tests read it as before; Prometheus scrapes either.
+/// Not OpenMetrics, which prometheus-client also writes: the 0.0.4 text keeps the same
+/// names on every line (OpenMetrics names a counter's `# TYPE` without `_total` and ends
+/// the text with `# EOF`), which dashboards, scripts that grep it and the tests read;
+/// Prometheus scrapes either.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// The policy's fault kinds, in the order counters are kept.
@@ -606,7 +606,7 @@ mod tests {
         for line in [
             format!("switchyard_selections_total{{{l}}} 2"),
             format!("switchyard_fallbacks_total{{{l}}} 1"),
-            // prometheus-client writes bounds below 1e-4 as Go's client does (was "0.00005").
+            // prometheus-client writes bounds below 1e-4 as Go's client does ("5e-05").
             format!("switchyard_selection_seconds_bucket{{{l},le=\"5e-05\"}} 1"),
             format!("switchyard_selection_seconds_bucket{{{l},le=\"0.005\"}} 2"),
             format!("switchyard_selection_seconds_bucket{{{l},le=\"+Inf\"}} 2"),

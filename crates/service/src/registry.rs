@@ -8,8 +8,8 @@
 //! conflict instead of overwriting another's change.
 //!
 //! A stored record this build cannot read (damaged, or a newer build's) is skipped, logged
-//! and counted ([`skipped`]) rather than failing start-up, and no write replaces it
-//! ([`check_writable`]): whoever wrote it keeps it.
+//! and counted (`skipped`) rather than failing start-up, and no write replaces it
+//! (`check_writable`): whoever wrote it keeps it.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -183,13 +183,19 @@ impl Registry {
         }
     }
 
-    /// Deletes a blob no committed version names. On NATS only this replica's local
-    /// copy goes: the registry's stays until a sweep ([`switchyard_test_util::fleet::sweep`]), as another
-    /// replica may be about to name it.
+    /// Deletes a blob no committed version names, and `engine`'s compiled artifact of it
+    /// first (the artifact cache names artifacts by the component's bytes, so they are
+    /// read before the blob goes; see `Store::remove_blob_after`). On NATS only this
+    /// replica's local copy goes: the registry's stays until a sweep
+    /// (`switchyard_test_util::fleet::sweep`), as another replica may be about to name it.
     pub fn remove_blob(&self, sha256: &str, engine: &PolicyEngine) -> std::io::Result<()> {
-        match self {
-            Self::Files(store) => store.remove_blob(sha256, engine),
-            Self::Nats(nats) => nats.local.remove_blob(sha256, engine),
+        let store = match self {
+            Self::Files(store) => store,
+            Self::Nats(nats) => &nats.local,
+        };
+        match engine.artifact_cache() {
+            Some(cache) => store.remove_blob_after(sha256, |bytes| cache.remove_for(engine.engine(), bytes)),
+            None => store.remove_blob(sha256),
         }
     }
 
@@ -347,5 +353,65 @@ impl Nats {
             Some(revision) => self.registry.remove(key, revision).await.map(|()| None),
             None => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use switchyard::artifact_cache::ArtifactKey;
+    use switchyard::{ArtifactCache, Limits};
+
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("switchyard-registry-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// The data dir's registry in `dir`, and an engine caching artifacts in `<dir>/compiled`
+    /// with a key of its own.
+    fn files(dir: &Path) -> (Registry, PolicyEngine, ArtifactCache) {
+        let registry = Registry::Files(Store::open(dir).unwrap());
+        let cache = ArtifactCache::open(dir.join("compiled"), ArtifactKey::generate().unwrap()).unwrap();
+        let engine = PolicyEngine::new(Limits::default()).unwrap().with_artifact_cache(cache.clone());
+        (registry, engine, cache)
+    }
+
+    #[test]
+    fn a_removed_blob_takes_its_artifact_with_it_and_removing_twice_is_fine() {
+        let dir = temp("remove");
+        let (registry, engine, cache) = files(&dir);
+        registry.write_blob("00ff", b"bytes").unwrap();
+        registry.write_blob("11ee", b"other").unwrap();
+        let artifact = cache.path_for(engine.engine(), b"bytes");
+        std::fs::write(&artifact, b"compiled").unwrap();
+        let beside = ArtifactCache::digest_paths(&artifact);
+        for file in &beside {
+            std::fs::write(file, b"a MAC, or an unkeyed digest").unwrap();
+        }
+        registry.remove_blob("00ff", &engine).unwrap();
+        assert!(!artifact.exists(), "the artifact of the removed blob is gone");
+        assert!(beside.iter().all(|file| !file.exists()), "and what was beside it: {beside:?}");
+        assert!(registry.read_blob("00ff").is_err());
+        assert_eq!(registry.read_blob("11ee").unwrap(), b"other", "other blobs stay");
+        registry.remove_blob("00ff", &engine).unwrap();
+    }
+
+    #[test]
+    fn a_blob_that_is_a_symlink_is_not_read_through_when_removed() {
+        let dir = temp("remove-symlink");
+        let (registry, engine, cache) = files(&dir);
+        // Another blob's artifact, and a "blob" that is a link to that blob's bytes.
+        registry.write_blob("00ff", b"bytes").unwrap();
+        let artifact = cache.path_for(engine.engine(), b"bytes");
+        std::fs::write(&artifact, b"compiled").unwrap();
+        std::os::unix::fs::symlink(dir.join("blobs/00ff.wasm"), dir.join("blobs/00bb.wasm")).unwrap();
+        let refused = registry.remove_blob("00bb", &engine).unwrap_err();
+        assert!(refused.to_string().contains("symbolic link"), "{refused}");
+        assert!(artifact.exists(), "the artifact of the bytes the link points at stays");
+        assert_eq!(registry.read_blob("00ff").unwrap(), b"bytes");
     }
 }

@@ -53,7 +53,7 @@ impl Service {
         body: &[u8],
     ) -> Result<SelectionAnswer, ApiError> {
         let invalid = |m: String| ApiError::bad_request(ErrorKind::InvalidInput, m);
-        // Straight into the request's own types: no JSON tree (which costs ~16× the body)
+        // Straight into the request's own types: no JSON tree (many times the body's size)
         // is ever built from a client's bytes.
         let request: RequestJson =
             serde_json::from_slice(body).map_err(|e| invalid(format!("request JSON: {e}")))?;

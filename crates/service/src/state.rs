@@ -18,7 +18,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use switchyard::cache::ArtifactKey;
+use switchyard::artifact_cache::ArtifactKey;
 use switchyard::guard::GuardConfig;
 use switchyard::{ArtifactCache, GuestScorer, Limits, PolicyEngine, WorkerCommand};
 use switchyard_registry_nats::Key;
@@ -81,15 +81,10 @@ pub struct Service {
     pub(crate) admin_sha256: String,
     pub(crate) writer: tokio::sync::Mutex<Writer>,
     snapshot: ArcSwap<Snapshot>,
-    /// The `compile_concurrency` permits of tenants' uploads.
-    pub(crate) compile_permits: Arc<Semaphore>,
     /// The permit of the service's own loads: a fleet's changes, start-up's and the
     /// background loads (the loader's, shared). Apart from the uploads', so no tenant's
     /// uploads can hold these back.
     pub(crate) system_compile_permits: Arc<Semaphore>,
-    /// Each tenant's turn to compile: one upload of a tenant waits for a compile permit
-    /// at a time, so a tenant's uploads never queue ahead of another's more than once.
-    pub(crate) compile_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// One Cranelift compile at a time behind tiered uploads (`compiler = "tiered"`).
     pub(crate) tier_up_permits: Arc<Semaphore>,
     pub(crate) metrics: Arc<Metrics>,
@@ -171,9 +166,14 @@ impl Service {
         }
         let idle_slots =
             IdleSlots::new(limits.max_idle_instances, limits.idle_rss_limit_mb.saturating_mul(1 << 20));
-        let compile_permits = Arc::new(Semaphore::new(limits.compile_concurrency));
         let system_compile_permits = Arc::new(Semaphore::new(1));
-        let loader = Loader::new(registry, engine, Arc::clone(&metrics), Arc::clone(&system_compile_permits));
+        let loader = Loader::new(
+            registry,
+            engine,
+            Arc::clone(&metrics),
+            Arc::clone(&system_compile_permits),
+            limits.compile_concurrency,
+        );
         let clock = Clock::new();
         let mut writer = Writer { manifest, loaded: imbl::OrdMap::new(), blob_users: HashMap::new() };
         let manifest = writer.manifest.clone();
@@ -192,9 +192,7 @@ impl Service {
         sweep_orphan_blobs(&loader, &writer);
         let snapshot = Snapshot::build(&writer.manifest, &writer.loaded);
         let service = Arc::new(Self {
-            compile_permits,
             system_compile_permits,
-            compile_turns: Mutex::default(),
             tier_up_permits: Arc::new(Semaphore::new(1)),
             limits,
             guard,
@@ -483,7 +481,7 @@ pub async fn evict(service: Arc<Service>) {
         }
         // Over the memory bound idle instances are shed by, no component is kept for
         // evicted versions either: they are the cheapest memory to give back (each
-        // reloads from its artifact, ~0.1–0.5 ms).
+        // reloads from its artifact: BENCHMARKS.md, "Where the time goes").
         let unused = if service.idle_slots.over_memory() { 0 } else { service.limits.max_unused_components };
         service.loader.keep_only(&in_use, &last_used, unused);
         drop(snapshot);

@@ -230,7 +230,7 @@ impl LoadedVersion {
     /// (a failure then is contained like any fault). Fails as `mode` says. A cold version
     /// is loaded first, and the instance its configure made is this selection's (within
     /// the selection's own slot of the engine's pool); a component the artifact cache
-    /// lacks is not compiled here but in the background ([`Compile::Later`]), and this
+    /// lacks is not compiled here but in the background (`Compile::Later`), and this
     /// selection is answered without it. `Err`: the version does not load, and why.
     pub fn checkout(&self, mode: FailMode) -> Result<(Box<GuardedSelector>, Generation), Arc<str>> {
         self.last_used.store(self.clock.now(), Ordering::Relaxed);

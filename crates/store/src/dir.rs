@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use switchyard::PolicyEngine;
-use switchyard::cache::{is_temp_name, private_dir, read_private, write_private};
+use switchyard_fs::{euid, is_temp_name, private_dir, read_private, write_private};
 
 use crate::records::{Holds, Manifest, TenantRecord, Unreadable, valid_name};
 
@@ -274,7 +273,7 @@ impl Store {
                     continue;
                 }
                 let meta = std::fs::symlink_metadata(&path)?;
-                if meta.is_file() && meta.uid() == switchyard::cache::euid() && meta.mode() & 0o077 != 0 {
+                if meta.is_file() && meta.uid() == euid() && meta.mode() & 0o077 != 0 {
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
                 }
             }
@@ -389,38 +388,49 @@ impl Store {
         Ok(names)
     }
 
-    /// Deletes the blob `sha256` and our compiled artifact of it in `engine`'s cache (the
-    /// cache keys artifacts by the component's bytes, so they are read first). Already
-    /// absent files are fine. Only for a blob no committed version names, under the
-    /// writer lock: an upload makes sure its blob exists under that lock before it commits,
-    /// so it never commits a record naming a blob deleted here. The artifact goes first:
-    /// a crash in between leaves a blob (harmless), never an artifact nothing finds. The
-    /// blob is read as [`Store::read_blob`] reads it (never through a symlink, owner-only,
-    /// at most `MAX_BLOB_BYTES`); one it refuses is an error, and stays.
+    /// Deletes the blob `sha256`; already absent is fine. Only for a blob no committed
+    /// version names, under the writer lock: an upload makes sure its blob exists under
+    /// that lock before it commits, so it never commits a record naming a blob deleted
+    /// here.
     ///
-    /// Refused, and both kept, while the last [`Store::load_manifest`] found a record file
-    /// it could not read: a newer build's record may name this blob.
-    pub fn remove_blob(&self, sha256: &str, engine: &PolicyEngine) -> std::io::Result<()> {
-        if let Some(at) = &*self.unreadable.lock().unwrap_or_else(|p| p.into_inner()) {
-            return Err(std::io::Error::other(format!(
+    /// Refused, and the blob kept, while the last [`Store::load_manifest`] found a record
+    /// file it could not read: a newer build's record may name this blob.
+    pub fn remove_blob(&self, sha256: &str) -> std::io::Result<()> {
+        self.check_removable(sha256)?;
+        remove_if_present(&self.reader.blob_path(sha256))
+    }
+
+    /// [`Store::remove_blob`], calling `first` with the blob's bytes before the blob goes:
+    /// for what was made from them and is found by them (the service removes the
+    /// runtime's compiled artifact there, which is named by the bytes' hash). A crash in
+    /// between leaves a blob (harmless), never something made from it that nothing finds.
+    /// The blob is read as [`Store::read_blob`] reads it (never through a symlink,
+    /// owner-only, at most `MAX_BLOB_BYTES`); one it refuses is an error, and stays, as
+    /// does whatever `first` would have removed. An absent blob calls nothing. Refused,
+    /// both kept, as [`Store::remove_blob`] is.
+    pub fn remove_blob_after(
+        &self,
+        sha256: &str,
+        first: impl FnOnce(&[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        self.check_removable(sha256)?;
+        match self.read_blob(sha256) {
+            Ok(bytes) => first(&bytes)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        remove_if_present(&self.reader.blob_path(sha256))
+    }
+
+    /// An error while the last [`Store::load_manifest`] found a record file this build
+    /// cannot read.
+    fn check_removable(&self, sha256: &str) -> std::io::Result<()> {
+        match &*self.unreadable.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(at) => Err(std::io::Error::other(format!(
                 "blob {sha256} kept: {at} is a record this build cannot read, which may name it"
-            )));
+            ))),
+            None => Ok(()),
         }
-        let path = self.reader.blob_path(sha256);
-        if let Some(cache) = engine.artifact_cache() {
-            match self.read_blob(sha256) {
-                Ok(bytes) => {
-                    let artifact = cache.path_for(engine.engine(), &bytes);
-                    remove_if_present(&artifact)?;
-                    for digest in switchyard::ArtifactCache::digest_paths(&artifact) {
-                        remove_if_present(&digest)?;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-        remove_if_present(&path)
     }
 }
 

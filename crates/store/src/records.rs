@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use switchyard::FailMode;
+use switchyard_selection::FailMode;
 
 /// Everything committed: the only state that survives a restart.
 ///

@@ -4,8 +4,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use switchyard::cache::write_private;
-use switchyard::{FailMode, PolicyEngine};
+use switchyard_fs::write_private;
+use switchyard_selection::FailMode;
 
 use super::*;
 
@@ -35,48 +35,48 @@ fn manifest_round_trips_and_a_crash_leftover_is_removed() {
     assert_eq!(store.read_blob("00ff").unwrap(), b"bytes");
 }
 
-/// An artifact cache in `<dir>/compiled`, with a key of its own.
-fn artifact_cache(dir: &Path) -> switchyard::ArtifactCache {
-    let key = switchyard::cache::ArtifactKey::generate().unwrap();
-    switchyard::ArtifactCache::open(dir.join("compiled"), key).unwrap()
+#[test]
+fn a_removed_blob_is_first_handed_over_and_removing_twice_is_fine() {
+    let dir = temp("remove");
+    let store = Store::open(&dir).unwrap();
+    store.write_blob("00ff", b"bytes").unwrap();
+    store.write_blob("11ee", b"other").unwrap();
+    let mut handed = Vec::new();
+    store
+        .remove_blob_after("00ff", |bytes| {
+            assert!(dir.join("blobs/00ff.wasm").exists(), "the blob is still there while `first` runs");
+            handed.push(bytes.to_vec());
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(handed, [b"bytes".to_vec()], "what was made from the blob goes first, found by its bytes");
+    assert!(store.read_blob("00ff").is_err());
+    assert_eq!(store.read_blob("11ee").unwrap(), b"other", "other blobs stay");
+    store.remove_blob_after("00ff", |_| panic!("an absent blob hands nothing over")).unwrap();
+    store.remove_blob("00ff").unwrap();
+    store.remove_blob("11ee").unwrap();
+    assert!(store.blob_names().unwrap().is_empty());
 }
 
 #[test]
-fn a_removed_blob_takes_its_artifact_with_it_and_removing_twice_is_fine() {
-    let dir = temp("remove");
+fn a_blob_whose_first_step_fails_stays() {
+    let dir = temp("remove-failed");
     let store = Store::open(&dir).unwrap();
-    let cache = artifact_cache(&dir);
-    let engine = PolicyEngine::new(switchyard::Limits::default()).unwrap().with_artifact_cache(cache.clone());
     store.write_blob("00ff", b"bytes").unwrap();
-    store.write_blob("11ee", b"other").unwrap();
-    let artifact = cache.path_for(engine.engine(), b"bytes");
-    std::fs::write(&artifact, b"compiled").unwrap();
-    let beside = switchyard::ArtifactCache::digest_paths(&artifact);
-    for file in &beside {
-        std::fs::write(file, b"a MAC, or an unkeyed digest").unwrap();
-    }
-    store.remove_blob("00ff", &engine).unwrap();
-    assert!(!artifact.exists(), "the artifact of the removed blob is gone");
-    assert!(beside.iter().all(|file| !file.exists()), "and what was beside it: {beside:?}");
-    assert!(store.read_blob("00ff").is_err());
-    assert_eq!(store.read_blob("11ee").unwrap(), b"other", "other blobs stay");
-    store.remove_blob("00ff", &engine).unwrap();
+    let failed = store.remove_blob_after("00ff", |_| Err(std::io::Error::other("busy"))).unwrap_err();
+    assert!(failed.to_string().contains("busy"), "{failed}");
+    assert_eq!(store.read_blob("00ff").unwrap(), b"bytes", "kept, so a retry finds it");
 }
 
 #[test]
 fn a_blob_that_is_a_symlink_is_not_read_through_when_removed() {
     let dir = temp("remove-symlink");
     let store = Store::open(&dir).unwrap();
-    let cache = artifact_cache(&dir);
-    let engine = PolicyEngine::new(switchyard::Limits::default()).unwrap().with_artifact_cache(cache.clone());
-    // Another blob's artifact, and a "blob" that is a link to that blob's bytes.
+    // Another blob, and a "blob" that is a link to that blob's bytes.
     store.write_blob("00ff", b"bytes").unwrap();
-    let artifact = cache.path_for(engine.engine(), b"bytes");
-    std::fs::write(&artifact, b"compiled").unwrap();
     std::os::unix::fs::symlink(dir.join("blobs/00ff.wasm"), dir.join("blobs/00bb.wasm")).unwrap();
-    let refused = store.remove_blob("00bb", &engine).unwrap_err();
+    let refused = store.remove_blob_after("00bb", |_| panic!("the link's target was read")).unwrap_err();
     assert!(refused.to_string().contains("symbolic link"), "{refused}");
-    assert!(artifact.exists(), "the artifact of the bytes the link points at stays");
     assert_eq!(store.read_blob("00ff").unwrap(), b"bytes");
 }
 
@@ -137,8 +137,9 @@ fn a_record_file_this_build_cannot_read_is_skipped_named_and_never_written_over(
     assert!(tenants.join("Not A Tenant.json").exists() && tenants.join("bad-name.json").exists());
     // Nor is any blob deleted while they stand: a record this build cannot read may name it.
     store.write_blob("00ff", b"bytes").unwrap();
-    let engine = PolicyEngine::new(switchyard::Limits::default()).unwrap();
-    let kept = store.remove_blob("00ff", &engine).unwrap_err();
+    let kept = store.remove_blob("00ff").unwrap_err();
+    let also_kept = store.remove_blob_after("00ff", |_| panic!("nothing goes")).unwrap_err();
+    assert_eq!(also_kept.to_string(), kept.to_string());
     assert!(kept.to_string().contains("tenants/Not A Tenant.json"), "{kept}");
     assert_eq!(store.read_blob("00ff").unwrap(), b"bytes");
     // One tenant's record, read alone, is still an error naming it.
@@ -159,7 +160,7 @@ fn a_record_file_this_build_cannot_read_is_skipped_named_and_never_written_over(
         std::fs::remove_file(dir.join(file)).unwrap();
     }
     assert!(store.load_manifest().unwrap().unreadable.is_empty());
-    store.remove_blob("00ff", &engine).unwrap();
+    store.remove_blob("00ff").unwrap();
     assert!(store.read_blob("00ff").is_err());
 }
 

@@ -194,7 +194,7 @@ pub fn random_case(rng: &mut Rng) -> (WorkerTable, SelectionRequest) {
     (table, request)
 }
 
-/// The sample request (selection/sample-request.json): 9 candidates.
+/// The sample request (crates/selection/sample-request.json): 9 candidates.
 pub fn sample() -> (WorkerTable, SelectionRequest) {
     switchyard::selection::wire::RequestJson::parse(switchyard::selection::wire::SAMPLE_REQUEST)
         .and_then(switchyard::selection::wire::RequestJson::into_parts)

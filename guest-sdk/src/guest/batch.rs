@@ -3,14 +3,15 @@
 //! answer written into a return area ([`answer`]). The exports themselves (`super::score`,
 //! `super::filter`, `__export_batch!`) put these together with the instance's state.
 //!
-//! Why: wit-bindgen's exports return each answer in a fresh list and export a
-//! `cabi_post_*` function that frees it, which the host calls after every call: a second
-//! entry into the guest, ~330 of an empty call's ~2,250 instructions (callgrind,
-//! `benches/profile.rs empty`). These exports answer from buffers the instance keeps (its
-//! costs, its keep flags, its last error message), left in place until its next call, so
-//! there is nothing to free and no post-return. The contract is the same WIT: a
-//! post-return is optional in the canonical ABI, and the host lifts an answer before it
-//! calls the instance again (the component model forbids re-entering it meanwhile).
+//! Why: wit-bindgen's exports return each answer in a fresh list and export a `cabi_post_*`
+//! function that frees it, which the host calls after every call: a second entry into the
+//! guest, a sizeable share of an empty call's instructions (callgrind, `benches/profile.rs
+//! empty`; docs/benchmarks-history.md, "an empty call's instructions"). These exports
+//! answer from buffers the instance keeps (its costs, its keep flags, its last error
+//! message), left in place until its next call, so there is nothing to free and no
+//! post-return. The contract is the same WIT: a post-return is optional in the canonical
+//! ABI, and the host lifts an answer before it calls the instance again (the component
+//! model forbids re-entering it meanwhile).
 //!
 //! The flattening mirrors `wit/policy.wit`; the wrap step type-checks the exports against
 //! it, and every test of a Rust guest goes through them.

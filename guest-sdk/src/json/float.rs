@@ -1,4 +1,4 @@
-//! f64 → text, exactly as the two formatters guests used to link wrote it, without them:
+//! f64 → text, exactly as core's and serde_json's formatters write it, without linking them:
 //! [`display`] is core's `{}` (range errors, `check`), [`json`] is how serde_json wrote a
 //! float into its type errors (`invalid type: floating point `1.5``). Both print the
 //! shortest digits that read back to the same f64; they differ only in layout and in which
@@ -11,7 +11,7 @@
 use std::cmp::Ordering;
 
 /// An unsigned big integer, little-endian 32-bit limbs. Its operations stay out of line:
-/// inlined and vectorised into each use they were 7 KB of code for a cold path.
+/// inlined and vectorised into each use they would be kilobytes of code for a cold path.
 #[derive(Clone)]
 struct Big(Vec<u32>);
 

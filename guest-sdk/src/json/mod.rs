@@ -1,10 +1,11 @@
 //! The SDK's own JSON reader for parameters: text → [`read::Value`] → the policy's
 //! `Deserialize` type, with the path to a failing value.
 //!
-//! Why not serde_json + serde_path_to_error: with their float parsing and printing they
-//! were about a third of a guest's code (the default policy's 103 KB), and parameters are
-//! a small object read once per `configure`. This reads and refuses exactly what they did,
-//! with the same messages (`tests.rs` checks it against serde_json on many inputs).
+//! Why not serde_json + serde_path_to_error: with their float parsing and printing they are
+//! a large share of a guest's code (docs/benchmarks-history.md, "the SDK's own parameter
+//! reader"), and parameters are a small object read once per `configure`. This reads and
+//! refuses exactly what they do, with the same messages (`tests.rs` checks it against
+//! serde_json on many inputs).
 
 mod de;
 #[cfg(test)]

@@ -111,7 +111,7 @@ impl Reader<'_> {
 
     /// serde_json's default conversion: the significand as f64, then one multiplication or
     /// division by a power of ten (division by 1e308 first while the power is beyond the
-    /// table). Not correctly rounded in every case, but the same bits as before.
+    /// table). Not correctly rounded in every case, but the same bits as serde_json's.
     fn scale(&self, positive: bool, significand: u64, mut exponent: i32) -> Result<f64, SyntaxError> {
         let mut f = significand as f64;
         loop {
@@ -140,7 +140,7 @@ impl Reader<'_> {
 }
 
 /// `n * 10 + digit` if it fits a u64. Compared, not `checked_mul`: on wasm32 that is a
-/// 128-bit multiply per digit, which made numbers cost a guest more fuel than before.
+/// 128-bit multiply per digit, which would make numbers cost a guest more fuel.
 fn append_digit(n: u64, digit: u8) -> Option<u64> {
     let digit = u64::from(digit - b'0');
     let fits = n < u64::MAX / 10 || (n == u64::MAX / 10 && digit <= u64::MAX % 10);

@@ -117,8 +117,8 @@ impl<'a> Reader<'a> {
         self.error_at((self.index + 1).min(self.text.len()), message)
     }
 
-    // Out of line: a refusal is rare, and inlined at each of its ~30 sites this was a
-    // fifth of the reader's code.
+    // Out of line: a refusal is rare, and inlined at each of its many sites it would be a
+    // large share of the reader's code.
     #[cold]
     #[inline(never)]
     fn error_at(&self, index: usize, message: &'static str) -> SyntaxError {
@@ -325,7 +325,7 @@ impl<'a> Reader<'a> {
 
 /// `members` sorted by key, of equal keys only the last (as `BTreeMap::insert` keeps it).
 /// A merge sort of indices, written here: a `BTreeMap` or std's sort inlined into the
-/// reader were several KB of a guest's code, and a tenant's object may be large, so
+/// reader would be several KB of a guest's code, and a tenant's object may be large, so
 /// nothing quadratic.
 #[inline(never)]
 fn sorted(members: Vec<(String, Value)>) -> Vec<(String, Value)> {

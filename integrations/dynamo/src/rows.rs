@@ -91,8 +91,8 @@ pub(crate) struct Framing {
 #[derive(Default)]
 pub(crate) struct Converter {
     /// Dynamo's row `r` is slot `position[r]` (the inverse of `keys`' rows). Columns are filled reading
-    /// Dynamo's rows in their own order (sequential reads, scattered small writes:
-    /// 48.0 µs per selection at 1,024 workers instead of 52.7 in slot order).
+    /// Dynamo's rows in their own order (sequential reads, scattered small writes: faster
+    /// than slot order, `cargo bench --bench ratio`, "Inside Dynamo").
     position: Vec<u32>,
     /// (worker id, dp rank, Dynamo's row), sorted: slot `i` of the table is Dynamo's row
     /// `keys[i].2`.
@@ -211,9 +211,10 @@ fn request<'a>(
     }
 
     // The seed: the request's data, then the rows (ids, ranks, loads), so the same request
-    // over the same state picks the same worker and ties spread as the loads move. Each
-    // row is mixed on its own and the mixes summed: a chain of hashes through every row
-    // would cost a serial multiply chain per row (7 µs of 60 at 1,024 workers, measured).
+    // over the same state picks the same worker and ties spread as the loads move. Each row
+    // is mixed on its own and the mixes summed: a chain of hashes through every row would
+    // cost a serial multiply chain per row (measured: `cargo bench --bench ratio`, "Inside
+    // Dynamo").
     let mut rows_hash = 0u64;
     let mut seed = hash2(context.prompt_tokens() as u64, u64::from(context.block_size()));
     seed = hash2(seed, context.request_blocks());

@@ -15,15 +15,15 @@
 //! meets, as KubeAI does.
 //!
 //! The walk order needs no materialised ring: a clockwise walk meets candidate w first at
-//! its replica point closest clockwise to the key, so walk order = order of
-//! `d_w = min_i (point_w,i − key) mod 2^64`. Each candidate's points are a pure function
-//! of (endpoint, replication), so they are hashed and sorted once and kept: `d_w` is then
-//! a binary search, O(N log replication) per call instead of N × replication hashes
-//! (1.44 ms → 85 µs natively at 1,024 workers, `cargo bench --bench ratio`). The kept
-//! points are bounded (see `PointCache`); past the bound a call hashes afresh, with the
-//! same answer. At 4,096+ workers the kept points (8+ MB) outgrow the caches and each
-//! binary search is a few cache misses: a single sorted ring walked from the key would be
-//! sequential, at 12 bytes per point, which is why it is not kept in a 64 MiB guest.
+//! its replica point closest clockwise to the key, so walk order = order of `d_w = min_i
+//! (point_w,i − key) mod 2^64`. Each candidate's points are a pure function of (endpoint,
+//! replication), so they are hashed and sorted once and kept: `d_w` is then a binary
+//! search, O(N log replication) per call instead of N × replication hashes (BENCHMARKS.md,
+//! "Ported policies"; docs/benchmarks-history.md, "A ported policy"). The kept points are
+//! bounded (see `PointCache`); past the bound a call hashes afresh, with the same answer.
+//! At 4,096+ workers the kept points (8+ MB) outgrow the caches and each binary search is a
+//! few cache misses: a single sorted ring walked from the key would be sequential, at 12
+//! bytes per point, which is why it is not kept in a 64 MiB guest.
 //!
 //! Costs tell the host's picker the choice: 0 for the chosen candidate, `1 + d_w / 2^64`
 //! (1 ≤ cost < 2, in walk order) for the others, so argmin takes the chosen one and a
@@ -95,8 +95,8 @@ struct PointCache {
 }
 
 /// The endpoint hash (SplitMix64 finaliser) as the map's hasher: keys are worker ids the
-/// host chose, not attacker-chosen strings. Replacing SipHash (with a double lookup fixed
-/// at the same time) took a call at 1,024 workers from 124 to 85 µs (ratio bench).
+/// host chose, not attacker-chosen strings. SipHash would be a large share of a call
+/// (`cargo bench --bench ratio`, "Ported policies").
 #[derive(Debug, Default, Clone, Copy)]
 struct EndpointHasher(u64);
 

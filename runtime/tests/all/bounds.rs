@@ -1,10 +1,10 @@
-//! Every guest call has a hard bound, whatever the request (issue 11): hostile guests
+//! Every guest call has a hard bound, whatever the request: hostile guests
 //! against ordinary and hostile requests, each selection answered (fail-open) within the
 //! configured bound.
 //!
 //! The bound asserted is fuel (`last_fuel ≤ max_fuel_per_call`), which is exact; the
 //! wall-clock checks are two orders of magnitude above what a bounded call takes here
-//! (tens of ms), so they only catch an unbounded one (seconds to hours before the fix).
+//! (tens of ms), so they only catch an unbounded one (seconds to hours).
 
 use std::time::{Duration, Instant};
 
@@ -266,9 +266,7 @@ fn the_fuel_of_a_call_grows_with_what_the_host_passes_up_to_the_ceiling() {
 /// The instance pool's totals are `max_instances` times what one component may hold, so
 /// a component shaped to hold more (here five core instances, where a policy built by
 /// `wit-component` needs three) is refused on its own account; it can never take
-/// other tenants' share of the pool and leave them `overloaded`. (The engine used to
-/// cap only the totals, at four core instances per component on average, and let one
-/// component hold sixteen.)
+/// other tenants' share of the pool and leave them `overloaded`.
 #[test]
 fn a_component_holding_more_than_its_share_of_the_pool_is_refused() {
     let instances = "(core instance (instantiate $m))".repeat(5);

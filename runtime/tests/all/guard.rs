@@ -148,7 +148,8 @@ fn recovery_after_a_trap_is_a_fresh_instance_whose_cost_is_measured() {
 fn the_artifact_cache_holds_our_compiled_output_keyed_by_content_and_settings() {
     let dir = std::env::temp_dir().join(format!("switchyard-cache-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let cache = ArtifactCache::open(&dir, switchyard::cache::ArtifactKey::generate().unwrap()).unwrap();
+    let cache =
+        ArtifactCache::open(&dir, switchyard::artifact_cache::ArtifactKey::generate().unwrap()).unwrap();
     let engine = PolicyEngine::new(switchyard::Limits::default()).unwrap().with_artifact_cache(cache.clone());
     let first = PolicyComponent::load(&engine, DEFAULT_POLICY).unwrap();
     assert!(!first.from_cache());

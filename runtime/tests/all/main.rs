@@ -3,8 +3,8 @@
 //! which drives the `switchyard` binary, is the root package's `tests/all`.
 
 mod adversarial;
+mod artifact_cache;
 mod bounds;
-mod cache;
 mod contract;
 mod equivalence;
 mod guard;

@@ -268,8 +268,7 @@ fn parameter_errors_have_one_shape_natively_and_as_guests() {
 }
 
 /// A value of the wrong type or an unknown field is named by its whole path, however
-/// deep, natively and as a guest (before, only the top-level field a search could blame
-/// was named, and none when two were wrong).
+/// deep, natively and as a guest, and with two wrong the first is named.
 #[test]
 fn type_errors_name_the_whole_path_natively_and_as_guests() {
     let cases = [
@@ -296,11 +295,10 @@ fn type_errors_name_the_whole_path_natively_and_as_guests() {
     }
 }
 
-/// The default policy's component stays the size the SDK's allocator made it: Cranelift's
-/// compile of an upload, and the memory its code holds, follow the size (issue 16;
-/// BENCHMARKS.md, "the SDK's own allocator"). It was 84,697 bytes with dlmalloc linked,
-/// 77,132 with the SDK's allocator; the bound leaves room for the toolchain's drift, not
-/// for dlmalloc coming back.
+/// The default policy's component stays the size the SDK's allocator makes it: Cranelift's
+/// compile of an upload, and the memory its code holds, follow the size (the sizes with and
+/// without dlmalloc: docs/benchmarks-history.md, "the SDK's own allocator"). The bound
+/// leaves room for the toolchain's drift, not for dlmalloc linked in.
 #[test]
 fn the_default_policy_component_stays_under_80_kb() {
     let size = builtin::find("default").unwrap().component.len();

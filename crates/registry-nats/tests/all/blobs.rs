@@ -86,7 +86,7 @@ async fn a_blob_whose_chunks_are_gone_is_an_error_not_a_hang() {
     let stream = js.get_stream("OBJ_switchyard-blobs").await.expect("the blob stream");
     stream.purge().filter(format!("$O.switchyard-blobs.C.{nuid}")).await.expect("chunks purged");
 
-    // It hung for good before the read had a deadline of its own.
+    // Without a deadline of its own the read would hang for good.
     let read = tokio::time::timeout(std::time::Duration::from_secs(60), registry.read_blob(&name)).await;
     let read = read.expect("the read gave up by itself");
     assert!(matches!(read, Err(RegistryError::Unavailable(_))), "{read:?}");

@@ -1,6 +1,7 @@
 //! The JSON request format of `switchyard select --input` (and of the service's select):
 //! request facts, the worker table, and per-worker inputs as columns.
-//! `selection/sample-request.json` ([`SAMPLE_REQUEST`]) is a complete example; README documents each field.
+//! `crates/selection/sample-request.json` ([`SAMPLE_REQUEST`]) is a complete example;
+//! docs/cli.md ("The request file") documents each field.
 
 use std::collections::BTreeMap;
 

@@ -18,16 +18,16 @@
 //! cannot make a file pass: neither other code nor another component's genuine artifact
 //! renamed to this one's name (the name holds the component's sha256 and the engine's
 //! settings). An unkeyed digest beside an artifact (`.blake3`, `.sha256`) counts for
-//! nothing. The file must also be a regular file (symlinks are never followed), owned
-//! by this process's user and accessible to no one else. A file this process checked
-//! before is not hashed again while it is provably unchanged (see `Identity`): an
-//! evicted version's reload then takes 40–48 % less time (BENCHMARKS.md). The artifacts
-//! this cache wrote can be checked that way ahead of any load
-//! ([`ArtifactCache::check_written`], which the service's eviction pass calls), so not
-//! even the first reload hashes on a selection's path. An artifact that fails a check is
-//! not run: it is removed, counted ([`ArtifactCache::rejected`]), logged, and the
-//! component is compiled again. The helpers for owner-only files and directories are
-//! public: the service's data directory uses them too.
+//! nothing. The file must also be a regular file (symlinks are never followed), owned by
+//! this process's user and accessible to no one else. A file this process checked before is
+//! not hashed again while it is provably unchanged (see `Identity`): an evicted version's
+//! reload then takes markedly less time (BENCHMARKS.md, "Where the time goes": a component
+//! loaded from the artifact cache). The artifacts this cache wrote can be checked that way
+//! ahead of any load ([`ArtifactCache::check_written`], which the service's eviction pass
+//! calls), so not even the first reload hashes on a selection's path. An artifact that
+//! fails a check is not run: it is removed, counted ([`ArtifactCache::rejected`]), logged,
+//! and the component is compiled again. Owner-only files and directories are
+//! `switchyard-fs`'s, which the service's data directory uses too.
 //!
 //! A loaded artifact is mapped, not copied, so it must never be written in place: this
 //! cache only ever renames a new file over an old one or unlinks it, and an operator
@@ -37,17 +37,17 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::hash::{Hash, Hasher};
-use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
+use switchyard_fs::{create_private, is_temp_name, open_private, private_dir, read_private, write_private};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -449,6 +449,22 @@ impl ArtifactCache {
         [Self::mac_path(artifact), with_suffix(artifact, ".blake3"), with_suffix(artifact, ".sha256")]
     }
 
+    /// Removes the artifact `engine` compiled from the component `bytes`, if there is
+    /// one, and every file that goes with it ([`ArtifactCache::digest_paths`]): for
+    /// whoever deletes the component's bytes, after which nothing would find it. The
+    /// artifact goes before its MAC: a failure in between leaves a MAC without an
+    /// artifact (a miss), not an artifact without a MAC (a rejection). Files already
+    /// gone are fine.
+    pub fn remove_for(&self, engine: &Engine, bytes: &[u8]) -> std::io::Result<()> {
+        let artifact = self.path_for(engine, bytes);
+        self.forget(&artifact);
+        remove_if_present(&artifact)?;
+        for digest in Self::digest_paths(&artifact) {
+            remove_if_present(&digest)?;
+        }
+        Ok(())
+    }
+
     /// Whether the MAC recorded for `path`'s artifact is the MAC of `artifact` under
     /// this cache's key and `path`'s file name; `Err`: why not.
     fn check_mac(&self, path: &Path, artifact: &[u8]) -> Result<(), String> {
@@ -669,6 +685,14 @@ fn remove_entry(path: &Path) {
     }
 }
 
+/// Removes `path`; a file that is already gone is not an error.
+fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
 /// `path`'s file name (empty if it has none).
 fn file_name(path: &Path) -> &OsStr {
     path.file_name().unwrap_or_default()
@@ -701,137 +725,4 @@ pub fn raise_descriptor_limit() -> Option<u64> {
         }
     }
     Some(limit.rlim_cur)
-}
-
-/// This process's effective user id.
-pub fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// Creates `dir` if needed and makes sure it is owner-only: a directory, not a symlink,
-/// owned by this process's user, mode 0700 (set if it was wider).
-pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let meta = std::fs::symlink_metadata(dir)?;
-    if meta.file_type().is_symlink() {
-        return Err(std::io::Error::other(format!("{} is a symbolic link; not followed", dir.display())));
-    }
-    if !meta.is_dir() {
-        return Err(std::io::Error::other(format!("{} is not a directory", dir.display())));
-    }
-    check_owner(dir, &meta)?;
-    if meta.mode() & 0o777 != 0o700 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
-}
-
-fn check_owner(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
-    let me = euid();
-    if meta.uid() != me {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!("{} is owned by uid {}, not this process's uid {me}", path.display(), meta.uid()),
-        ));
-    }
-    Ok(())
-}
-
-/// Opens `path` for reading if it is a regular file (a symlink is not followed), owned by
-/// this process's user and accessible to no one else (mode 0600 or narrower). The
-/// checks are made on the open file, so they hold for what is read.
-pub fn open_private(path: &Path) -> std::io::Result<File> {
-    let file =
-        OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path).map_err(
-            |e| {
-                if e.raw_os_error() == Some(libc::ELOOP) {
-                    std::io::Error::other(format!("{} is a symbolic link; not followed", path.display()))
-                } else {
-                    e
-                }
-            },
-        )?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other(format!("{} is not a regular file", path.display())));
-    }
-    check_owner(path, &meta)?;
-    if meta.mode() & 0o077 != 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!(
-                "{} has mode {:04o}; only its owner may have access",
-                path.display(),
-                meta.mode() & 0o7777
-            ),
-        ));
-    }
-    Ok(file)
-}
-
-/// Reads a file that [`open_private`] accepts, at most `max` bytes (a larger one is an
-/// error, not read).
-pub fn read_private(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    let file = open_private(path)?;
-    let len = file.metadata()?.len();
-    if len > max {
-        return Err(std::io::Error::other(format!("{} is {len} bytes, over {max}", path.display())));
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    file.take(max).read_to_end(&mut bytes)?;
-    Ok(bytes)
-}
-
-/// Whether `name` is one of [`write_private`]'s temp names.
-pub fn is_temp_name(name: &str) -> bool {
-    name.starts_with('.') && name.ends_with(".tmp")
-}
-
-/// Writes `dir/name` owner-only (0600) so that it is either absent/old or complete: a
-/// temp file whose name is unique to this write (process id and a counter, created
-/// exclusively, never through a symlink), fsync, rename over the target, fsync of the
-/// directory (which makes the rename itself durable).
-pub fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let temp = write_temp(dir, name.as_ref(), bytes)?;
-    let result = std::fs::rename(&temp, dir.join(name)).and_then(|()| File::open(dir)?.sync_all());
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
-}
-
-/// As [`write_private`], but never over an existing `dir/name`: the temp file is linked
-/// to that name, which fails (`AlreadyExists`) if something has it.
-fn create_private(dir: &Path, name: &OsStr, bytes: &[u8]) -> std::io::Result<()> {
-    let temp = write_temp(dir, name, bytes)?;
-    let result = std::fs::hard_link(&temp, dir.join(name));
-    let _ = std::fs::remove_file(&temp);
-    result?;
-    File::open(dir)?.sync_all()
-}
-
-/// A new owner-only file in `dir` holding `bytes`, synced, under a temp name for `name`
-/// unique to this write ([`is_temp_name`]); its path.
-fn write_temp(dir: &Path, name: &OsStr, bytes: &[u8]) -> std::io::Result<PathBuf> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let temp = dir.join(format!(".{}.{}.{n}.tmp", name.to_string_lossy(), std::process::id()));
-    let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()
-    })();
-    match result {
-        Ok(()) => Ok(temp),
-        Err(e) => {
-            let _ = std::fs::remove_file(&temp);
-            Err(e)
-        }
-    }
 }

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use switchyard::cache::{ArtifactKey, is_temp_name};
+use switchyard::artifact_cache::ArtifactKey;
 use switchyard::{ArtifactCache, Limits, LoadErrorKind, PolicyComponent, PolicyEngine};
+use switchyard_fs::is_temp_name;
 use wasmtime::component::Component;
 
 use switchyard_test_util::fixtures::DEFAULT_POLICY;
@@ -262,6 +263,29 @@ fn serialized_bytes_stored_are_sealed_and_loaded() {
     assert!(PolicyComponent::load(&engine, policy()).unwrap().from_cache());
     assert_eq!(cache.rejected(), 0);
     assert!(cache.store_serialized(engine.engine(), &digest, &[]).is_err(), "nothing to store");
+}
+
+/// `remove_for` takes a component's artifact and everything recorded beside it, and
+/// nothing else; the next load compiles again. Removing what is gone is fine.
+#[test]
+fn removing_a_components_artifact_takes_its_mac_and_digests_and_nothing_else() {
+    let dir = temp("remove-for");
+    let (engine, cache) = engine(&dir);
+    assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache());
+    let path = cache.path_for(engine.engine(), policy());
+    let beside = ArtifactCache::digest_paths(&path);
+    for file in &beside[1..] {
+        std::fs::write(file, b"an unkeyed digest").unwrap();
+    }
+    let other = cache.path_for(engine.engine(), b"other bytes");
+    std::fs::write(&other, b"another component's artifact").unwrap();
+    cache.remove_for(engine.engine(), policy()).unwrap();
+    assert!(!path.exists(), "the artifact is gone");
+    assert!(beside.iter().all(|file| !file.exists()), "and what was beside it: {beside:?}");
+    assert!(other.exists(), "another component's artifact stays");
+    cache.remove_for(engine.engine(), policy()).unwrap();
+    assert!(!PolicyComponent::load(&engine, policy()).unwrap().from_cache(), "compiled again");
+    assert_eq!(cache.rejected(), 0);
 }
 
 /// The key's file: created on first use with a fresh key, owner-only (0600), holding 64
