@@ -1,7 +1,8 @@
 //! The Dynamo adapter following the data dir of a running `switchyard serve`: an upload
 //! and a rollback through the service's API take effect inside Dynamo's selector while
 //! another thread selects, with no failed selection and every answer from the old or the
-//! new version.
+//! new version; with a partition-aware source, each routing group runs its own tenant's
+//! policy and one tenant's changes and faults leave the other groups alone.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use dynamo_kv_router::{
 };
 use rustc_hash::FxHashMap;
 use serde_json::json;
-use switchyard_dynamo::{LivePolicy, SwitchyardConfig};
+use switchyard_dynamo::{StorePolicies, SwitchyardConfig};
 use switchyard_test_util::DEFAULT_POLICY;
 
 use switchyard_test_util::server::{Body, Client, Server, temp_dir};
@@ -116,13 +117,14 @@ fn dynamo_follows_an_upload_and_a_rollback_while_selecting() {
         "temperature": 0,
     }))
     .expect("valid parameters");
-    let live = LivePolicy::load(&config).expect("the class's version loads");
+    let policies = StorePolicies::load(&config).expect("the class's version loads");
+    let live = policies.tenant("acme").expect("the named tenant is followed");
     assert!(
         live.current().name().starts_with(&format!("acme/mine@{}", &v1[..12])),
         "{}",
         live.current().name()
     );
-    let factory = Arc::clone(&live).factory();
+    let factory = Arc::clone(&policies).factory();
 
     // Another thread selects throughout, as Dynamo's router would.
     let answers = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -198,11 +200,137 @@ fn dynamo_refuses_a_blob_whose_bytes_are_not_its_name_or_over_the_limit() {
     let last = other.len() - 1;
     other[last] ^= 1;
     std::fs::write(&blob, other).unwrap();
-    let refused = LivePolicy::load(&config).err().expect("a blob that is not its name is refused");
+    let refused = StorePolicies::load(&config).err().expect("a blob that is not its name is refused");
     assert!(refused.to_string().contains("not to their name"), "{refused}");
 
     // A file far over what compiles: refused before it is read.
     std::fs::write(&blob, vec![0u8; 5 << 20]).unwrap();
-    let refused = LivePolicy::load(&config).err().expect("an oversized blob is refused");
+    let refused = StorePolicies::load(&config).err().expect("an oversized blob is refused");
     assert!(refused.to_string().contains("over"), "{refused}");
+}
+
+/// Selects for `partition` on a thread of its own until `stop`, as Dynamo's router would:
+/// every answer in order, and every failure.
+fn selecting(
+    factory: &dynamo_kv_router::WorkerSelectionPolicyFactory,
+    partition: (&'static str, &'static str),
+    stop: &Arc<AtomicBool>,
+) -> (Arc<std::sync::Mutex<Vec<u64>>>, std::thread::JoinHandle<Vec<String>>) {
+    let answers = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (factory, out, stop) = (Arc::clone(factory), Arc::clone(&answers), Arc::clone(stop));
+    let thread = std::thread::spawn(move || {
+        let policy = factory(
+            &KvRouterConfig::default(),
+            WorkerType::Aggregated,
+            RoutingPartitionRef::new(partition.0, partition.1),
+        );
+        let workers: HashMap<WorkerId, TestWorker> =
+            [(1, TestWorker::default()), (2, TestWorker::default())].into();
+        let mut failed = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            match select(&policy, &workers) {
+                Ok(worker) => out.lock().unwrap().push(worker),
+                Err(e) => failed.push(e),
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        failed
+    });
+    (answers, thread)
+}
+
+/// Waits until `answers` has grown by `n` more.
+fn more(answers: &std::sync::Mutex<Vec<u64>>, n: usize) {
+    let from = answers.lock().unwrap().len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while answers.lock().unwrap().len() < from + n {
+        assert!(Instant::now() < deadline, "no more answers");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn each_routing_group_runs_its_own_tenants_policy_and_changes_alone() {
+    let dir = temp_dir("dynamo-partitions");
+    let server = Server::with_config(&dir, "");
+    let c = Client::new(&server);
+    let scale4 = Some("%7B%22prefill_load_scale%22%3A4%7D");
+    // acme's policy answers worker 2, globex's worker 1 (see `request`).
+    let acme = c.add_tenant("acme");
+    let a1 = c.uploaded(&acme, "acme", "mine", DEFAULT_POLICY, None);
+    c.assigned(&acme, "acme", "latency", json!({ "policy": "mine", "on_fault": "closed" }));
+    let globex = c.add_tenant("globex");
+    c.uploaded(&globex, "globex", "theirs", DEFAULT_POLICY, scale4);
+    c.assigned(&globex, "globex", "latency", json!({ "policy": "theirs", "on_fault": "closed" }));
+
+    let config = SwitchyardConfig::from_json(json!({
+        "policy": {"store": {
+            "data_dir": dir.join("data"), "tenant_from": "routing_group",
+            "tenants": {"group-a": "acme", "group-b": "globex"}, "class": "latency", "poll_ms": 20,
+        }},
+        "temperature": 0,
+    }))
+    .expect("valid parameters");
+    let policies = StorePolicies::load(&config).expect("every tenant's version loads");
+    assert_eq!(policies.tenants(), ["acme", "globex"], "every tenant of the data dir, loaded at start-up");
+    let factory = Arc::clone(&policies).factory();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (a, a_thread) = selecting(&factory, ("m", "group-a"), &stop);
+    let (b, b_thread) = selecting(&factory, ("m", "group-b"), &stop);
+    // A group no map names and no tenant has: the builtin default (worker 2, as scale 1).
+    let (n, n_thread) = selecting(&factory, ("m", "nobody"), &stop);
+    more(&a, 20);
+    more(&b, 20);
+    more(&n, 20);
+    assert_eq!(a.lock().unwrap()[0], 2, "acme's policy from the first selection");
+    assert_eq!(b.lock().unwrap()[0], 1, "globex's policy from the first selection");
+    assert!(n.lock().unwrap().iter().all(|w| *w == 2), "no tenant: the default");
+
+    // An upload by acme moves group-a only; its rollback moves it back.
+    let a2 = c.uploaded(&acme, "acme", "mine", DEFAULT_POLICY, scale4);
+    assert_ne!(a1, a2);
+    wait_for(&a, 1, "acme's v2");
+    let (status, v) = c.call("POST", "/v1/tenants/acme/policies/mine/rollback", Some(&acme), Body::None);
+    assert_eq!(status, 200, "{v}");
+    wait_for(&a, 2, "acme's v1 after its rollback");
+    more(&b, 20);
+
+    // A tenant created now, its group first seen before: followed from then on.
+    let (i, i_thread) = selecting(&factory, ("m", "initech"), &stop);
+    more(&i, 5);
+    let initech = c.add_tenant("initech");
+    c.uploaded(&initech, "initech", "p", DEFAULT_POLICY, scale4);
+    c.assigned(&initech, "initech", "latency", json!({ "policy": "p", "on_fault": "closed" }));
+    wait_for(&i, 1, "initech's own policy");
+
+    // A hostile policy for acme, which spins: group-a's selections fail (fail-closed),
+    // its breaker opens; group-b's go on, every one globex's.
+    let bad = c.uploaded(&acme, "acme", "spin", switchyard_test_util::hostile::ILOOP, None);
+    c.assigned(&acme, "acme", "latency", json!({ "policy": "spin", "on_fault": "closed" }));
+    let acme_live = policies.tenant("acme").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !acme_live.current().name().contains(&bad[..12]) {
+        assert!(
+            Instant::now() < deadline,
+            "acme's hostile version never ran: {}",
+            acme_live.current().name()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let b_before = b.lock().unwrap().len();
+    more(&b, 200);
+    stop.store(true, Ordering::Relaxed);
+    let a_failed = a_thread.join().unwrap();
+    assert!(!a_failed.is_empty(), "acme's spinning policy fails its own selections (fail-closed)");
+    for (name, thread) in [("group-b", b_thread), ("nobody", n_thread), ("initech", i_thread)] {
+        let failed = thread.join().unwrap();
+        assert!(failed.is_empty(), "{name}: selections failed: {failed:?}");
+    }
+    assert!(b.lock().unwrap().iter().all(|w| *w == 1), "globex's picks never moved");
+    assert!(b.lock().unwrap().len() >= b_before + 200);
+    assert_eq!(policies.tenant("globex").unwrap().generation(), 0, "globex never swapped");
+    assert_eq!(policies.tenant("globex").unwrap().last_error(), None);
+    let mut runs = a.lock().unwrap().clone();
+    runs.dedup();
+    assert_eq!(runs, [2, 1, 2], "group-a: v1, v2, v1 again, each answer one version's");
 }

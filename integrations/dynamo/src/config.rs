@@ -1,10 +1,12 @@
 //! The `parameters` of a `switchyard` worker-selection instance, validated once at
 //! start-up (Dynamo's factory cannot fail later).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use dynamo_kv_router::RoutingPartitionRef;
 use dynamo_kv_router::plugins::{WorkerSelectionPolicyParameters, WorkerSelectionPolicyProviderError};
 use serde::Deserialize;
 use switchyard::{FailMode, GuardConfig, Limits};
@@ -59,14 +61,42 @@ pub enum PolicySource {
     Store(StoreSource),
 }
 
-/// A (tenant, class) in the data directory a `switchyard serve` writes: the version the
-/// class routes to now, swapped for the next one once that is compiled and configured.
+/// A class of one tenant, or of the tenant each routing partition names, in the data
+/// directory a `switchyard serve` writes: the version the class routes to now, swapped for
+/// the next one once that is compiled and configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreSource {
     data_dir: PathBuf,
-    tenant: String,
+    tenant: TenantOf,
     class: String,
     poll: Duration,
+    max_tenants: usize,
+}
+
+/// Whose class a store source follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantOf {
+    /// One tenant for every partition (`tenant: acme`).
+    Named(String),
+    /// The tenant each routing partition names (`tenant_from: routing_group`, with an
+    /// optional `tenants` map from the partition's key to a tenant; a key the map does not
+    /// list is the tenant's name itself).
+    Partition {
+        /// Which part of Dynamo's `RoutingPartitionRef` names the tenant.
+        key: PartitionKey,
+        /// Partition key → tenant.
+        map: BTreeMap<String, String>,
+    },
+}
+
+/// The part of a routing partition that names its tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartitionKey {
+    /// `RoutingPartitionRef::routing_group`.
+    RoutingGroup,
+    /// `RoutingPartitionRef::model_name`.
+    ModelName,
 }
 
 impl StoreSource {
@@ -75,9 +105,23 @@ impl StoreSource {
         &self.data_dir
     }
 
-    /// The tenant whose class is followed.
-    pub fn tenant(&self) -> &str {
+    /// Whose class is followed.
+    pub fn tenant(&self) -> &TenantOf {
         &self.tenant
+    }
+
+    /// The tenant whose class `partition` runs.
+    pub fn tenant_for<'a>(&'a self, partition: RoutingPartitionRef<'a>) -> &'a str {
+        match &self.tenant {
+            TenantOf::Named(tenant) => tenant,
+            TenantOf::Partition { key, map } => {
+                let key = match key {
+                    PartitionKey::RoutingGroup => partition.routing_group,
+                    PartitionKey::ModelName => partition.model_name,
+                };
+                map.get(key).map_or(key, String::as_str)
+            }
+        }
     }
 
     /// The class followed.
@@ -85,14 +129,23 @@ impl StoreSource {
         &self.class
     }
 
-    /// How often the tenant's record file is checked for a change (one `stat`).
+    /// How often each followed tenant's record file is checked for a change (one `stat`).
     pub fn poll(&self) -> Duration {
         self.poll
+    }
+
+    /// How many tenants one instance follows at most (partitions naming more run the
+    /// builtin default, unfollowed).
+    pub fn max_tenants(&self) -> usize {
+        self.max_tenants
     }
 }
 
 /// The default of `policy.store.poll_ms`.
 const DEFAULT_POLL_MS: u64 = 200;
+
+/// The default of `policy.store.max_tenants`.
+const DEFAULT_MAX_TENANTS: usize = 4096;
 
 /// The YAML mapping as written; every field is checked again in [`SwitchyardConfig`].
 #[derive(Deserialize)]
@@ -122,10 +175,17 @@ enum RawSource {
 #[serde(deny_unknown_fields)]
 struct RawStore {
     data_dir: PathBuf,
-    tenant: String,
+    #[serde(default)]
+    tenant: Option<String>,
+    #[serde(default)]
+    tenant_from: Option<PartitionKey>,
+    #[serde(default)]
+    tenants: Option<BTreeMap<String, String>>,
     class: String,
     #[serde(default)]
     poll_ms: Option<u64>,
+    #[serde(default)]
+    max_tenants: Option<usize>,
 }
 
 /// A validated `switchyard` instance configuration.
@@ -139,6 +199,8 @@ struct RawStore {
 ///       parameters:
 ///         policy: {file: /etc/switchyard/tenant-a.wasm}   # required: a file, or
 ///         # policy: {store: {data_dir: /var/lib/switchyard, tenant: acme, class: latency, poll_ms: 200}}
+///         # policy: {store: {data_dir: /var/lib/switchyard, tenant_from: routing_group,
+///         #                  tenants: {group-a: acme}, class: latency, max_tenants: 4096}}
 ///         params: {overlap_score_credit: 0.5}             # the policy's own; default {} (file only)
 ///         on_fault: open                                  # open (default) | closed (file only)
 ///         temperature: 0.0                                # default: Dynamo's router_temperature
@@ -188,10 +250,51 @@ impl SwitchyardConfig {
                 if store.data_dir.as_os_str().is_empty() {
                     return Err(ConfigError::new("policy.store.data_dir", "empty path"));
                 }
-                for (field, value) in [("tenant", &store.tenant), ("class", &store.class)] {
-                    if value.is_empty() {
-                        return Err(ConfigError::new(format!("policy.store.{field}"), "empty"));
+                if store.class.is_empty() {
+                    return Err(ConfigError::new("policy.store.class", "empty"));
+                }
+                let tenant = match (store.tenant, store.tenant_from, store.tenants) {
+                    (Some(_), Some(_), _) => {
+                        return Err(ConfigError::new(
+                            "policy.store.tenant_from",
+                            "give either `tenant` (one tenant) or `tenant_from` (each partition's), not both",
+                        ));
                     }
+                    (None, None, _) => {
+                        return Err(ConfigError::new(
+                            "policy.store",
+                            "missing `tenant` (one tenant) or `tenant_from` (routing_group or model_name)",
+                        ));
+                    }
+                    (Some(_), None, Some(_)) => {
+                        return Err(ConfigError::new(
+                            "policy.store.tenants",
+                            "maps partitions to tenants, so it goes with `tenant_from`, not `tenant`",
+                        ));
+                    }
+                    (Some(tenant), None, None) if tenant.is_empty() => {
+                        return Err(ConfigError::new("policy.store.tenant", "empty"));
+                    }
+                    (Some(tenant), None, None) => TenantOf::Named(tenant),
+                    (None, Some(key), map) => {
+                        let map = map.unwrap_or_default();
+                        for (from, to) in &map {
+                            if from.is_empty() || to.is_empty() {
+                                return Err(ConfigError::new(
+                                    format!("policy.store.tenants.{from}"),
+                                    "partition keys and tenant names must not be empty",
+                                ));
+                            }
+                        }
+                        TenantOf::Partition { key, map }
+                    }
+                };
+                let max_tenants = store.max_tenants.unwrap_or(DEFAULT_MAX_TENANTS);
+                if !(1..=1_000_000).contains(&max_tenants) {
+                    return Err(ConfigError::new(
+                        "policy.store.max_tenants",
+                        format!("must be 1 to 1000000, got {max_tenants}"),
+                    ));
                 }
                 let poll_ms = store.poll_ms.unwrap_or(DEFAULT_POLL_MS);
                 if !(10..=60_000).contains(&poll_ms) {
@@ -214,9 +317,10 @@ impl SwitchyardConfig {
                 }
                 PolicySource::Store(StoreSource {
                     data_dir: store.data_dir,
-                    tenant: store.tenant,
+                    tenant,
                     class: store.class,
                     poll: Duration::from_millis(poll_ms),
+                    max_tenants,
                 })
             }
         };

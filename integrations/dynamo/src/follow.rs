@@ -1,65 +1,196 @@
-//! A store source: the version a tenant's class routes to in a Switchyard data directory,
-//! followed while the router runs. A thread of its own checks the stamp of the tenant's
-//! record file every `poll_ms` (one `stat`, however many tenants the directory holds); when the class routes elsewhere it reads, compiles and configures the new
-//! version (off the selection path) and only then swaps it in, so no selection waits on a
-//! compile or fails for an upload. A change it cannot take (a tenant removed, a component
-//! that does not load) leaves the running version in place and is reported
-//! ([`LivePolicy::last_error`], a `tracing` warning).
+//! A store source: the version each followed tenant's class routes to in a Switchyard
+//! data directory, followed while the router runs. One thread per instance checks the
+//! stamp of each followed tenant's record file every `poll_ms` (one `stat` per tenant);
+//! when a class routes elsewhere it reads, compiles and configures the new version (off
+//! the selection path, under the adapter's compile permit and deadline) and only then
+//! swaps it in, so no selection waits on a compile or fails for an upload. A change it
+//! cannot take (a component that does not load, a named tenant removed) leaves that
+//! tenant's running version in place and is reported ([`LivePolicy::last_error`], a
+//! `tracing` warning); no other tenant is touched.
 
-use std::sync::{Arc, Weak};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 
+use dynamo_kv_router::RoutingPartitionRef;
+use dynamo_kv_router::plugins::worker_selection::WorkerInputs as DynamoInputs;
 use sha2::Digest;
 
 use switchyard::{FailMode, GuardConfig, PolicyEngine};
 use switchyard_store::{ManifestStamp, Routed, StoreReader};
 
-use crate::config::{ConfigError, StoreSource, SwitchyardConfig};
+use crate::config::{ConfigError, PolicySource, StoreSource, SwitchyardConfig, TenantOf};
 use crate::version::{LivePolicy, LoadedPolicy, Version};
 
-/// Loads the class's version now (each failure a [`ConfigError`] on `policy.store`) and
-/// starts following it.
-pub(crate) fn start(
-    config: &SwitchyardConfig,
-    source: &StoreSource,
-    engine: PolicyEngine,
-) -> Result<Arc<LivePolicy>, ConfigError> {
-    let reader = StoreReader::new(source.data_dir()).map_err(|e| {
-        ConfigError::new("policy.store.data_dir", format!("{}: {e}", source.data_dir().display()))
-    })?;
-    let mut follower = Follower {
-        reader,
-        source: source.clone(),
-        engine,
-        guard: config.guard().clone(),
-        temperature: config.temperature(),
-        stamp: None,
-        running: None,
-    };
-    let first = follower
-        .next()
-        .map_err(|e| ConfigError::new("policy.store", e))?
-        .expect("the first check always loads a version");
-    // Every group: a later version may read any of them, and Dynamo fixes what a picker
-    // declares when it builds the policy.
-    let inputs = dynamo_kv_router::plugins::worker_selection::WorkerInputs::CACHE
-        | dynamo_kv_router::plugins::worker_selection::WorkerInputs::LOAD
-        | dynamo_kv_router::plugins::worker_selection::WorkerInputs::PREFERRED_TAINT;
-    let live = LivePolicy::new(first, inputs, config.temperature(), true);
-    let weak = Arc::downgrade(&live);
-    std::thread::Builder::new()
-        .name(format!("switchyard-follow-{}", source.tenant()))
-        .spawn(move || follower.run(weak))
-        .map_err(|e| ConfigError::new("policy.store", format!("cannot start the follower thread: {e}")))?;
-    Ok(live)
+/// The tenants one store-sourced instance runs, each one's class followed: a single named
+/// tenant for every partition, or the tenant each routing partition names.
+pub struct StorePolicies {
+    source: StoreSource,
+    followed: Mutex<BTreeMap<String, Arc<LivePolicy>>>,
+    /// Raised when a partition names a tenant not followed before, so the follower loads
+    /// its version now rather than a poll later.
+    added: (Mutex<bool>, Condvar),
+    /// The builtin default's guest, compiled once: what a tenant without a policy for the
+    /// class runs (a fork per tenant, so breakers are never shared).
+    default: Arc<LoadedPolicy>,
+    /// What partitions beyond `max_tenants` run, unfollowed.
+    overflow: Arc<LivePolicy>,
+    temperature: Option<f64>,
 }
 
-/// What the running version is, to tell a real change from a rewrite of the manifest
-/// that leaves this class where it was.
+/// Every group: a later version may read any of them, and Dynamo fixes what a picker
+/// declares when it builds the policy.
+fn all_inputs() -> DynamoInputs {
+    DynamoInputs::CACHE | DynamoInputs::LOAD | DynamoInputs::PREFERRED_TAINT
+}
+
+impl StorePolicies {
+    /// Loads the class's version for every tenant the source can reach now (the named
+    /// tenant, or every tenant of the data directory for a partition-aware source, up to
+    /// `max_tenants`) and starts following them. A named tenant that is missing or whose
+    /// version does not load refuses the configuration (on `policy.store`); a
+    /// partition-aware source runs the builtin default for such a tenant and says why
+    /// ([`LivePolicy::last_error`]), since one tenant's upload must not stop the router.
+    /// The follower thread ends when the returned handle (and every factory made from
+    /// it) is dropped.
+    pub fn load(config: &SwitchyardConfig) -> Result<Arc<Self>, ConfigError> {
+        let PolicySource::Store(source) = config.source() else {
+            return Err(ConfigError::new(
+                "policy",
+                "not a store source (a file is loaded by `LivePolicy::load`)",
+            ));
+        };
+        let engine = PolicyEngine::new(config.limits().clone())
+            .map_err(|e| ConfigError::new("limits", format!("{e:#}")))?;
+        let reader = StoreReader::new(source.data_dir()).map_err(|e| {
+            ConfigError::new("policy.store.data_dir", format!("{}: {e}", source.data_dir().display()))
+        })?;
+        let mut follower = Follower {
+            reader,
+            source: source.clone(),
+            engine,
+            guard: config.guard().clone(),
+            temperature: config.temperature(),
+            states: HashMap::new(),
+            templates: HashMap::new(),
+        };
+        let default = follower
+            .build(&default_running(), "default".into())
+            .map_err(|e| ConfigError::new("policy.store", format!("the builtin default: {e}")))?;
+        let overflow = LivePolicy::new(
+            default.fork(format!("{}: default (over max_tenants)", source.class()), FailMode::Open),
+            all_inputs(),
+            config.temperature(),
+            false,
+        );
+        let policies = Arc::new(Self {
+            source: source.clone(),
+            followed: Mutex::new(BTreeMap::new()),
+            added: (Mutex::new(false), Condvar::new()),
+            default,
+            overflow,
+            temperature: config.temperature(),
+        });
+        match source.tenant() {
+            TenantOf::Named(tenant) => {
+                let first = follower
+                    .check(tenant)
+                    .map_err(|e| ConfigError::new("policy.store", e))?
+                    .expect("the first check always loads a version");
+                let live = LivePolicy::new(first, all_inputs(), config.temperature(), true);
+                policies.lock().insert(tenant.clone(), live);
+            }
+            TenantOf::Partition { .. } => {
+                let manifest = follower.reader.load_manifest().map_err(|e| {
+                    ConfigError::new("policy.store.data_dir", format!("{}: {e}", source.data_dir().display()))
+                })?;
+                for tenant in manifest.tenants.keys().take(source.max_tenants()) {
+                    follower.states.entry(tenant.clone()).or_default().running = Some(default_running());
+                    match follower.check(tenant) {
+                        Ok(Some(first)) => {
+                            let live = LivePolicy::new(first, all_inputs(), config.temperature(), true);
+                            policies.lock().insert(tenant.clone(), live);
+                        }
+                        Ok(None) => drop(policies.start(tenant)),
+                        Err(e) => {
+                            tracing::warn!(tenant, error = %e, "switchyard: a tenant's version did not load; it runs the builtin default");
+                            policies.start(tenant).set_error(Some(e));
+                        }
+                    }
+                }
+            }
+        }
+        let weak = Arc::downgrade(&policies);
+        std::thread::Builder::new()
+            .name(format!("switchyard-follow-{}", source.class()))
+            .spawn(move || follower.run(weak))
+            .map_err(|e| {
+                ConfigError::new("policy.store", format!("cannot start the follower thread: {e}"))
+            })?;
+        Ok(policies)
+    }
+
+    /// The policy `partition` runs: its tenant's, followed from now on if it was not
+    /// (running the builtin default until the follower has loaded the tenant's version,
+    /// which it starts at once).
+    pub fn for_partition(&self, partition: RoutingPartitionRef<'_>) -> Arc<LivePolicy> {
+        let tenant = self.source.tenant_for(partition);
+        if let Some(live) = self.lock().get(tenant) {
+            return Arc::clone(live);
+        }
+        if self.lock().len() >= self.source.max_tenants() {
+            tracing::warn!(
+                tenant,
+                max_tenants = self.source.max_tenants(),
+                "switchyard: a partition names a tenant beyond max_tenants; it runs the builtin default"
+            );
+            return Arc::clone(&self.overflow);
+        }
+        let live = self.start(tenant);
+        let (lock, added) = &self.added;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        added.notify_one();
+        live
+    }
+
+    /// The followed tenant `tenant`'s policy, if it is followed.
+    pub fn tenant(&self, tenant: &str) -> Option<Arc<LivePolicy>> {
+        self.lock().get(tenant).cloned()
+    }
+
+    /// The tenants followed now.
+    pub fn tenants(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    /// `tenant` followed, running the builtin default until its version is loaded.
+    fn start(&self, tenant: &str) -> Arc<LivePolicy> {
+        let mut followed = self.lock();
+        let live = followed.entry(tenant.to_string()).or_insert_with(|| {
+            let name = format!("{tenant}/{}: default", self.source.class());
+            LivePolicy::new(self.default.fork(name, FailMode::Open), all_inputs(), self.temperature, true)
+        });
+        Arc::clone(live)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<LivePolicy>>> {
+        self.followed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What a tenant runs now, to tell a real change from a rewrite of its record that leaves
+/// this class where it was.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Running {
     component: Component,
     params: String,
     fail_mode: FailMode,
+}
+
+/// A followed tenant's record file as last read, and what its class runs.
+#[derive(Default)]
+struct TenantState {
+    stamp: Option<ManifestStamp>,
+    running: Option<Running>,
 }
 
 struct Follower {
@@ -68,30 +199,66 @@ struct Follower {
     engine: PolicyEngine,
     guard: GuardConfig,
     temperature: Option<f64>,
-    /// The tenant's record file as last read.
-    stamp: Option<ManifestStamp>,
-    running: Option<Running>,
+    states: HashMap<String, TenantState>,
+    /// Compiled versions by component and parameters: another tenant running the same
+    /// bytes with the same parameters gets a fork (its own breaker and name), not a
+    /// second compile. Weak: a version nobody runs is not kept for this.
+    templates: HashMap<(Component, String), Weak<LoadedPolicy>>,
 }
 
 impl Follower {
-    /// The version to swap in, if the class routes somewhere new since the last check.
-    fn next(&mut self) -> Result<Option<Arc<LoadedPolicy>>, String> {
-        let (tenant, class) = (self.source.tenant(), self.source.class());
+    /// Records that `tenant` runs the builtin default now (as [`StorePolicies::start`]
+    /// made it), then loads its class's version if it has one.
+    fn follow(&mut self, tenant: &str, live: &LivePolicy) {
+        self.states.entry(tenant.to_string()).or_default().running.get_or_insert_with(default_running);
+        self.take(tenant, live);
+    }
+
+    /// Checks `tenant` once and swaps in its new version, or reports why not.
+    fn take(&mut self, tenant: &str, live: &LivePolicy) {
+        match self.check(tenant) {
+            Ok(Some(next)) => {
+                tracing::info!(version = next.name(), "switchyard: the followed class moved");
+                live.swap(next);
+                live.set_error(None);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                // Once per distinct reason: a lasting one (an unreadable record is
+                // retried every poll) is not logged every poll.
+                if live.last_error().as_deref() != Some(e.as_str()) {
+                    tracing::warn!(tenant, error = %e, "switchyard: a change in the store was not taken");
+                }
+                live.set_error(Some(e));
+            }
+        }
+    }
+
+    /// The version to swap in for `tenant`, if its class routes somewhere new since the
+    /// last check.
+    fn check(&mut self, tenant: &str) -> Result<Option<Arc<LoadedPolicy>>, String> {
+        let class = self.source.class();
         let stamp = self.reader.tenant_stamp(tenant);
-        if self.running.is_some() && stamp == self.stamp {
+        let state = self.states.entry(tenant.to_string()).or_default();
+        if state.running.is_some() && stamp == state.stamp {
             return Ok(None);
         }
         let record = self.reader.load_tenant(tenant)?;
         // Read once: a failure below is not retried until the record changes again.
-        self.stamp = stamp;
-        let record =
-            record.ok_or_else(|| format!("tenant `{tenant}` is not in {}", self.reader.dir().display()))?;
-        let route = record.route(class).map_err(|e| format!("tenant `{tenant}` class `{class}`: {e}"))?;
-        let (running, name) = match route {
-            Routed::Unassigned => {
-                let default = switchyard_builtins::find("default").expect("the default builtin exists");
-                (builtin(default, FailMode::Open), format!("{tenant}/{class}: default"))
+        state.stamp = stamp;
+        let route = match (&record, self.source.tenant()) {
+            (Some(record), _) => {
+                record.route(class).map_err(|e| format!("tenant `{tenant}` class `{class}`: {e}"))?
             }
+            (None, TenantOf::Named(_)) => {
+                return Err(format!("tenant `{tenant}` is not in {}", self.reader.dir().display()));
+            }
+            // A partition's tenant that does not exist runs the default, as `serve`
+            // routes a class nobody assigned.
+            (None, TenantOf::Partition { .. }) => Routed::Unassigned,
+        };
+        let (running, name) = match route {
+            Routed::Unassigned => (default_running(), format!("{tenant}/{class}: default")),
             Routed::Named { policy, on_fault } => {
                 let b = switchyard_builtins::find(policy).ok_or_else(|| {
                     format!("tenant `{tenant}` class `{class}` routes to `{policy}`, neither a builtin nor one of its policies")
@@ -105,11 +272,25 @@ impl Follower {
                 (running, format!("{tenant}/{policy}@{short}"))
             }
         };
-        if self.running.as_ref() == Some(&running) {
+        if self.states.get(tenant).and_then(|s| s.running.as_ref()) == Some(&running) {
             return Ok(None);
         }
+        let policy = self.build(&running, name)?;
+        self.states.entry(tenant.to_string()).or_default().running = Some(running);
+        Ok(Some(policy))
+    }
+
+    /// `running` compiled and configured as `name`: a fork of a template running the same
+    /// bytes with the same parameters, else a compile.
+    fn build(&mut self, running: &Running, name: String) -> Result<Arc<LoadedPolicy>, String> {
+        let key = (running.component.clone(), running.params.clone());
+        if let Some(template) = self.templates.get(&key).and_then(Weak::upgrade) {
+            return Ok(template.fork(name, running.fail_mode));
+        }
         let bytes = match &running.component {
-            Component::Builtin(bytes, _) => bytes.to_vec(),
+            Component::Builtin(name) => {
+                switchyard_builtins::find(name).expect("a builtin by its own name").component.to_vec()
+            }
             Component::Blob { sha256, size } => {
                 self.blob(sha256, *size).map_err(|e| format!("{name}: blob: {e}"))?
             }
@@ -117,8 +298,9 @@ impl Follower {
         let version = Version { name: name.clone(), params: &running.params, fail_mode: running.fail_mode };
         let policy = LoadedPolicy::build(&self.engine, &bytes, version, &self.guard, self.temperature)
             .map_err(|(_, e)| format!("{name}: {e}"))?;
-        self.running = Some(running);
-        Ok(Some(policy))
+        self.templates.retain(|_, t| t.strong_count() > 0);
+        self.templates.insert(key, Arc::downgrade(&policy));
+        Ok(policy)
     }
 
     /// The bytes of blob `sha256`, the record saying they are `size` long: refused unread
@@ -141,25 +323,28 @@ impl Follower {
         Ok(bytes)
     }
 
-    /// Checks every `poll` until the policy is dropped.
-    fn run(mut self, live: Weak<LivePolicy>) {
+    /// Checks every followed tenant every `poll` (at once when a partition adds one) until
+    /// the instance is dropped.
+    fn run(mut self, policies: Weak<StorePolicies>) {
         loop {
-            std::thread::sleep(self.source.poll());
-            let Some(live) = live.upgrade() else { return };
-            match self.next() {
-                Ok(Some(next)) => {
-                    tracing::info!(version = next.name(), "switchyard: the followed class moved");
-                    live.swap(next);
-                    live.set_error(None);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    // Once per distinct reason: a lasting one (an unreadable manifest is
-                    // retried every poll) is not logged every poll.
-                    if live.last_error().as_deref() != Some(e.as_str()) {
-                        tracing::warn!(error = %e, "switchyard: a change in the store was not taken");
-                    }
-                    live.set_error(Some(e));
+            {
+                let Some(policies) = policies.upgrade() else { return };
+                let (lock, added) = &policies.added;
+                let flag = lock.lock().unwrap_or_else(|p| p.into_inner());
+                let (mut flag, _) = added
+                    .wait_timeout_while(flag, self.source.poll(), |added| !*added)
+                    .unwrap_or_else(|p| p.into_inner());
+                *flag = false;
+            }
+            let Some(policies) = policies.upgrade() else { return };
+            let followed: Vec<(String, Arc<LivePolicy>)> =
+                policies.lock().iter().map(|(t, l)| (t.clone(), Arc::clone(l))).collect();
+            drop(policies);
+            for (tenant, live) in followed {
+                if !self.states.contains_key(&tenant) {
+                    self.follow(&tenant, &live);
+                } else {
+                    self.take(&tenant, &live);
                 }
             }
         }
@@ -167,10 +352,10 @@ impl Follower {
 }
 
 /// Where a version's bytes are.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Component {
     /// A builtin's guest build, by name.
-    Builtin(&'static [u8], String),
+    Builtin(&'static str),
     /// A blob in the store, by sha256, and its size as its record says.
     Blob {
         /// Its name: the sha256 of its bytes.
@@ -180,7 +365,12 @@ enum Component {
     },
 }
 
+/// What a tenant runs before its version is loaded, and without one: the builtin default.
+fn default_running() -> Running {
+    builtin(switchyard_builtins::find("default").expect("the default builtin exists"), FailMode::Open)
+}
+
 /// A builtin's guest build, run with its default parameters.
 fn builtin(b: &'static switchyard_builtins::Builtin, fail_mode: FailMode) -> Running {
-    Running { component: Component::Builtin(b.component, b.name.into()), params: "{}".into(), fail_mode }
+    Running { component: Component::Builtin(b.name), params: "{}".into(), fail_mode }
 }

@@ -41,19 +41,33 @@
 //! - `policy: {store: {data_dir: DIR, tenant: NAME, class: NAME, poll_ms: 200}}`: the
 //!   version a tenant's class routes to in the data directory a running `switchyard
 //!   serve` writes (read-only, without its lock: [`switchyard_store::StoreReader`]), with
-//!   that version's uploaded parameters and the assignment's `on_fault`. A thread of the
-//!   instance's checks the stamp of the tenant's record file every `poll_ms`; when the class routes
-//!   elsewhere (an upload it follows, an assignment, a rollback) it reads, compiles and
-//!   configures the new version off the selection path and only then swaps it in
-//!   ([`LivePolicy`]): each picker takes a sibling of it on its next selection, so no
-//!   selection waits on a compile, none fails, and each answer is one version's. A change
-//!   that cannot be taken (a component that does not load, the tenant gone) leaves the
-//!   running version in place, reported by [`LivePolicy::last_error`] and a `tracing`
-//!   warning. An unassigned class runs the builtin default's guest build, as the service
-//!   routes it; so does a class assigned to a builtin by name. Pickers of a store source
-//!   declare all three input groups to Dynamo, because Dynamo fixes a picker's inputs
-//!   when it builds the policy and a later version may read any of them.
-//!
+//!   that version's uploaded parameters and the assignment's `on_fault`
+//!   ([`StorePolicies`]). A thread of the instance's checks the stamp of the tenant's
+//!   record file every `poll_ms`; when the class routes elsewhere (an upload it follows,
+//!   an assignment, a rollback) it reads, compiles and configures the new version off the
+//!   selection path, under the adapter's one compile permit and `compile_timeout_ms`, and
+//!   only then swaps it in ([`LivePolicy`]): each picker takes a sibling of it on its
+//!   next selection, so no selection waits on a compile, none fails, and each answer is
+//!   one version's. A change that cannot be taken (a component that does not load, the
+//!   tenant gone) leaves the running version in place, reported by
+//!   [`LivePolicy::last_error`] and a `tracing` warning. An unassigned class runs the
+//!   builtin default's guest build, as the service routes it; so does a class assigned to
+//!   a builtin by name. Pickers of a store source declare all three input groups to
+//!   Dynamo, because Dynamo fixes a picker's inputs when it builds the policy and a later
+//!   version may read any of them.
+//! - `policy: {store: {data_dir: DIR, tenant_from: routing_group, tenants: {GROUP: TENANT},
+//!   class: NAME, max_tenants: 4096}}`: the same, per routing partition. Dynamo calls the
+//!   factory with each partition's `RoutingPartitionRef { model_name, routing_group }`;
+//!   `tenant_from` (`routing_group` or `model_name`) names the partition's tenant, through
+//!   `tenants` where it lists the key, else the key itself. Every tenant of the data
+//!   directory is loaded at start-up and followed; a partition naming a tenant not seen
+//!   before is followed from its first selection (the follower loads its version at once;
+//!   until then it runs the builtin default). A tenant without the class, or not in the
+//!   store at all, runs the builtin default, as `serve` routes a class nobody assigned.
+//!   Each tenant has its own versions, breakers and errors: one tenant's bad upload or
+//!   quarantine touches no other partition. Beyond `max_tenants` tenants, further
+//!   partitions run the builtin default, unfollowed, with a warning.
+
 //! # Picker mode
 //!
 //! Each policy Dynamo builds is a [`WorkerSelectionPolicy`] with no filters or scorers of
@@ -156,11 +170,12 @@ use std::sync::Arc;
 use dynamo_kv_router::plugins::{
     RouterPluginRegistry, WorkerSelectionPolicyProvider, WorkerSelectionPolicyRegistryError,
 };
-use dynamo_kv_router::{WorkerSelectionPolicy, WorkerSelectionPolicyFactory};
+use dynamo_kv_router::{KvRouterConfig, WorkerSelectionPolicy, WorkerSelectionPolicyFactory, WorkerType};
 use switchyard::PolicyEngine;
 use switchyard_guest_sdk::Pool;
 
-pub use config::{ConfigError, PolicySource, StoreSource, SwitchyardConfig};
+pub use config::{ConfigError, PartitionKey, PolicySource, StoreSource, SwitchyardConfig, TenantOf};
+pub use follow::StorePolicies;
 pub use picker::SwitchyardPicker;
 pub use rows::pool_of;
 pub use scorer::{ScorerFactory, SwitchyardScorer};
@@ -180,7 +195,10 @@ pub fn register(registry: &mut RouterPluginRegistry) -> Result<(), WorkerSelecti
 pub fn provider() -> WorkerSelectionPolicyProvider {
     Arc::new(|parameters| {
         let config = SwitchyardConfig::from_parameters(parameters)?;
-        Ok(LivePolicy::load(&config)?.factory())
+        Ok(match config.source() {
+            PolicySource::Store(_) => StorePolicies::load(&config)?.factory(),
+            PolicySource::File(_) => LivePolicy::load(&config)?.factory(),
+        })
     })
 }
 
@@ -197,14 +215,24 @@ impl LoadedPolicy {
     }
 }
 
+impl StorePolicies {
+    /// Picker mode: the factory Dynamo calls once per routing partition and pool; each
+    /// partition runs its tenant's policy ([`StorePolicies::for_partition`]).
+    pub fn factory(self: Arc<Self>) -> WorkerSelectionPolicyFactory {
+        Arc::new(move |router_config, worker_type, partition| {
+            self.for_partition(partition).policy(router_config, worker_type)
+        })
+    }
+}
+
 impl LivePolicy {
-    /// Loads the policy of `config`: a file once, or a store's (tenant, class), followed
-    /// from then on by a thread of its own. Each failure names the field at fault.
+    /// Loads the policy of a file source, once. (A store source is followed:
+    /// [`StorePolicies::load`].) Each failure names the field at fault.
     pub fn load(config: &SwitchyardConfig) -> Result<Arc<Self>, ConfigError> {
-        let engine = PolicyEngine::new(config.limits().clone())
-            .map_err(|e| ConfigError::new("limits", format!("{e:#}")))?;
         match config.source() {
             PolicySource::File(path) => {
+                let engine = PolicyEngine::new(config.limits().clone())
+                    .map_err(|e| ConfigError::new("limits", format!("{e:#}")))?;
                 let bytes = std::fs::read(path).map_err(|e| {
                     ConfigError::new("policy.file", format!("cannot read {}: {e}", path.display()))
                 })?;
@@ -212,7 +240,10 @@ impl LivePolicy {
                     path.file_stem().map_or_else(|| "policy".into(), |s| s.to_string_lossy().into_owned());
                 Ok(Self::fixed(LoadedPolicy::from_bytes(config, &engine, &bytes, name)?))
             }
-            PolicySource::Store(store) => follow::start(config, store, engine),
+            PolicySource::Store(_) => Err(ConfigError::new(
+                "policy.store",
+                "a store source is followed while the router runs: load it with `StorePolicies::load`",
+            )),
         }
     }
 
@@ -224,17 +255,24 @@ impl LivePolicy {
 
     /// Picker mode: the factory Dynamo calls once per routing partition and pool.
     pub fn factory(self: Arc<Self>) -> WorkerSelectionPolicyFactory {
-        Arc::new(move |router_config, worker_type, _partition| {
-            WorkerSelectionPolicy::new(
-                router_config.clone(),
-                worker_type.as_str(),
-                Vec::new(),
-                Box::new(self.picker(pool_of(worker_type), router_config.router_temperature)),
-            )
-            // As Dynamo's default selector: an eligible affinity target is the only
-            // candidate.
-            .with_exclusive_affinity(true)
-        })
+        Arc::new(move |router_config, worker_type, _partition| self.policy(router_config, worker_type))
+    }
+
+    /// The policy Dynamo runs for one partition and pool: no filters or scorers of
+    /// Dynamo's, this policy's picker.
+    fn policy(
+        self: &Arc<Self>,
+        router_config: &KvRouterConfig,
+        worker_type: WorkerType,
+    ) -> WorkerSelectionPolicy {
+        WorkerSelectionPolicy::new(
+            router_config.clone(),
+            worker_type.as_str(),
+            Vec::new(),
+            Box::new(self.picker(pool_of(worker_type), router_config.router_temperature)),
+        )
+        // As Dynamo's default selector: an eligible affinity target is the only candidate.
+        .with_exclusive_affinity(true)
     }
 
     /// Scorer mode: a factory of [`SwitchyardScorer`]s for a host that composes them with

@@ -110,6 +110,21 @@ impl LoadedPolicy {
         }))
     }
 
+    /// The same compiled and configured guest under another name and fault mode, with a
+    /// breaker of its own: what another tenant running the same bytes with the same
+    /// parameters gets, without a second compile, and without sharing a quarantine.
+    pub(crate) fn fork(&self, name: String, fail_mode: FailMode) -> Arc<Self> {
+        Arc::new(Self {
+            name,
+            guest: Mutex::new(self.guest.lock().unwrap_or_else(|p| p.into_inner()).sibling()),
+            info: self.info,
+            fail_mode,
+            guard_config: self.guard_config.clone(),
+            breaker: Arc::new(SharedBreaker::new(self.guard_config.clone())),
+            temperature: self.temperature,
+        })
+    }
+
     /// How faults name this version.
     pub fn name(&self) -> &str {
         &self.name

@@ -29,6 +29,39 @@ fn each_bad_field_is_refused_by_name() {
             "policy.store.tenant: empty",
         ),
         (
+            "store-both",
+            "        policy: {store: {data_dir: /tmp, tenant: a, tenant_from: routing_group, class: c}}"
+                .to_string(),
+            "policy.store.tenant_from: give either `tenant` (one tenant) or `tenant_from` (each partition's), not both",
+        ),
+        (
+            "store-neither",
+            "        policy: {store: {data_dir: /tmp, class: c}}".to_string(),
+            "policy.store: missing `tenant` (one tenant) or `tenant_from` (routing_group or model_name)",
+        ),
+        (
+            "store-map-named",
+            "        policy: {store: {data_dir: /tmp, tenant: a, tenants: {g: a}, class: c}}".to_string(),
+            "policy.store.tenants: maps partitions to tenants, so it goes with `tenant_from`",
+        ),
+        (
+            "store-tenant-from",
+            "        policy: {store: {data_dir: /tmp, tenant_from: lora, class: c}}".to_string(),
+            "policy.store.tenant_from: unknown variant `lora`, expected `routing_group` or `model_name`",
+        ),
+        (
+            "store-map-empty",
+            "        policy: {store: {data_dir: /tmp, tenant_from: model_name, tenants: {g: ''}, class: c}}"
+                .to_string(),
+            "policy.store.tenants.g: partition keys and tenant names must not be empty",
+        ),
+        (
+            "store-max-tenants",
+            "        policy: {store: {data_dir: /tmp, tenant_from: model_name, class: c, max_tenants: 0}}"
+                .to_string(),
+            "policy.store.max_tenants: must be 1 to 1000000, got 0",
+        ),
+        (
             "store-poll",
             "        policy: {store: {data_dir: /tmp, tenant: a, class: c, poll_ms: 0}}".to_string(),
             "policy.store.poll_ms: must be 10 to 60000 (ms), got 0",
