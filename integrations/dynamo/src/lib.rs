@@ -193,12 +193,16 @@ pub fn register(registry: &mut RouterPluginRegistry) -> Result<(), WorkerSelecti
 /// The provider behind `switchyard`: parameters → a checked, loaded policy (followed, for
 /// a store source) → the factory Dynamo calls per routing partition.
 pub fn provider() -> WorkerSelectionPolicyProvider {
-    Arc::new(|parameters| {
-        let config = SwitchyardConfig::from_parameters(parameters)?;
-        Ok(match config.source() {
-            PolicySource::Store(_) => StorePolicies::load(&config)?.factory(),
-            PolicySource::File(_) => LivePolicy::load(&config)?.factory(),
-        })
+    Arc::new(|parameters| Ok(factory_for(&SwitchyardConfig::from_parameters(parameters)?)?))
+}
+
+/// The picker-mode factory for `config`: a file's policy for every partition, or a store's,
+/// followed (each partition its tenant's, for a partition-aware source). Loads and
+/// compiles now; each failure names the field at fault.
+pub fn factory_for(config: &SwitchyardConfig) -> Result<WorkerSelectionPolicyFactory, ConfigError> {
+    Ok(match config.source() {
+        PolicySource::Store(_) => StorePolicies::load(config)?.factory(),
+        PolicySource::File(_) => LivePolicy::load(config)?.factory(),
     })
 }
 

@@ -1,0 +1,150 @@
+//! `switchyard-dynamo`: Dynamo's standalone selection service (`dynamo-kv-router` 1.6.1,
+//! `services::selection`), its HTTP API unchanged, with Switchyard choosing the worker:
+//! every routing partition runs its own tenant's policy component, sandboxed, followed
+//! in the data directory of a running `switchyard serve` (see `docs/dynamo.md`).
+//!
+//! ```text
+//! switchyard-dynamo --config /etc/switchyard/dynamo.toml
+//! ```
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+use dynamo_kv_router::services::selection::{RouterPluginRegistry, SelectionServiceBuilder, run_server};
+use dynamo_kv_router::{KvRouterConfig, WorkerType};
+use serde::Deserialize;
+use switchyard_dynamo::SwitchyardConfig;
+
+/// Dynamo's standalone selection service with Switchyard in it: each routing partition's
+/// worker is picked by its own tenant's policy component.
+#[derive(Parser)]
+#[command(name = "switchyard-dynamo", version)]
+struct Args {
+    /// The service's configuration (TOML; see docs/dynamo.md, "Running Dynamo's selection
+    /// service with tenant policies").
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Check the configuration, load every tenant's policy, and exit without serving.
+    #[arg(long)]
+    check: bool,
+}
+
+/// The configuration file, as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    /// The port Dynamo's server listens on (it binds every address).
+    port: u16,
+    /// The pool this service selects for.
+    #[serde(default)]
+    worker_type: Option<Pool>,
+    /// Threads of each partition's KV-event indexer.
+    #[serde(default)]
+    indexer_threads: Option<usize>,
+    /// The `parameters` of a `switchyard` worker-selection instance.
+    switchyard: toml::Value,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum Pool {
+    Aggregated,
+    Prefill,
+    Decode,
+}
+
+/// A checked configuration.
+struct Config {
+    port: u16,
+    worker_type: WorkerType,
+    indexer_threads: usize,
+    switchyard: SwitchyardConfig,
+}
+
+/// The default of `indexer_threads`: Dynamo's own default is 4 per partition, which a
+/// small machine with many partitions cannot afford.
+const DEFAULT_INDEXER_THREADS: usize = 2;
+
+impl Config {
+    /// Reads and checks `path`; an error names the field (`switchyard.policy.store.class: empty`).
+    fn read(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+        let raw: RawConfig = toml::from_str(&text).map_err(|e| {
+            // toml's message holds the line, the column and the key.
+            e.to_string().trim_end().to_string()
+        })?;
+        if raw.port == 0 {
+            return Err("port: must be 1 to 65535 (Dynamo's server does not report a port it picked)".into());
+        }
+        let indexer_threads = raw.indexer_threads.unwrap_or(DEFAULT_INDEXER_THREADS);
+        if !(1..=64).contains(&indexer_threads) {
+            return Err(format!("indexer_threads: must be 1 to 64, got {indexer_threads}"));
+        }
+        let worker_type = match raw.worker_type.unwrap_or(Pool::Aggregated) {
+            Pool::Aggregated => WorkerType::Aggregated,
+            Pool::Prefill => WorkerType::Prefill,
+            Pool::Decode => WorkerType::Decode,
+        };
+        let parameters =
+            serde_json::to_value(&raw.switchyard).map_err(|e| format!("switchyard: not a table: {e}"))?;
+        let switchyard = SwitchyardConfig::from_json(parameters).map_err(|e| format!("switchyard.{e}"))?;
+        Ok(Self { port: raw.port, worker_type, indexer_threads, switchyard })
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
+    let config = match Config::read(&args.config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("switchyard-dynamo: {}: {e}", args.config.display());
+            return ExitCode::from(2);
+        }
+    };
+    // Loads (and compiles) every tenant's policy now: a refusal names its field.
+    let factory = match switchyard_dynamo::factory_for(&config.switchyard) {
+        Ok(factory) => factory,
+        Err(e) => {
+            eprintln!("switchyard-dynamo: {}: switchyard.{e}", args.config.display());
+            return ExitCode::from(2);
+        }
+    };
+    if args.check {
+        println!("{}: ok", args.config.display());
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("switchyard-dynamo: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let served = runtime.block_on(async move {
+        let mut registry = RouterPluginRegistry::default();
+        switchyard_dynamo::register(&mut registry)?;
+        let service = SelectionServiceBuilder::new(KvRouterConfig::default(), config.worker_type, registry)
+            .worker_selection_policy_factory(factory)
+            .indexer_threads(config.indexer_threads)
+            .build()
+            .await?;
+        eprintln!("switchyard-dynamo: serving Dynamo's selection API on port {}", config.port);
+        run_server(config.port, service).await
+    });
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("switchyard-dynamo: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
