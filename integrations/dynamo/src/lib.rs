@@ -170,7 +170,9 @@ use std::sync::Arc;
 use dynamo_kv_router::plugins::{
     RouterPluginRegistry, WorkerSelectionPolicyProvider, WorkerSelectionPolicyRegistryError,
 };
-use dynamo_kv_router::{KvRouterConfig, WorkerSelectionPolicy, WorkerSelectionPolicyFactory, WorkerType};
+use dynamo_kv_router::{
+    KvRouterConfig, RoutingPartitionRef, WorkerSelectionPolicy, WorkerSelectionPolicyFactory, WorkerType,
+};
 use switchyard::PolicyEngine;
 use switchyard_guest_sdk::Pool;
 
@@ -180,6 +182,28 @@ pub use picker::SwitchyardPicker;
 pub use rows::pool_of;
 pub use scorer::{ScorerFactory, SwitchyardScorer};
 pub use version::{LivePolicy, LoadedPolicy};
+
+/// A worker's capacity as its host advertises it (Dynamo's catalog: `total_kv_blocks`,
+/// `max_num_batched_tokens`), for the `worker-capacity` and `candidate-capacities` imports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerCapacity {
+    /// The worker.
+    pub worker_id: u64,
+    /// Its KV cache, blocks.
+    pub total_kv_blocks: u64,
+    /// Its batch, tokens, if advertised.
+    pub max_num_batched_tokens: Option<u64>,
+}
+
+/// A host that knows its workers' capacities, which Dynamo 1.6.1's plugin context does not
+/// carry: Dynamo's selection service keeps them in its worker catalog. A picker asks when
+/// its partition's rows change (a worker joins, leaves or changes ranks), not per selection,
+/// so a capacity changed by re-registering with the same ranks is seen at the next change.
+pub trait Capacities: Send + Sync {
+    /// The capacities of the workers of partition (`model_name`, `routing_group`); a worker
+    /// not listed has none known.
+    fn capacities(&self, model_name: &str, routing_group: &str) -> Vec<WorkerCapacity>;
+}
 
 /// The worker-selection policy type this crate registers.
 pub const POLICY_TYPE: &str = "switchyard";
@@ -200,9 +224,30 @@ pub fn provider() -> WorkerSelectionPolicyProvider {
 /// followed (each partition its tenant's, for a partition-aware source). Loads and
 /// compiles now; each failure names the field at fault.
 pub fn factory_for(config: &SwitchyardConfig) -> Result<WorkerSelectionPolicyFactory, ConfigError> {
+    factory_with_capacities(config, None)
+}
+
+/// [`factory_for`], the pickers' tables carrying the capacities `capacities` reports for
+/// their partition.
+pub fn factory_with_capacities(
+    config: &SwitchyardConfig,
+    capacities: Option<Arc<dyn Capacities>>,
+) -> Result<WorkerSelectionPolicyFactory, ConfigError> {
     Ok(match config.source() {
-        PolicySource::Store(_) => StorePolicies::load(config)?.factory(),
-        PolicySource::File(_) => LivePolicy::load(config)?.factory(),
+        PolicySource::Store(_) => StorePolicies::load(config)?.factory_with(capacities),
+        PolicySource::File(_) => LivePolicy::load(config)?.factory_with(capacities),
+    })
+}
+
+/// The capacities of `partition`, from `source`.
+fn partition_capacities(
+    source: &Option<Arc<dyn Capacities>>,
+    partition: RoutingPartitionRef<'_>,
+) -> Option<rows::PartitionCapacities> {
+    source.as_ref().map(|source| rows::PartitionCapacities {
+        source: Arc::clone(source),
+        model_name: partition.model_name.to_string(),
+        routing_group: partition.routing_group.to_string(),
     })
 }
 
@@ -223,8 +268,17 @@ impl StorePolicies {
     /// Picker mode: the factory Dynamo calls once per routing partition and pool; each
     /// partition runs its tenant's policy ([`StorePolicies::for_partition`]).
     pub fn factory(self: Arc<Self>) -> WorkerSelectionPolicyFactory {
+        self.factory_with(None)
+    }
+
+    /// [`StorePolicies::factory`], with the capacities `capacities` reports.
+    pub fn factory_with(
+        self: Arc<Self>,
+        capacities: Option<Arc<dyn Capacities>>,
+    ) -> WorkerSelectionPolicyFactory {
         Arc::new(move |router_config, worker_type, partition| {
-            self.for_partition(partition).policy(router_config, worker_type)
+            let capacities = partition_capacities(&capacities, partition);
+            self.for_partition(partition).policy(router_config, worker_type, capacities)
         })
     }
 }
@@ -254,12 +308,22 @@ impl LivePolicy {
     /// A picker for `pool`, at the instance's temperature, else `router_temperature`.
     pub fn picker(self: &Arc<Self>, pool: Pool, router_temperature: f64) -> SwitchyardPicker {
         let temperature = self.temperature.unwrap_or(router_temperature);
-        SwitchyardPicker::new(Arc::clone(self), pool, temperature)
+        SwitchyardPicker::new(Arc::clone(self), pool, temperature, None)
     }
 
     /// Picker mode: the factory Dynamo calls once per routing partition and pool.
     pub fn factory(self: Arc<Self>) -> WorkerSelectionPolicyFactory {
-        Arc::new(move |router_config, worker_type, _partition| self.policy(router_config, worker_type))
+        self.factory_with(None)
+    }
+
+    /// [`LivePolicy::factory`], with the capacities `capacities` reports.
+    pub fn factory_with(
+        self: Arc<Self>,
+        capacities: Option<Arc<dyn Capacities>>,
+    ) -> WorkerSelectionPolicyFactory {
+        Arc::new(move |router_config, worker_type, partition| {
+            self.policy(router_config, worker_type, partition_capacities(&capacities, partition))
+        })
     }
 
     /// The policy Dynamo runs for one partition and pool: no filters or scorers of
@@ -268,15 +332,13 @@ impl LivePolicy {
         self: &Arc<Self>,
         router_config: &KvRouterConfig,
         worker_type: WorkerType,
+        capacities: Option<rows::PartitionCapacities>,
     ) -> WorkerSelectionPolicy {
-        WorkerSelectionPolicy::new(
-            router_config.clone(),
-            worker_type.as_str(),
-            Vec::new(),
-            Box::new(self.picker(pool_of(worker_type), router_config.router_temperature)),
-        )
-        // As Dynamo's default selector: an eligible affinity target is the only candidate.
-        .with_exclusive_affinity(true)
+        let temperature = self.temperature.unwrap_or(router_config.router_temperature);
+        let picker = SwitchyardPicker::new(Arc::clone(self), pool_of(worker_type), temperature, capacities);
+        WorkerSelectionPolicy::new(router_config.clone(), worker_type.as_str(), Vec::new(), Box::new(picker))
+            // As Dynamo's default selector: an eligible affinity target is the only candidate.
+            .with_exclusive_affinity(true)
     }
 
     /// Scorer mode: a factory of [`SwitchyardScorer`]s for a host that composes them with

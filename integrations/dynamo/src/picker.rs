@@ -10,7 +10,7 @@ use std::sync::Arc;
 use switchyard::GuardedSelector;
 use switchyard_guest_sdk::Pool;
 
-use crate::rows::{Converter, Framing, refused};
+use crate::rows::{Converter, Framing, PartitionCapacities, refused};
 use crate::version::LivePolicy;
 
 /// A [`WorkerPicker`] that runs a Switchyard policy (a guarded guest) over Dynamo's
@@ -29,7 +29,12 @@ pub struct SwitchyardPicker {
 impl SwitchyardPicker {
     /// A picker running `live`'s policy for `pool`, at `temperature` unless the request
     /// overrides it.
-    pub(crate) fn new(live: Arc<LivePolicy>, pool: Pool, temperature: f64) -> Self {
+    pub(crate) fn new(
+        live: Arc<LivePolicy>,
+        pool: Pool,
+        temperature: f64,
+        capacities: Option<PartitionCapacities>,
+    ) -> Self {
         let (generation, policy) = live.now();
         Self {
             generation,
@@ -37,7 +42,7 @@ impl SwitchyardPicker {
             inputs: live.inputs,
             live,
             framing: Framing { pool, temperature, pin: true },
-            converter: Converter::default(),
+            converter: Converter::with_capacities(capacities),
         }
     }
 

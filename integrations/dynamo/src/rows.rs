@@ -101,9 +101,25 @@ pub(crate) struct Converter {
     /// Dynamo's map is unchanged its rows come in the same order, and `keys` stands.
     incoming: Vec<(u64, u32)>,
     table: Option<WorkerTable>,
+    /// Where the workers' capacities come from, if the host knows them; read when the
+    /// table is rebuilt (the rows changed).
+    capacities: Option<PartitionCapacities>,
+}
+
+/// A host's source of its workers' capacities, for one partition's pickers.
+#[derive(Clone)]
+pub(crate) struct PartitionCapacities {
+    pub(crate) source: std::sync::Arc<dyn crate::Capacities>,
+    pub(crate) model_name: String,
+    pub(crate) routing_group: String,
 }
 
 impl Converter {
+    /// A converter whose tables carry the capacities `capacities` reports.
+    pub(crate) fn with_capacities(capacities: Option<PartitionCapacities>) -> Self {
+        Self { capacities, ..Self::default() }
+    }
+
     /// The table of the last [`Converter::build`].
     pub(crate) fn table(&self) -> &WorkerTable {
         self.table.as_ref().expect("built before use")
@@ -165,11 +181,23 @@ impl Converter {
         if !same_slots {
             // One worker per id with exactly Dynamo's candidate ranks (they need not start
             // at 0 nor be all of the worker's).
+            let known = self.capacities.as_ref().map(|c| {
+                c.source
+                    .capacities(&c.model_name, &c.routing_group)
+                    .into_iter()
+                    .map(|w| (w.worker_id, w))
+                    .collect::<std::collections::HashMap<_, _>>()
+            });
             let workers = self
                 .keys
                 .chunk_by(|a, b| a.0 == b.0)
                 .map(|group| {
-                    Worker::new(group[0].0, 1, 0, None).with_ranks(group.iter().map(|k| k.1).collect())
+                    let id = group[0].0;
+                    let capacity = known.as_ref().and_then(|k| k.get(&id));
+                    let to_u32 = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+                    let total = capacity.map_or(0, |c| to_u32(c.total_kv_blocks));
+                    let batched = capacity.and_then(|c| c.max_num_batched_tokens).map(to_u32);
+                    Worker::new(id, 1, total, batched).with_ranks(group.iter().map(|k| k.1).collect())
                 })
                 .collect();
             match WorkerTable::new(workers) {

@@ -10,12 +10,38 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Arc, OnceLock, Weak};
 
 use clap::Parser;
-use dynamo_kv_router::services::selection::{RouterPluginRegistry, SelectionServiceBuilder, run_server};
+use dynamo_kv_router::services::selection::{
+    RouterPluginRegistry, SelectionCore, SelectionServiceBuilder, run_server,
+};
 use dynamo_kv_router::{KvRouterConfig, WorkerType};
 use serde::Deserialize;
-use switchyard_dynamo::SwitchyardConfig;
+use switchyard_dynamo::{Capacities, SwitchyardConfig, WorkerCapacity};
+
+/// The workers' capacities from the service's own catalog (what `POST /workers` registered),
+/// for the policies' capacity imports. Set once the service is built (the factory is made
+/// before it; Dynamo calls the factory only when a partition's first worker registers).
+/// Weak: the core owns the partitions, whose pickers hold this.
+#[derive(Default)]
+struct Catalog(OnceLock<Weak<SelectionCore>>);
+
+impl Capacities for Catalog {
+    fn capacities(&self, model_name: &str, routing_group: &str) -> Vec<WorkerCapacity> {
+        let Some(core) = self.0.get().and_then(Weak::upgrade) else { return Vec::new() };
+        core.list_workers(Some(model_name), Some(routing_group))
+            .into_iter()
+            .filter_map(|w| {
+                Some(WorkerCapacity {
+                    worker_id: w.worker_id,
+                    total_kv_blocks: w.total_kv_blocks?,
+                    max_num_batched_tokens: w.max_num_batched_tokens,
+                })
+            })
+            .collect()
+    }
+}
 
 /// Dynamo's standalone selection service with Switchyard in it: each routing partition's
 /// worker is picked by its own tenant's policy component.
@@ -111,7 +137,9 @@ fn main() -> ExitCode {
         }
     };
     // Loads (and compiles) every tenant's policy now: a refusal names its field.
-    let factory = match switchyard_dynamo::factory_for(&config.switchyard) {
+    let catalog = Arc::new(Catalog::default());
+    let capacities: Arc<dyn Capacities> = Arc::clone(&catalog) as _;
+    let factory = match switchyard_dynamo::factory_with_capacities(&config.switchyard, Some(capacities)) {
         Ok(factory) => factory,
         Err(e) => {
             eprintln!("switchyard-dynamo: {}: switchyard.{e}", args.config.display());
@@ -137,6 +165,7 @@ fn main() -> ExitCode {
             .indexer_threads(config.indexer_threads)
             .build()
             .await?;
+        let _ = catalog.0.set(Arc::downgrade(service.core()));
         eprintln!("switchyard-dynamo: serving Dynamo's selection API on port {}", config.port);
         run_server(config.port, service).await
     });

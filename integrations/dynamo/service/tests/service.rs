@@ -390,3 +390,50 @@ fn each_bad_field_of_the_config_is_refused_by_name_and_check_loads_every_tenant(
     let help = Command::new(env!("CARGO_BIN_EXE_switchyard-dynamo")).arg("--help").output().unwrap();
     assert!(String::from_utf8_lossy(&help.stdout).contains("--config <FILE>"));
 }
+
+#[test]
+fn the_catalogs_capacities_reach_the_policys_capacity_imports() {
+    let dir = temp_dir("dynamo-service-capacity");
+    switchyard_binary();
+    let server = Server::with_config(&dir, "");
+    let c = Client::new(&server);
+    // The builtin capacity-aware policy: usage = decode blocks / total_kv_blocks, lowest
+    // wins; with no capacity known every worker costs the same.
+    let initech = c.add_tenant("initech");
+    c.assigned(&initech, "initech", "latency", json!({ "policy": "capacity-aware", "on_fault": "closed" }));
+    let dynamo = Dynamo::start(
+        &dir,
+        &format!(
+            "[switchyard]\ntemperature = 0\n[switchyard.policy.store]\ndata_dir = {:?}\ntenant_from = \"routing_group\"\nclass = \"latency\"\n[switchyard.policy.store.tenants]\ngroup-c = \"initech\"\n",
+            dir.join("data")
+        ),
+    );
+    let context = zmq::Context::new();
+    let mut engines = Vec::new();
+    for (id, total) in [(21u64, 100u64), (22, 400), (23, 200), (24, 300)] {
+        let engine = Engine::new(&context);
+        let worker = json!({
+            "worker_id": id, "routing_group": "group-c", "endpoint": format!("http://worker-{id}"),
+            "block_size": BLOCK, "kv_events_endpoint": engine.endpoint, "total_kv_blocks": total,
+        });
+        let (status, v) = dynamo.call("POST", "/workers", Some(&worker));
+        assert_eq!(status, 201, "{v}");
+        // The same two-block request booked on each: worker 22 has the most room.
+        let booking = json!({
+            "routing_group": "group-c", "selection_id": format!("booked-{id}"), "worker_id": id, "dp_rank": 0,
+            "token_ids": [9_000, 9_001, 9_002, 9_003, 9_004, 9_005, 9_006, 9_007],
+        });
+        let (status, v) = dynamo.call("POST", "/reservations", Some(&booking));
+        assert_eq!(status, 201, "{v}");
+        engines.push(engine);
+    }
+    // Prompts of every length from 1 to 12 tokens (each a different seed): the one worker
+    // with the most room every time. Without capacities all four tie, and the seed spreads
+    // the picks.
+    for len in 1..=12u32 {
+        let body = json!({"routing_group": "group-c", "token_ids": (0..len).collect::<Vec<_>>()});
+        let (status, v) = dynamo.call("POST", "/select", Some(&body));
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["worker_id"], 22, "prompt of {len}: {v}");
+    }
+}
