@@ -127,28 +127,8 @@ fn dynamo_follows_an_upload_and_a_rollback_while_selecting() {
     let factory = Arc::clone(&policies).factory();
 
     // Another thread selects throughout, as Dynamo's router would.
-    let answers = Arc::new(std::sync::Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
-    let selecting = {
-        let (answers, stop) = (Arc::clone(&answers), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            let policy = factory(
-                &KvRouterConfig::default(),
-                WorkerType::Aggregated,
-                RoutingPartitionRef::new("m", "d"),
-            );
-            let workers: HashMap<WorkerId, TestWorker> =
-                [(1, TestWorker::default()), (2, TestWorker::default())].into();
-            let mut failed = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                match select(&policy, &workers) {
-                    Ok(worker) => answers.lock().unwrap().push(worker),
-                    Err(e) => failed.push(e),
-                }
-            }
-            failed
-        })
-    };
+    let (answers, thread) = selecting(&factory, ("m", "d"), &stop);
     wait_for(&answers, 2, "v1 (scale 1)");
 
     // A new upload becomes the policy's active version, which the class follows.
@@ -167,7 +147,7 @@ fn dynamo_follows_an_upload_and_a_rollback_while_selecting() {
         std::thread::sleep(Duration::from_millis(2));
     }
     stop.store(true, Ordering::Relaxed);
-    let failed = selecting.join().expect("the selecting thread");
+    let failed = thread.join().expect("the selecting thread");
 
     assert!(failed.is_empty(), "selections failed: {failed:?}");
     assert_eq!(live.generation(), 2, "one swap for the upload, one for the rollback");

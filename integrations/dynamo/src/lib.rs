@@ -239,6 +239,18 @@ pub fn factory_with_capacities(
     })
 }
 
+/// Picker mode: the factory Dynamo calls once per routing partition and pool, each
+/// partition running the policy `policy_of` gives it, its table carrying the capacities
+/// `capacities` reports for it.
+fn picker_factory(
+    policy_of: impl Fn(RoutingPartitionRef<'_>) -> Arc<LivePolicy> + Send + Sync + 'static,
+    capacities: Option<Arc<dyn Capacities>>,
+) -> WorkerSelectionPolicyFactory {
+    Arc::new(move |router_config, worker_type, partition| {
+        policy_of(partition).policy(router_config, worker_type, partition_capacities(&capacities, partition))
+    })
+}
+
 /// The capacities of `partition`, from `source`.
 fn partition_capacities(
     source: &Option<Arc<dyn Capacities>>,
@@ -276,10 +288,7 @@ impl StorePolicies {
         self: Arc<Self>,
         capacities: Option<Arc<dyn Capacities>>,
     ) -> WorkerSelectionPolicyFactory {
-        Arc::new(move |router_config, worker_type, partition| {
-            let capacities = partition_capacities(&capacities, partition);
-            self.for_partition(partition).policy(router_config, worker_type, capacities)
-        })
+        picker_factory(move |partition| self.for_partition(partition), capacities)
     }
 }
 
@@ -321,9 +330,7 @@ impl LivePolicy {
         self: Arc<Self>,
         capacities: Option<Arc<dyn Capacities>>,
     ) -> WorkerSelectionPolicyFactory {
-        Arc::new(move |router_config, worker_type, partition| {
-            self.policy(router_config, worker_type, partition_capacities(&capacities, partition))
-        })
+        picker_factory(move |_| Arc::clone(&self), capacities)
     }
 
     /// The policy Dynamo runs for one partition and pool: no filters or scorers of

@@ -74,6 +74,43 @@ impl Dynamo {
         dynamo
     }
 
+    /// `switchyard-dynamo` following `dir`'s data dir, routing groups mapped to tenants by
+    /// `tenants` (`group = "tenant"` lines).
+    fn following(dir: &std::path::Path, tenants: &str) -> Self {
+        let data = dir.join("data");
+        Self::start(
+            dir,
+            &format!(
+                "[switchyard]\ntemperature = 0\n[switchyard.policy.store]\ndata_dir = {data:?}\ntenant_from = \"routing_group\"\nclass = \"latency\"\npoll_ms = 20\n[switchyard.policy.store.tenants]\n{tenants}"
+            ),
+        )
+    }
+
+    /// Registers worker `id` of `group` (block size [`BLOCK`], one rank) with its engine's
+    /// endpoint and `total_kv_blocks`.
+    fn register(&self, group: &str, id: u64, engine: &Engine, total_kv_blocks: u64) {
+        let worker = json!({
+            "worker_id": id, "routing_group": group, "endpoint": format!("http://worker-{id}"),
+            "block_size": BLOCK, "kv_events_endpoint": engine.endpoint, "total_kv_blocks": total_kv_blocks,
+        });
+        let (status, v) = self.call("POST", "/workers", Some(&worker));
+        assert_eq!(status, 201, "{v}");
+        assert_eq!(v["lifecycle"], "schedulable", "{v}");
+    }
+
+    /// Books a two-block request on worker `id` of `group`, `prefill` of its tokens still to run.
+    fn book(&self, group: &str, id: u64, prefill: Option<usize>) {
+        let mut booking = json!({
+            "routing_group": group, "selection_id": format!("booked-{id}"), "worker_id": id, "dp_rank": 0,
+            "token_ids": [9_000, 9_001, 9_002, 9_003, 9_004, 9_005, 9_006, 9_007],
+        });
+        if let Some(prefill) = prefill {
+            booking["effective_prefill_tokens"] = json!(prefill);
+        }
+        let (status, v) = self.call("POST", "/reservations", Some(&booking));
+        assert_eq!(status, 201, "{v}");
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -205,13 +242,7 @@ fn each_routing_group_picks_by_its_own_tenants_policy_and_an_upload_moves_one_gr
     c.uploaded(&globex, "globex", "theirs", DEFAULT_POLICY, no_credit);
     c.assigned(&globex, "globex", "latency", json!({ "policy": "theirs", "on_fault": "closed" }));
 
-    let dynamo = Dynamo::start(
-        &dir,
-        &format!(
-            "[switchyard]\ntemperature = 0\n[switchyard.policy.store]\ndata_dir = {:?}\ntenant_from = \"routing_group\"\nclass = \"latency\"\npoll_ms = 20\n[switchyard.policy.store.tenants]\ngroup-a = \"acme\"\ngroup-b = \"globex\"\n",
-            dir.join("data")
-        ),
-    );
+    let dynamo = Dynamo::following(&dir, "group-a = \"acme\"\ngroup-b = \"globex\"\n");
 
     // 16 workers, each with an engine publishing its KV events.
     let context = zmq::Context::new();
@@ -220,13 +251,7 @@ fn each_routing_group_picks_by_its_own_tenants_policy_and_an_upload_moves_one_gr
         for i in 0..PER_GROUP {
             let engine = Engine::new(&context);
             let id = base + i as u64;
-            let worker = json!({
-                "worker_id": id, "routing_group": group, "endpoint": format!("http://worker-{id}"),
-                "block_size": BLOCK, "kv_events_endpoint": engine.endpoint, "total_kv_blocks": 1000,
-            });
-            let (status, v) = dynamo.call("POST", "/workers", Some(&worker));
-            assert_eq!(status, 201, "{v}");
-            assert_eq!(v["lifecycle"], "schedulable", "{v}");
+            dynamo.register(group, id, &engine, 1000);
             engines.push((group, id, i, engine));
         }
     }
@@ -254,12 +279,7 @@ fn each_routing_group_picks_by_its_own_tenants_policy_and_an_upload_moves_one_gr
         if *i == 0 {
             continue;
         }
-        let booking = json!({
-            "routing_group": group, "selection_id": format!("booked-{id}"), "worker_id": id, "dp_rank": 0,
-            "token_ids": [9_000, 9_001, 9_002, 9_003, 9_004, 9_005, 9_006, 9_007], "effective_prefill_tokens": i,
-        });
-        let (status, v) = dynamo.call("POST", "/reservations", Some(&booking));
-        assert_eq!(status, 201, "{v}");
+        dynamo.book(group, *id, Some(*i));
     }
     let (a_facts, b_facts) = (facts(&dynamo, "group-a"), facts(&dynamo, "group-b"));
     println!("group-a facts (worker, cached blocks, queued prefill tokens, decode blocks): {a_facts:?}");
@@ -401,30 +421,14 @@ fn the_catalogs_capacities_reach_the_policys_capacity_imports() {
     // wins; with no capacity known every worker costs the same.
     let initech = c.add_tenant("initech");
     c.assigned(&initech, "initech", "latency", json!({ "policy": "capacity-aware", "on_fault": "closed" }));
-    let dynamo = Dynamo::start(
-        &dir,
-        &format!(
-            "[switchyard]\ntemperature = 0\n[switchyard.policy.store]\ndata_dir = {:?}\ntenant_from = \"routing_group\"\nclass = \"latency\"\n[switchyard.policy.store.tenants]\ngroup-c = \"initech\"\n",
-            dir.join("data")
-        ),
-    );
+    let dynamo = Dynamo::following(&dir, "group-c = \"initech\"\n");
     let context = zmq::Context::new();
     let mut engines = Vec::new();
     for (id, total) in [(21u64, 100u64), (22, 400), (23, 200), (24, 300)] {
         let engine = Engine::new(&context);
-        let worker = json!({
-            "worker_id": id, "routing_group": "group-c", "endpoint": format!("http://worker-{id}"),
-            "block_size": BLOCK, "kv_events_endpoint": engine.endpoint, "total_kv_blocks": total,
-        });
-        let (status, v) = dynamo.call("POST", "/workers", Some(&worker));
-        assert_eq!(status, 201, "{v}");
+        dynamo.register("group-c", id, &engine, total);
         // The same two-block request booked on each: worker 22 has the most room.
-        let booking = json!({
-            "routing_group": "group-c", "selection_id": format!("booked-{id}"), "worker_id": id, "dp_rank": 0,
-            "token_ids": [9_000, 9_001, 9_002, 9_003, 9_004, 9_005, 9_006, 9_007],
-        });
-        let (status, v) = dynamo.call("POST", "/reservations", Some(&booking));
-        assert_eq!(status, 201, "{v}");
+        dynamo.book("group-c", id, None);
         engines.push(engine);
     }
     // Prompts of every length from 1 to 12 tokens (each a different seed): the one worker
