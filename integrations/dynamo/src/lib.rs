@@ -158,6 +158,7 @@
 
 #![forbid(unsafe_code)]
 
+mod capacity;
 mod config;
 mod follow;
 mod picker;
@@ -176,34 +177,13 @@ use dynamo_kv_router::{
 use switchyard::PolicyEngine;
 use switchyard_guest_sdk::Pool;
 
+pub use capacity::{Capacities, WorkerCapacity};
 pub use config::{ConfigError, PartitionKey, PolicySource, StoreSource, SwitchyardConfig, TenantOf};
 pub use follow::StorePolicies;
 pub use picker::SwitchyardPicker;
 pub use rows::pool_of;
 pub use scorer::{ScorerFactory, SwitchyardScorer};
 pub use version::{LivePolicy, LoadedPolicy};
-
-/// A worker's capacity as its host advertises it (Dynamo's catalog: `total_kv_blocks`,
-/// `max_num_batched_tokens`), for the `worker-capacity` and `candidate-capacities` imports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WorkerCapacity {
-    /// The worker.
-    pub worker_id: u64,
-    /// Its KV cache, blocks.
-    pub total_kv_blocks: u64,
-    /// Its batch, tokens, if advertised.
-    pub max_num_batched_tokens: Option<u64>,
-}
-
-/// A host that knows its workers' capacities, which Dynamo 1.6.1's plugin context does not
-/// carry: Dynamo's selection service keeps them in its worker catalog. A picker asks when
-/// its partition's rows change (a worker joins, leaves or changes ranks), not per selection,
-/// so a capacity changed by re-registering with the same ranks is seen at the next change.
-pub trait Capacities: Send + Sync {
-    /// The capacities of the workers of partition (`model_name`, `routing_group`); a worker
-    /// not listed has none known.
-    fn capacities(&self, model_name: &str, routing_group: &str) -> Vec<WorkerCapacity>;
-}
 
 /// The worker-selection policy type this crate registers.
 pub const POLICY_TYPE: &str = "switchyard";
@@ -255,8 +235,8 @@ fn picker_factory(
 fn partition_capacities(
     source: &Option<Arc<dyn Capacities>>,
     partition: RoutingPartitionRef<'_>,
-) -> Option<rows::PartitionCapacities> {
-    source.as_ref().map(|source| rows::PartitionCapacities {
+) -> Option<capacity::PartitionCapacities> {
+    source.as_ref().map(|source| capacity::PartitionCapacities {
         source: Arc::clone(source),
         model_name: partition.model_name.to_string(),
         routing_group: partition.routing_group.to_string(),
@@ -339,7 +319,7 @@ impl LivePolicy {
         self: &Arc<Self>,
         router_config: &KvRouterConfig,
         worker_type: WorkerType,
-        capacities: Option<rows::PartitionCapacities>,
+        capacities: Option<capacity::PartitionCapacities>,
     ) -> WorkerSelectionPolicy {
         let temperature = self.temperature.unwrap_or(router_config.router_temperature);
         let picker = SwitchyardPicker::new(Arc::clone(self), pool_of(worker_type), temperature, capacities);

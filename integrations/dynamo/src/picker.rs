@@ -10,7 +10,8 @@ use std::sync::Arc;
 use switchyard::GuardedSelector;
 use switchyard_guest_sdk::Pool;
 
-use crate::rows::{Converter, Framing, PartitionCapacities, refused};
+use crate::capacity::PartitionCapacities;
+use crate::rows::{Converter, Framing, refused};
 use crate::version::LivePolicy;
 
 /// A [`WorkerPicker`] that runs a Switchyard policy (a guarded guest) over Dynamo's

@@ -13,6 +13,8 @@ use switchyard::{GuardedSelector, SelectError, SelectionRequest, WorkerTable};
 use switchyard_guest_sdk::hash::{hash2, mix64};
 use switchyard_guest_sdk::{Column, Pool, RequestFacts, WorkerRank};
 
+use crate::capacity::PartitionCapacities;
+
 /// What one component may read of Dynamo's rows, in Dynamo's (hash-map) order.
 pub(crate) trait Rows<'a> {
     fn len(&self) -> usize;
@@ -104,14 +106,6 @@ pub(crate) struct Converter {
     /// Where the workers' capacities come from, if the host knows them; read when the
     /// table is rebuilt (the rows changed).
     capacities: Option<PartitionCapacities>,
-}
-
-/// A host's source of its workers' capacities, for one partition's pickers.
-#[derive(Clone)]
-pub(crate) struct PartitionCapacities {
-    pub(crate) source: std::sync::Arc<dyn crate::Capacities>,
-    pub(crate) model_name: String,
-    pub(crate) routing_group: String,
 }
 
 impl Converter {
