@@ -1,10 +1,12 @@
-//! The Dynamo adapter following the data dir of a running `switchyard serve`: an upload
-//! and a rollback through the service's API take effect inside Dynamo's selector while
-//! another thread selects, with no failed selection and every answer from the old or the
-//! new version; with a partition-aware source, each routing group runs its own tenant's
-//! policy and one tenant's changes and faults leave the other groups alone.
+//! The Dynamo adapter following the data dir of a running `switchyard serve`, or a fleet's
+//! NATS registry that a `switchyard serve --registry` replica writes: an upload and a
+//! rollback through the service's API take effect inside Dynamo's selector while another
+//! thread selects, with no failed selection and every answer from the old or the new
+//! version; with a partition-aware source, each routing group runs its own tenant's policy
+//! and one tenant's changes and faults leave the other groups alone.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -20,6 +22,8 @@ use serde_json::json;
 use switchyard_dynamo::{StorePolicies, SwitchyardConfig};
 use switchyard_test_util::DEFAULT_POLICY;
 
+use switchyard_test_util::fleet::replica;
+use switchyard_test_util::nats::NatsServer;
 use switchyard_test_util::server::{Body, Client, Server, temp_dir};
 
 #[derive(Default)]
@@ -313,4 +317,73 @@ fn each_routing_group_runs_its_own_tenants_policy_and_changes_alone() {
     let mut runs = a.lock().unwrap().clone();
     runs.dedup();
     assert_eq!(runs, [2, 1, 2], "group-a: v1, v2, v1 again, each answer one version's");
+}
+
+/// The same source on a fleet's NATS registry: a real nats-server and a real `switchyard
+/// serve --registry` replica.
+#[test]
+fn each_routing_group_follows_its_tenant_in_a_fleets_registry() {
+    let dir = temp_dir("dynamo-nats");
+    let nats = NatsServer::start(Path::new(env!("CARGO_TARGET_TMPDIR")), "dynamo-nats");
+    let server = replica(&dir, "a", &nats.url());
+    let c = Client::new(&server);
+    let scale4 = Some("%7B%22prefill_load_scale%22%3A4%7D");
+    // acme's policy answers worker 2, globex's worker 1 (see `request`).
+    let acme = c.add_tenant("acme");
+    let a1 = c.uploaded(&acme, "acme", "mine", DEFAULT_POLICY, None);
+    c.assigned(&acme, "acme", "latency", json!({ "policy": "mine", "on_fault": "closed" }));
+    let globex = c.add_tenant("globex");
+    c.uploaded(&globex, "globex", "theirs", DEFAULT_POLICY, scale4);
+    c.assigned(&globex, "globex", "latency", json!({ "policy": "theirs", "on_fault": "closed" }));
+
+    // A poll far longer than the test: the registry's watch alone brings each change.
+    let config = SwitchyardConfig::from_json(json!({
+        "policy": {"store": {
+            "registry": nats.url(), "tenant_from": "routing_group",
+            "tenants": {"group-a": "acme", "group-b": "globex"}, "class": "latency", "poll_ms": 60_000,
+        }},
+        "temperature": 0,
+    }))
+    .expect("valid parameters");
+    let policies = StorePolicies::load(&config).expect("every tenant's version loads");
+    assert_eq!(policies.tenants(), ["acme", "globex"], "every tenant of the registry, loaded at start-up");
+    let factory = Arc::clone(&policies).factory();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (a, a_thread) = selecting(&factory, ("m", "group-a"), &stop);
+    let (b, b_thread) = selecting(&factory, ("m", "group-b"), &stop);
+    // A group no map names and no tenant has: the builtin default (worker 2, as scale 1).
+    let (n, n_thread) = selecting(&factory, ("m", "nobody"), &stop);
+    more(&a, 20);
+    more(&b, 20);
+    more(&n, 20);
+    assert_eq!(a.lock().unwrap()[0], 2, "acme's policy from the first selection");
+    assert_eq!(b.lock().unwrap()[0], 1, "globex's policy from the first selection");
+
+    // An upload by acme through the replica moves group-a only; its rollback moves it back.
+    let a2 = c.uploaded(&acme, "acme", "mine", DEFAULT_POLICY, scale4);
+    assert_ne!(a1, a2);
+    wait_for(&a, 1, "acme's v2");
+    let acme_live = policies.tenant("acme").expect("followed");
+    assert!(acme_live.current().name().contains(&a2[..12]), "{}", acme_live.current().name());
+    let (status, v) = c.call("POST", "/v1/tenants/acme/policies/mine/rollback", Some(&acme), Body::None);
+    assert_eq!(status, 200, "{v}");
+    wait_for(&a, 2, "acme's v1 after its rollback");
+    more(&a, 20);
+    more(&b, 20);
+    more(&n, 20);
+
+    stop.store(true, Ordering::Relaxed);
+    for (group, thread) in [("group-a", a_thread), ("group-b", b_thread), ("nobody", n_thread)] {
+        let failed = thread.join().expect("a selecting thread");
+        assert!(failed.is_empty(), "{group}: selections failed: {failed:?}");
+    }
+    let mut runs = a.lock().unwrap().clone();
+    runs.dedup();
+    assert_eq!(runs, [2, 1, 2], "group-a: v1, v2, v1 again, each answer one version's");
+    assert!(b.lock().unwrap().iter().all(|w| *w == 1), "globex's picks never moved");
+    assert!(n.lock().unwrap().iter().all(|w| *w == 2), "no tenant: the default");
+    let globex_live = policies.tenant("globex").expect("followed");
+    assert_eq!((globex_live.generation(), globex_live.last_error()), (0, None), "globex never swapped");
+    assert_eq!((acme_live.generation(), acme_live.last_error()), (2, None), "the upload, the rollback");
+    assert_eq!(policies.tenant("nobody").expect("followed").current().name(), "nobody/latency: default");
 }

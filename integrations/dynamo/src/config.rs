@@ -56,21 +56,33 @@ impl From<ConfigError> for WorkerSelectionPolicyProviderError {
 pub enum PolicySource {
     /// A component file, read once at start-up (`policy: {file: /path/policy.wasm}`).
     File(PathBuf),
-    /// A tenant's class in a Switchyard data directory, followed while the router runs
-    /// (`policy: {store: {data_dir: …, tenant: …, class: …}}`).
+    /// A tenant's class in a Switchyard data directory or a fleet's NATS registry,
+    /// followed while the router runs (`policy: {store: {data_dir: …, tenant: …, class:
+    /// …}}`, or `registry: nats://…` instead of `data_dir`).
     Store(StoreSource),
 }
 
 /// A class of one tenant, or of the tenant each routing partition names, in the data
-/// directory a `switchyard serve` writes: the version the class routes to now, swapped for
-/// the next one once that is compiled and configured.
+/// directory a `switchyard serve` writes or the registry a fleet of them shares: the
+/// version the class routes to now, swapped for the next one once that is compiled and
+/// configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreSource {
-    data_dir: PathBuf,
+    at: StoreAt,
     tenant: TenantOf,
     class: String,
     poll: Duration,
     max_tenants: usize,
+}
+
+/// Where a store source reads the tenants' records and blobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreAt {
+    /// A data directory (`data_dir`, as `serve --data-dir`).
+    DataDir(PathBuf),
+    /// A fleet's NATS JetStream registry (`registry`, as `serve --registry`:
+    /// `nats://HOST:PORT`, several comma-separated for a cluster).
+    Registry(String),
 }
 
 /// Whose class a store source follows.
@@ -100,9 +112,25 @@ pub enum PartitionKey {
 }
 
 impl StoreSource {
-    /// The data directory (`serve --data-dir`).
-    pub fn data_dir(&self) -> &Path {
-        &self.data_dir
+    /// Where the records are read.
+    pub fn at(&self) -> &StoreAt {
+        &self.at
+    }
+
+    /// The data directory (`serve --data-dir`), for a source that reads one.
+    pub fn data_dir(&self) -> Option<&Path> {
+        match &self.at {
+            StoreAt::DataDir(dir) => Some(dir),
+            StoreAt::Registry(_) => None,
+        }
+    }
+
+    /// The fleet's registry (`serve --registry`), for a source that follows one.
+    pub fn registry(&self) -> Option<&str> {
+        match &self.at {
+            StoreAt::Registry(url) => Some(url),
+            StoreAt::DataDir(_) => None,
+        }
     }
 
     /// Whose class is followed.
@@ -129,7 +157,9 @@ impl StoreSource {
         &self.class
     }
 
-    /// How often each followed tenant's record file is checked for a change (one `stat`).
+    /// How often each followed tenant's record is checked for a change: one `stat` of its
+    /// file in a data directory; in a registry, whose watch reports each change at once,
+    /// only a look at what the watch last reported.
     pub fn poll(&self) -> Duration {
         self.poll
     }
@@ -174,7 +204,10 @@ enum RawSource {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawStore {
-    data_dir: PathBuf,
+    #[serde(default)]
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    registry: Option<String>,
     #[serde(default)]
     tenant: Option<String>,
     #[serde(default)]
@@ -201,6 +234,7 @@ struct RawStore {
 ///         # policy: {store: {data_dir: /var/lib/switchyard, tenant: acme, class: latency, poll_ms: 200}}
 ///         # policy: {store: {data_dir: /var/lib/switchyard, tenant_from: routing_group,
 ///         #                  tenants: {group-a: acme}, class: latency, max_tenants: 4096}}
+///         # policy: {store: {registry: "nats://nats:4222", tenant_from: routing_group, class: latency}}
 ///         params: {overlap_score_credit: 0.5}             # the policy's own; default {} (file only)
 ///         on_fault: open                                  # open (default) | closed (file only)
 ///         temperature: 0.0                                # default: Dynamo's router_temperature
@@ -247,9 +281,28 @@ impl SwitchyardConfig {
             }
             RawSource::File(path) => PolicySource::File(path),
             RawSource::Store(store) => {
-                if store.data_dir.as_os_str().is_empty() {
-                    return Err(ConfigError::new("policy.store.data_dir", "empty path"));
-                }
+                let at = match (store.data_dir, store.registry) {
+                    (Some(_), Some(_)) => {
+                        return Err(ConfigError::new(
+                            "policy.store.registry",
+                            "give either `data_dir` (a data directory) or `registry` (a fleet's NATS registry), not both",
+                        ));
+                    }
+                    (None, None) => {
+                        return Err(ConfigError::new(
+                            "policy.store",
+                            "missing `data_dir` (a data directory) or `registry` (nats://HOST:PORT)",
+                        ));
+                    }
+                    (Some(dir), None) if dir.as_os_str().is_empty() => {
+                        return Err(ConfigError::new("policy.store.data_dir", "empty path"));
+                    }
+                    (Some(dir), None) => StoreAt::DataDir(dir),
+                    (None, Some(url)) if url.trim().is_empty() => {
+                        return Err(ConfigError::new("policy.store.registry", "empty"));
+                    }
+                    (None, Some(url)) => StoreAt::Registry(url),
+                };
                 if store.class.is_empty() {
                     return Err(ConfigError::new("policy.store.class", "empty"));
                 }
@@ -316,7 +369,7 @@ impl SwitchyardConfig {
                     ));
                 }
                 PolicySource::Store(StoreSource {
-                    data_dir: store.data_dir,
+                    at,
                     tenant,
                     class: store.class,
                     poll: Duration::from_millis(poll_ms),

@@ -1,24 +1,28 @@
 //! A store source: the version each followed tenant's class routes to in a Switchyard
-//! data directory, followed while the router runs. One thread per instance checks the
-//! stamp of each followed tenant's record file every `poll_ms` (one `stat` per tenant);
-//! when a class routes elsewhere it reads, compiles and configures the new version (off
-//! the selection path, under the adapter's compile permit and deadline) and only then
-//! swaps it in, so no selection waits on a compile or fails for an upload. A change it
-//! cannot take (a component that does not load, a named tenant removed) leaves that
-//! tenant's running version in place and is reported ([`LivePolicy::last_error`], a
-//! `tracing` warning); no other tenant is touched.
+//! data directory or a fleet's NATS registry, followed while the router runs. One thread
+//! per instance checks the stamp of each followed tenant's record (in a data directory
+//! one `stat` per tenant every `poll_ms`; in a registry the revision its watch last
+//! reported, at once when it reports one); when a class routes elsewhere it reads,
+//! compiles and configures the new version (off the selection path, under the adapter's
+//! compile permit and deadline) and only then swaps it in, so no selection waits on a
+//! compile or fails for an upload. A change it cannot take (a component that does not
+//! load, a named tenant removed) leaves that tenant's running version in place and is
+//! reported ([`LivePolicy::last_error`], a `tracing` warning); no other tenant is touched.
+//! A registry that cannot be reached leaves every tenant's running version in place, and
+//! each one's `last_error` says so until it is followed again.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use dynamo_kv_router::RoutingPartitionRef;
 use dynamo_kv_router::plugins::worker_selection::WorkerInputs as DynamoInputs;
 use sha2::Digest;
 
 use switchyard::{FailMode, GuardConfig, PolicyEngine};
-use switchyard_store::{ManifestStamp, Routed, StoreReader};
+use switchyard_store::Routed;
 
 use crate::config::{ConfigError, PolicySource, StoreSource, SwitchyardConfig, TenantOf};
+use crate::source::{Records, Stamp, Wake};
 use crate::version::{LivePolicy, LoadedPolicy, Version};
 
 /// The tenants one store-sourced instance runs, each one's class followed: a single named
@@ -26,9 +30,9 @@ use crate::version::{LivePolicy, LoadedPolicy, Version};
 pub struct StorePolicies {
     source: StoreSource,
     followed: Mutex<BTreeMap<String, Arc<LivePolicy>>>,
-    /// Raised when a partition names a tenant not followed before, so the follower loads
-    /// its version now rather than a poll later.
-    added: (Mutex<bool>, Condvar),
+    /// Raised when a partition names a tenant not followed before (and by a registry's
+    /// watch on every change), so the follower checks now rather than a poll later.
+    wake: Arc<Wake>,
     /// The builtin default's guest, compiled once: what a tenant without a policy for the
     /// class runs (a fork per tenant, so breakers are never shared).
     default: Arc<LoadedPolicy>,
@@ -45,9 +49,11 @@ fn all_inputs() -> DynamoInputs {
 
 impl StorePolicies {
     /// Loads the class's version for every tenant the source can reach now (the named
-    /// tenant, or every tenant of the data directory for a partition-aware source, up to
-    /// `max_tenants`) and starts following them. A named tenant that is missing or whose
-    /// version does not load refuses the configuration (on `policy.store`); a
+    /// tenant, or every tenant of the data directory or registry for a partition-aware
+    /// source, up to `max_tenants`) and starts following them. A data directory that is
+    /// not one, or a registry that does not answer now, refuses the configuration (on
+    /// `policy.store.data_dir`, `policy.store.registry`). A named tenant that is missing
+    /// or whose version does not load refuses the configuration (on `policy.store`); a
     /// partition-aware source runs the builtin default for such a tenant and says why
     /// ([`LivePolicy::last_error`]), since one tenant's upload must not stop the router.
     /// The follower thread ends when the returned handle (and every factory made from
@@ -61,21 +67,21 @@ impl StorePolicies {
         };
         let engine = PolicyEngine::new(config.limits().clone())
             .map_err(|e| ConfigError::new("limits", format!("{e:#}")))?;
-        let reader = StoreReader::new(source.data_dir()).map_err(|e| {
-            ConfigError::new("policy.store.data_dir", format!("{}: {e}", source.data_dir().display()))
-        })?;
+        let wake = Wake::new();
+        let records = Records::open(source.at(), &wake)?;
         let mut follower = Follower {
-            reader,
+            records,
             source: source.clone(),
             engine,
             guard: config.guard().clone(),
             temperature: config.temperature(),
             states: HashMap::new(),
             templates: HashMap::new(),
+            down: None,
         };
         let default = follower
             .build(&default_running(), "default".into())
-            .map_err(|e| ConfigError::new("policy.store", format!("the builtin default: {e}")))?;
+            .map_err(|e| ConfigError::new("policy.store", format!("the builtin default: {}", e.message)))?;
         let overflow = LivePolicy::new(
             default.fork(format!("{}: default (over max_tenants)", source.class()), FailMode::Open),
             all_inputs(),
@@ -85,7 +91,7 @@ impl StorePolicies {
         let policies = Arc::new(Self {
             source: source.clone(),
             followed: Mutex::new(BTreeMap::new()),
-            added: (Mutex::new(false), Condvar::new()),
+            wake: Arc::clone(&wake),
             default,
             overflow,
             temperature: config.temperature(),
@@ -100,10 +106,8 @@ impl StorePolicies {
                 policies.lock().insert(tenant.clone(), live);
             }
             TenantOf::Partition { .. } => {
-                let manifest = follower.reader.load_manifest().map_err(|e| {
-                    ConfigError::new("policy.store.data_dir", format!("{}: {e}", source.data_dir().display()))
-                })?;
-                for tenant in manifest.tenants.keys().take(source.max_tenants()) {
+                let tenants = follower.records.tenants()?;
+                for tenant in tenants.iter().take(source.max_tenants()) {
                     follower.states.entry(tenant.clone()).or_default().running = Some(default_running());
                     match follower.check(tenant) {
                         Ok(Some(first)) => {
@@ -122,7 +126,7 @@ impl StorePolicies {
         let weak = Arc::downgrade(&policies);
         std::thread::Builder::new()
             .name(format!("switchyard-follow-{}", source.class()))
-            .spawn(move || follower.run(weak))
+            .spawn(move || follower.run(&weak, &wake))
             .map_err(|e| {
                 ConfigError::new("policy.store", format!("cannot start the follower thread: {e}"))
             })?;
@@ -146,9 +150,7 @@ impl StorePolicies {
             return Arc::clone(&self.overflow);
         }
         let live = self.start(tenant);
-        let (lock, added) = &self.added;
-        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        added.notify_one();
+        self.wake.raise();
         live
     }
 
@@ -177,6 +179,13 @@ impl StorePolicies {
     }
 }
 
+impl Drop for StorePolicies {
+    /// The follower ends now rather than a poll later.
+    fn drop(&mut self) {
+        self.wake.raise();
+    }
+}
+
 /// What a tenant runs now, to tell a real change from a rewrite of its record that leaves
 /// this class where it was.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,15 +195,30 @@ struct Running {
     fail_mode: FailMode,
 }
 
-/// A followed tenant's record file as last read, and what its class runs.
+/// A followed tenant's record as last read, what its class runs, and why its last change
+/// was not taken (if it was not).
 #[derive(Default)]
 struct TenantState {
-    stamp: Option<ManifestStamp>,
+    stamp: Option<Stamp>,
     running: Option<Running>,
+    error: Option<String>,
+}
+
+/// Why a version was not built, and whether the same record is worth trying again (its
+/// blob could not be read from a registry that was unreachable).
+struct NotBuilt {
+    message: String,
+    again: bool,
+}
+
+impl From<String> for NotBuilt {
+    fn from(message: String) -> Self {
+        Self { message, again: false }
+    }
 }
 
 struct Follower {
-    reader: StoreReader,
+    records: Records,
     source: StoreSource,
     engine: PolicyEngine,
     guard: GuardConfig,
@@ -204,6 +228,8 @@ struct Follower {
     /// bytes with the same parameters gets a fork (its own breaker and name), not a
     /// second compile. Weak: a version nobody runs is not kept for this.
     templates: HashMap<(Component, String), Weak<LoadedPolicy>>,
+    /// Why the records cannot be followed now, as last reported to every tenant.
+    down: Option<String>,
 }
 
 impl Follower {
@@ -211,47 +237,71 @@ impl Follower {
     /// made it), then loads its class's version if it has one.
     fn follow(&mut self, tenant: &str, live: &LivePolicy) {
         self.states.entry(tenant.to_string()).or_default().running.get_or_insert_with(default_running);
-        self.take(tenant, live);
+        self.take(tenant, live, true);
     }
 
-    /// Checks `tenant` once and swaps in its new version, or reports why not.
-    fn take(&mut self, tenant: &str, live: &LivePolicy) {
+    /// Checks `tenant` once and swaps in its new version, or reports why not (and, if
+    /// `show`, shows its error again: the records' state changed).
+    fn take(&mut self, tenant: &str, live: &LivePolicy, show: bool) {
+        let before = self.states.get(tenant).and_then(|s| s.error.clone());
         match self.check(tenant) {
             Ok(Some(next)) => {
                 tracing::info!(version = next.name(), "switchyard: the followed class moved");
                 live.swap(next);
-                live.set_error(None);
             }
+            Ok(None) if !show => return,
             Ok(None) => {}
             Err(e) => {
                 // Once per distinct reason: a lasting one (an unreadable record is
                 // retried every poll) is not logged every poll.
-                if live.last_error().as_deref() != Some(e.as_str()) {
+                if before.as_deref() != Some(e.as_str()) {
                     tracing::warn!(tenant, error = %e, "switchyard: a change in the store was not taken");
                 }
-                live.set_error(Some(e));
             }
+        }
+        self.report(tenant, live);
+    }
+
+    /// Shows on `live` why the records cannot be followed now, else why `tenant`'s last
+    /// change was not taken, else nothing.
+    fn report(&self, tenant: &str, live: &LivePolicy) {
+        let own = self.states.get(tenant).and_then(|s| s.error.as_ref());
+        let shown = self.down.as_ref().or(own);
+        if live.last_error().as_ref() != shown {
+            live.set_error(shown.cloned());
         }
     }
 
     /// The version to swap in for `tenant`, if its class routes somewhere new since the
-    /// last check.
+    /// last check; the tenant's error is kept (cleared by a version to swap in).
     fn check(&mut self, tenant: &str) -> Result<Option<Arc<LoadedPolicy>>, String> {
+        let checked = self.check_now(tenant);
+        let state = self.states.entry(tenant.to_string()).or_default();
+        match &checked {
+            Ok(Some(_)) => state.error = None,
+            Ok(None) => {}
+            Err(e) => state.error = Some(e.clone()),
+        }
+        checked
+    }
+
+    fn check_now(&mut self, tenant: &str) -> Result<Option<Arc<LoadedPolicy>>, String> {
         let class = self.source.class();
-        let stamp = self.reader.tenant_stamp(tenant);
+        let stamp = self.records.stamp(tenant);
         let state = self.states.entry(tenant.to_string()).or_default();
         if state.running.is_some() && stamp == state.stamp {
             return Ok(None);
         }
-        let record = self.reader.load_tenant(tenant)?;
-        // Read once: a failure below is not retried until the record changes again.
-        state.stamp = stamp;
+        let record = self.records.load_tenant(tenant)?;
+        // Read once: a failure below is not retried until the record changes again (but
+        // for a blob the registry could not be asked for).
+        let seen = std::mem::replace(&mut state.stamp, stamp);
         let route = match (&record, self.source.tenant()) {
             (Some(record), _) => {
                 record.route(class).map_err(|e| format!("tenant `{tenant}` class `{class}`: {e}"))?
             }
             (None, TenantOf::Named(_)) => {
-                return Err(format!("tenant `{tenant}` is not in {}", self.reader.dir().display()));
+                return Err(format!("tenant `{tenant}` is not in {}", self.records.place()));
             }
             // A partition's tenant that does not exist runs the default, as `serve`
             // routes a class nobody assigned.
@@ -275,14 +325,22 @@ impl Follower {
         if self.states.get(tenant).and_then(|s| s.running.as_ref()) == Some(&running) {
             return Ok(None);
         }
-        let policy = self.build(&running, name)?;
+        let policy = match self.build(&running, name) {
+            Ok(policy) => policy,
+            Err(e) => {
+                if e.again {
+                    self.states.entry(tenant.to_string()).or_default().stamp = seen;
+                }
+                return Err(e.message);
+            }
+        };
         self.states.entry(tenant.to_string()).or_default().running = Some(running);
         Ok(Some(policy))
     }
 
     /// `running` compiled and configured as `name`: a fork of a template running the same
     /// bytes with the same parameters, else a compile.
-    fn build(&mut self, running: &Running, name: String) -> Result<Arc<LoadedPolicy>, String> {
+    fn build(&mut self, running: &Running, name: String) -> Result<Arc<LoadedPolicy>, NotBuilt> {
         let key = (running.component.clone(), running.params.clone());
         if let Some(template) = self.templates.get(&key).and_then(Weak::upgrade) {
             return Ok(template.fork(name, running.fail_mode));
@@ -291,13 +349,13 @@ impl Follower {
             Component::Builtin(name) => {
                 switchyard_builtins::find(name).expect("a builtin by its own name").component.to_vec()
             }
-            Component::Blob { sha256, size } => {
-                self.blob(sha256, *size).map_err(|e| format!("{name}: blob: {e}"))?
-            }
+            Component::Blob { sha256, size } => self
+                .blob(sha256, *size)
+                .map_err(|e| NotBuilt { message: format!("{name}: blob: {}", e.message), again: e.again })?,
         };
         let version = Version { name: name.clone(), params: &running.params, fail_mode: running.fail_mode };
         let policy = LoadedPolicy::build(&self.engine, &bytes, version, &self.guard, self.temperature)
-            .map_err(|(_, e)| format!("{name}: {e}"))?;
+            .map_err(|(_, e)| NotBuilt::from(format!("{name}: {e}")))?;
         self.templates.retain(|_, t| t.strong_count() > 0);
         self.templates.insert(key, Arc::downgrade(&policy));
         Ok(policy)
@@ -307,44 +365,47 @@ impl Follower {
     /// when the file or the record is over `max_component_bytes` (nothing larger would
     /// compile), and refused unless the bytes are that long and hash to their name (a
     /// blob is named by its sha256: whatever else is there was not uploaded as it).
-    fn blob(&self, sha256: &str, size: usize) -> Result<Vec<u8>, String> {
+    fn blob(&self, sha256: &str, size: usize) -> Result<Vec<u8>, NotBuilt> {
         let most = self.engine.limits().max_component_bytes;
         if size > most {
-            return Err(format!("the record says {size} bytes; the limit is {most} bytes"));
+            return Err(format!("the record says {size} bytes; the limit is {most} bytes").into());
         }
-        let bytes = self.reader.read_blob_at_most(sha256, most as u64).map_err(|e| e.to_string())?;
+        let bytes = self
+            .records
+            .read_blob_at_most(sha256, most as u64)
+            .map_err(|e| NotBuilt { message: e.message, again: e.transient })?;
         if bytes.len() != size {
-            return Err(format!("{} bytes, but the record says {size}", bytes.len()));
+            return Err(format!("{} bytes, but the record says {size}", bytes.len()).into());
         }
         let actual = hex::encode(sha2::Sha256::digest(&bytes));
         if !actual.eq_ignore_ascii_case(sha256) {
-            return Err(format!("its bytes hash to {actual}, not to their name"));
+            return Err(format!("its bytes hash to {actual}, not to their name").into());
         }
         Ok(bytes)
     }
 
-    /// Checks every followed tenant every `poll` (at once when a partition adds one) until
-    /// the instance is dropped.
-    fn run(mut self, policies: Weak<StorePolicies>) {
+    /// Checks every followed tenant every `poll` (at once when a partition adds one, or a
+    /// registry's watch reports a change) until the instance is dropped.
+    fn run(mut self, policies: &Weak<StorePolicies>, wake: &Wake) {
         loop {
-            {
-                let Some(policies) = policies.upgrade() else { return };
-                let (lock, added) = &policies.added;
-                let flag = lock.lock().unwrap_or_else(|p| p.into_inner());
-                let (mut flag, _) = added
-                    .wait_timeout_while(flag, self.source.poll(), |added| !*added)
-                    .unwrap_or_else(|p| p.into_inner());
-                *flag = false;
-            }
+            wake.wait(self.source.poll());
             let Some(policies) = policies.upgrade() else { return };
             let followed: Vec<(String, Arc<LivePolicy>)> =
                 policies.lock().iter().map(|(t, l)| (t.clone(), Arc::clone(l))).collect();
             drop(policies);
+            let down = self.records.down();
+            let moved = down != self.down;
+            self.down = down;
             for (tenant, live) in followed {
                 if !self.states.contains_key(&tenant) {
                     self.follow(&tenant, &live);
+                } else if self.down.is_some() {
+                    // Nothing new can be read meanwhile: each keeps its running version.
+                    if moved {
+                        self.report(&tenant, &live);
+                    }
                 } else {
-                    self.take(&tenant, &live);
+                    self.take(&tenant, &live, moved);
                 }
             }
         }
@@ -356,7 +417,7 @@ impl Follower {
 enum Component {
     /// A builtin's guest build, by name.
     Builtin(&'static str),
-    /// A blob in the store, by sha256, and its size as its record says.
+    /// A blob in the store or registry, by sha256, and its size as its record says.
     Blob {
         /// Its name: the sha256 of its bytes.
         sha256: String,

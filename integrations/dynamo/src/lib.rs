@@ -67,6 +67,11 @@
 //!   Each tenant has its own versions, breakers and errors: one tenant's bad upload or
 //!   quarantine touches no other partition. Beyond `max_tenants` tenants, further
 //!   partitions run the builtin default, unfollowed, with a warning.
+//! - `registry: nats://HOST:PORT` in place of `data_dir`, in either form: the same, on a
+//!   fleet's NATS registry (what `switchyard serve --registry` replicas share): every
+//!   record loaded once, then watched, each change waking the follower at once. A
+//!   registry lost later leaves every tenant's running version serving, each
+//!   `last_error` saying so.
 
 //! # Picker mode
 //!
@@ -164,6 +169,7 @@ mod follow;
 mod picker;
 mod rows;
 mod scorer;
+mod source;
 mod version;
 
 use std::sync::Arc;
@@ -178,7 +184,7 @@ use switchyard::PolicyEngine;
 use switchyard_guest_sdk::Pool;
 
 pub use capacity::{Capacities, WorkerCapacity};
-pub use config::{ConfigError, PartitionKey, PolicySource, StoreSource, SwitchyardConfig, TenantOf};
+pub use config::{ConfigError, PartitionKey, PolicySource, StoreAt, StoreSource, SwitchyardConfig, TenantOf};
 pub use follow::StorePolicies;
 pub use picker::SwitchyardPicker;
 pub use rows::pool_of;

@@ -13,6 +13,9 @@ fn refusal(name: &str, parameters: &str) -> String {
 fn each_bad_field_is_refused_by_name() {
     let good = component_file("config-default", switchyard_test_util::DEFAULT_POLICY);
     let policy = format!("        policy: {{file: {}}}\n", good.display());
+    // A registry nothing answers at: refused at start-up, naming the field.
+    let down = format!("nats://127.0.0.1:{}", switchyard_test_util::nats::free_port());
+    let down_refusal = format!("policy.store.registry: {down}: the registry is unavailable");
     let cases = [
         ("no-policy", "        on_fault: open".to_string(), "missing field `policy`"),
         ("unknown-field", format!("{policy}        tempreature: 1"), "unknown field `tempreature`"),
@@ -22,6 +25,34 @@ fn each_bad_field_is_refused_by_name() {
             "store-missing",
             "        policy: {store: {data_dir: /nonexistent, tenant: a, class: c}}".to_string(),
             "policy.store.data_dir: /nonexistent: No such file",
+        ),
+        (
+            "store-both-places",
+            "        policy: {store: {data_dir: /tmp, registry: 'nats://127.0.0.1:4222', tenant: a, class: c}}"
+                .to_string(),
+            "policy.store.registry: give either `data_dir` (a data directory) or `registry` (a fleet's NATS registry), not both",
+        ),
+        (
+            "store-no-place",
+            "        policy: {store: {tenant: a, class: c}}".to_string(),
+            "policy.store: missing `data_dir` (a data directory) or `registry` (nats://HOST:PORT)",
+        ),
+        (
+            "store-registry-empty",
+            "        policy: {store: {registry: '', tenant_from: routing_group, class: c}}".to_string(),
+            "policy.store.registry: empty",
+        ),
+        (
+            "store-registry-address",
+            "        policy: {store: {registry: 'nats://127.0.0.1:notaport', tenant: a, class: c}}".to_string(),
+            "policy.store.registry: nats://127.0.0.1:notaport: not a NATS server address",
+        ),
+        (
+            "store-registry-down",
+            format!(
+                "        policy: {{store: {{registry: '{down}', tenant_from: routing_group, class: c}}}}"
+            ),
+            down_refusal.as_str(),
         ),
         (
             "store-tenant",

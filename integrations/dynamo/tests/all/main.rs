@@ -5,5 +5,6 @@ mod common;
 mod config;
 mod contract;
 mod hostile;
+mod nats;
 mod scorer;
 mod store;
