@@ -1,0 +1,6 @@
+//! `switchyard-dynamo` (and Dynamo's own service beside it) end to end, over HTTP, with
+//! engines publishing KV events over ZMQ.
+
+mod common;
+mod differential;
+mod service;
