@@ -19,15 +19,17 @@ pub fn prompt() -> Vec<u32> {
 }
 
 /// The `switchyard` CLI's binary: built beside this test by `cargo test --workspace`, or
-/// built now when this package's tests run alone.
+/// built now (in the profile of the test or bench running) when this package runs alone.
 pub fn switchyard_binary() -> PathBuf {
     let binary = switchyard_test_util::server::binary();
     if !binary.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--locked", "--bin", "switchyard"])
-            .status()
-            .expect("running cargo build --bin switchyard");
+        let mut command = Command::new(cargo);
+        command.args(["build", "--locked", "--bin", "switchyard"]);
+        if !cfg!(debug_assertions) {
+            command.arg("--release");
+        }
+        let status = command.status().expect("running cargo build --bin switchyard");
         assert!(status.success(), "cargo build --bin switchyard failed");
     }
     binary

@@ -3,4 +3,5 @@
 
 mod common;
 mod differential;
+mod hostile;
 mod service;
