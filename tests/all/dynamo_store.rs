@@ -253,6 +253,8 @@ fn each_routing_group_runs_its_own_tenants_policy_and_changes_alone() {
             "tenants": {"group-a": "acme", "group-b": "globex"}, "class": "latency", "poll_ms": 20,
         }},
         "temperature": 0,
+        // Every compile in a `switchyard compile-worker` process of the real binary.
+        "compile_worker": switchyard_test_util::server::binary(),
     }))
     .expect("valid parameters");
     let policies = StorePolicies::load(&config).expect("every tenant's version loads");

@@ -7,30 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use switchyard_test_util::fixtures::DEFAULT_POLICY;
+use switchyard_test_util::fixtures::{DEFAULT_POLICY, slow_component};
 use switchyard_test_util::server::{Body, Client, Server, temp_dir};
-
-/// A component whose core module Cranelift takes seconds to compile (about 0.5 s a
-/// function here; it is never instantiated): `functions` functions, each `depth` nested
-/// blocks with a `br_table` over every enclosing block at each level.
-fn slow_component(functions: usize, depth: usize) -> Vec<u8> {
-    let mut wat = String::from("(component (core module\n");
-    for _ in 0..functions {
-        wat.push_str("(func (param i32) (result i32)\n");
-        wat.push_str(&"(block ".repeat(depth));
-        for d in 0..depth {
-            let targets: Vec<String> = (0..depth - d).map(|i| i.to_string()).collect();
-            wat.push_str(&format!(
-                "local.get 0 br_table {} 0) local.get 0 i32.const {} i32.mul local.set 0\n",
-                targets.join(" "),
-                d + 1
-            ));
-        }
-        wat.push_str("local.get 0)\n");
-    }
-    wat.push_str("))");
-    wat::parse_str(&wat).expect("the slow component assembles")
-}
 
 /// CPU time (user + system) the process `pid` itself has used.
 fn cpu_time(pid: u32) -> Duration {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use dynamo_kv_router::RoutingPartitionRef;
 use dynamo_kv_router::plugins::{WorkerSelectionPolicyParameters, WorkerSelectionPolicyProviderError};
 use serde::Deserialize;
-use switchyard::{FailMode, GuardConfig, Limits};
+use switchyard::{FailMode, GuardConfig, Limits, PolicyEngine, WorkerCommand};
 
 /// A bad `parameters` field: which one, and why. Its `Display` is `field: reason`
 /// (`temperature: must be finite and ≥ 0, got -1`); Dynamo prefixes it with the policy
@@ -192,6 +192,8 @@ struct Raw {
     limits: Option<Limits>,
     #[serde(default)]
     guard: Option<GuardConfig>,
+    #[serde(default)]
+    compile_worker: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -240,7 +242,14 @@ struct RawStore {
 ///         temperature: 0.0                                # default: Dynamo's router_temperature
 ///         limits: {fuel_base: 2000000}                    # Switchyard's [limits]; optional
 ///         guard: {quarantine_after: 3}                    # Switchyard's [guard]; optional
+///         compile_worker: /usr/local/bin/switchyard       # compiles in `switchyard compile-worker`
+///                                                         # processes; optional
 /// ```
+///
+/// Without `compile_worker` a compile runs on a thread of the router: past
+/// `limits.compile_timeout_ms` it is refused, but Cranelift cannot be stopped, so it runs
+/// on to its end holding the adapter's compile permit. In a worker process it is killed at
+/// the deadline, and its CPU and memory are bounded.
 ///
 /// With a `store` source, the version's own parameters (set at upload) and the class's
 /// `on_fault` (set at assignment) apply, so `params` and `on_fault` are refused there.
@@ -252,6 +261,7 @@ pub struct SwitchyardConfig {
     temperature: Option<f64>,
     limits: Limits,
     guard: GuardConfig,
+    compile_workers: Option<WorkerCommand>,
 }
 
 impl SwitchyardConfig {
@@ -393,6 +403,16 @@ impl SwitchyardConfig {
             Some((field, why)) => ConfigError::new(field, why),
             None => ConfigError::new("limits", e),
         })?;
+        let compile_workers = match raw.compile_worker {
+            None => None,
+            Some(path) if !path.is_file() => {
+                return Err(ConfigError::new(
+                    "compile_worker",
+                    format!("{}: not a file (the `switchyard` binary)", path.display()),
+                ));
+            }
+            Some(path) => Some(WorkerCommand::new(path, ["compile-worker"])),
+        };
         Ok(Self {
             source,
             params,
@@ -400,6 +420,32 @@ impl SwitchyardConfig {
             temperature,
             limits,
             guard: raw.guard.unwrap_or_default(),
+            compile_workers,
+        })
+    }
+
+    /// Compiles in worker processes `command` starts (a program serving
+    /// [`switchyard::compile_worker_main::serve_worker`]), unless the parameters named a
+    /// `compile_worker` already: how a host that is such a program itself (the
+    /// `switchyard-dynamo` binary) makes its compiles killable by default.
+    #[must_use]
+    pub fn or_compile_workers(mut self, command: WorkerCommand) -> Self {
+        self.compile_workers.get_or_insert(command);
+        self
+    }
+
+    /// How compile workers are started, if compiles run in them.
+    pub fn compile_workers(&self) -> Option<&WorkerCommand> {
+        self.compile_workers.as_ref()
+    }
+
+    /// The engine every version of this instance is compiled and run on.
+    pub(crate) fn engine(&self) -> Result<PolicyEngine, ConfigError> {
+        let engine = PolicyEngine::new(self.limits.clone())
+            .map_err(|e| ConfigError::new("limits", format!("{e:#}")))?;
+        Ok(match &self.compile_workers {
+            Some(command) => engine.with_compile_workers(command.clone()),
+            None => engine,
         })
     }
 

@@ -23,7 +23,7 @@ use switchyard_store::Routed;
 
 use crate::config::{ConfigError, PolicySource, StoreSource, SwitchyardConfig, TenantOf};
 use crate::source::{Records, Stamp, Wake};
-use crate::version::{LivePolicy, LoadedPolicy, Version};
+use crate::version::{LivePolicy, LoadedPolicy, PERMIT_BUSY, Version};
 
 /// The tenants one store-sourced instance runs, each one's class followed: a single named
 /// tenant for every partition, or the tenant each routing partition names.
@@ -65,8 +65,7 @@ impl StorePolicies {
                 "not a store source (a file is loaded by `LivePolicy::load`)",
             ));
         };
-        let engine = PolicyEngine::new(config.limits().clone())
-            .map_err(|e| ConfigError::new("limits", format!("{e:#}")))?;
+        let engine = config.engine()?;
         let wake = Wake::new();
         let records = Records::open(source.at(), &wake)?;
         let mut follower = Follower {
@@ -294,7 +293,8 @@ impl Follower {
         }
         let record = self.records.load_tenant(tenant)?;
         // Read once: a failure below is not retried until the record changes again (but
-        // for a blob the registry could not be asked for).
+        // for a blob the registry could not be asked for, or a compile permit another
+        // compile held).
         let seen = std::mem::replace(&mut state.stamp, stamp);
         let route = match (&record, self.source.tenant()) {
             (Some(record), _) => {
@@ -354,8 +354,10 @@ impl Follower {
                 .map_err(|e| NotBuilt { message: format!("{name}: blob: {}", e.message), again: e.again })?,
         };
         let version = Version { name: name.clone(), params: &running.params, fail_mode: running.fail_mode };
-        let policy = LoadedPolicy::build(&self.engine, &bytes, version, &self.guard, self.temperature)
-            .map_err(|(_, e)| NotBuilt::from(format!("{name}: {e}")))?;
+        let policy =
+            LoadedPolicy::build(&self.engine, &bytes, version, &self.guard, self.temperature).map_err(
+                |(_, e)| NotBuilt { again: e.starts_with(PERMIT_BUSY), message: format!("{name}: {e}") },
+            )?;
         self.templates.retain(|_, t| t.strong_count() > 0);
         self.templates.insert(key, Arc::downgrade(&policy));
         Ok(policy)

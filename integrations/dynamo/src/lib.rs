@@ -72,6 +72,13 @@
 //!   record loaded once, then watched, each change waking the follower at once. A
 //!   registry lost later leaves every tenant's running version serving, each
 //!   `last_error` saying so.
+//!
+//! Compiles run on the follower's thread (at start-up, the caller's) unless
+//! `compile_worker` names a `switchyard` binary: then each runs in a `switchyard
+//! compile-worker` process, killed at `limits.compile_timeout_ms`. On a thread, Cranelift
+//! cannot be stopped: a compile past its deadline is refused but holds the adapter's one
+//! compile permit until it ends, and a version refused for the permit meanwhile is tried
+//! again on the next poll.
 
 //! # Picker mode
 //!
@@ -180,7 +187,6 @@ use dynamo_kv_router::plugins::{
 use dynamo_kv_router::{
     KvRouterConfig, RoutingPartitionRef, WorkerSelectionPolicy, WorkerSelectionPolicyFactory, WorkerType,
 };
-use switchyard::PolicyEngine;
 use switchyard_guest_sdk::Pool;
 
 pub use capacity::{Capacities, WorkerCapacity};
@@ -284,8 +290,7 @@ impl LivePolicy {
     pub fn load(config: &SwitchyardConfig) -> Result<Arc<Self>, ConfigError> {
         match config.source() {
             PolicySource::File(path) => {
-                let engine = PolicyEngine::new(config.limits().clone())
-                    .map_err(|e| ConfigError::new("limits", format!("{e:#}")))?;
+                let engine = config.engine()?;
                 let bytes = std::fs::read(path).map_err(|e| {
                     ConfigError::new("policy.file", format!("cannot read {}: {e}", path.display()))
                 })?;

@@ -20,6 +20,10 @@ use crate::config::{ConfigError, SwitchyardConfig};
 /// be interrupted), even past its deadline.
 struct CompilePermit;
 
+/// How a refusal for the permit begins: the version itself may be fine, and is worth
+/// trying again once the compile ahead of it has ended.
+pub(crate) const PERMIT_BUSY: &str = "another compile held the adapter's compile permit";
+
 static COMPILING: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
 
 impl CompilePermit {
@@ -34,7 +38,7 @@ impl CompilePermit {
         if waited.timed_out() && *busy {
             return Err((
                 LoadErrorKind::CompileTimeout,
-                format!("another compile held the adapter's compile permit for over {} ms", wait.as_millis()),
+                format!("{PERMIT_BUSY} for over {} ms", wait.as_millis()),
             ));
         }
         *busy = true;

@@ -120,7 +120,24 @@ impl Config {
     }
 }
 
+/// The argument a compile worker is started with: this binary, serving one compile at a
+/// time on stdin/stdout for the service that started it (killed at the deadline).
+const COMPILE_WORKER: &str = "compile-worker";
+
 fn main() -> ExitCode {
+    // Before the CLI: a worker's command line is this program's own, not a user's.
+    let mut argv = std::env::args_os().skip(1);
+    if let (Some(first), None) = (argv.next(), argv.next())
+        && first == COMPILE_WORKER
+    {
+        return match switchyard::compile_worker_main::serve_worker() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("switchyard-dynamo {COMPILE_WORKER}: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -129,13 +146,22 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .try_init();
-    let config = match Config::read(&args.config) {
+    let mut config = match Config::read(&args.config) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("switchyard-dynamo: {}: {e}", args.config.display());
             return ExitCode::from(2);
         }
     };
+    // Compiles in processes of this binary unless the config names another: killed at
+    // `limits.compile_timeout_ms`, where a compile on a thread here would run on.
+    match switchyard::WorkerCommand::current_exe([COMPILE_WORKER]) {
+        Ok(command) => config.switchyard = config.switchyard.or_compile_workers(command),
+        Err(e) => {
+            eprintln!("switchyard-dynamo: cannot find its own executable for compile workers: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     // Loads (and compiles) every tenant's policy now: a refusal names its field.
     let catalog = Arc::new(Catalog::default());
     let capacities: Arc<dyn Capacities> = Arc::clone(&catalog) as _;

@@ -19,6 +19,11 @@ fn each_bad_field_is_refused_by_name() {
     let cases = [
         ("no-policy", "        on_fault: open".to_string(), "missing field `policy`"),
         ("unknown-field", format!("{policy}        tempreature: 1"), "unknown field `tempreature`"),
+        (
+            "compile-worker",
+            format!("{policy}        compile_worker: /nonexistent/switchyard"),
+            "compile_worker: /nonexistent/switchyard: not a file (the `switchyard` binary)",
+        ),
         ("source", "        policy: {registry: acme}".to_string(), "policy: unknown variant `registry`"),
         ("store-type", "        policy: {store: acme}".to_string(), "policy.store: invalid type"),
         (

@@ -6,5 +6,6 @@ mod config;
 mod contract;
 mod hostile;
 mod nats;
+mod records;
 mod scorer;
 mod store;

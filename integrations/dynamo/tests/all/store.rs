@@ -5,11 +5,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use switchyard::FailMode;
 use switchyard_dynamo::{StorePolicies, SwitchyardConfig};
-use switchyard_store::{Assignment, Manifest, PolicyRecord, Store, TenantRecord, VersionRecord};
+use switchyard_store::{Manifest, Store};
 
 use crate::common::{Rng, policy, random_fixture};
+use crate::records::{blob, manifest};
 
 fn config(dir: &Path) -> SwitchyardConfig {
     SwitchyardConfig::from_json(serde_json::json!({
@@ -17,35 +17,6 @@ fn config(dir: &Path) -> SwitchyardConfig {
         "temperature": 0,
     }))
     .expect("valid parameters")
-}
-
-/// `bytes` stored as a blob: its name (their sha256) and size.
-fn blob(store: &Store, bytes: &[u8]) -> (String, usize) {
-    use sha2::Digest;
-    let name = hex::encode(sha2::Sha256::digest(bytes));
-    store.write_blob(&name, bytes).unwrap();
-    (name, bytes.len())
-}
-
-/// A manifest in which acme's class `latency` follows policy `mine`, whose active
-/// version is `active`; `blobs` are (version, blob).
-fn manifest(blobs: &[(&str, &(String, usize))], active: &str) -> Manifest {
-    let versions = blobs
-        .iter()
-        .map(|(v, (blob, size))| VersionRecord {
-            version: (*v).into(),
-            blob: blob.clone(),
-            params: "{}".into(),
-            size: *size,
-        })
-        .collect();
-    let mut tenant = TenantRecord::default();
-    tenant.policies.insert("mine".into(), PolicyRecord { versions, active: active.into(), previous: vec![] });
-    let assignment = Assignment { policy: "mine".into(), version: None, on_fault: FailMode::Closed };
-    tenant.classes.insert("latency".into(), assignment);
-    let mut manifest = Manifest::default();
-    manifest.tenants.insert("acme".into(), std::sync::Arc::new(tenant));
-    manifest
 }
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {

@@ -2,6 +2,7 @@
 //! engines publishing KV events over ZMQ.
 
 mod common;
+mod compile;
 mod differential;
 mod hostile;
 mod service;
