@@ -233,11 +233,25 @@ fn more(answers: &std::sync::Mutex<Vec<u64>>, n: usize) {
     }
 }
 
-#[test]
-fn each_routing_group_runs_its_own_tenants_policy_and_changes_alone() {
-    let dir = temp_dir("dynamo-partitions");
-    let server = Server::with_config(&dir, "");
-    let c = Client::new(&server);
+/// What two routing groups of two tenants (group-a acme's, group-b globex's) and a group
+/// of none run while they select: every answer in order, each thread's failures.
+struct Groups {
+    policies: Arc<StorePolicies>,
+    factory: dynamo_kv_router::WorkerSelectionPolicyFactory,
+    stop: Arc<AtomicBool>,
+    acme: String,
+    a: Arc<std::sync::Mutex<Vec<u64>>>,
+    b: Arc<std::sync::Mutex<Vec<u64>>>,
+    n: Arc<std::sync::Mutex<Vec<u64>>>,
+    threads: Vec<(&'static str, std::thread::JoinHandle<Vec<String>>)>,
+}
+
+/// A partition-aware source on `place` (`{"data_dir": …}` or `{"registry": …}`, and more
+/// of the instance's parameters in `extra`) that `c`'s service writes: acme's and globex's
+/// policies from the first selection of their groups, the builtin default for a group
+/// naming no tenant; then acme uploads a v2 through `c` and rolls it back, moving group-a
+/// alone.
+fn two_groups(c: &Client, place: serde_json::Value, extra: serde_json::Value) -> Groups {
     let scale4 = Some("%7B%22prefill_load_scale%22%3A4%7D");
     // acme's policy answers worker 2, globex's worker 1 (see `request`).
     let acme = c.add_tenant("acme");
@@ -247,18 +261,15 @@ fn each_routing_group_runs_its_own_tenants_policy_and_changes_alone() {
     c.uploaded(&globex, "globex", "theirs", DEFAULT_POLICY, scale4);
     c.assigned(&globex, "globex", "latency", json!({ "policy": "theirs", "on_fault": "closed" }));
 
-    let config = SwitchyardConfig::from_json(json!({
-        "policy": {"store": {
-            "data_dir": dir.join("data"), "tenant_from": "routing_group",
-            "tenants": {"group-a": "acme", "group-b": "globex"}, "class": "latency", "poll_ms": 20,
-        }},
-        "temperature": 0,
-        // Every compile in a `switchyard compile-worker` process of the real binary.
-        "compile_worker": switchyard_test_util::server::binary(),
-    }))
-    .expect("valid parameters");
+    let mut store = json!({
+        "tenant_from": "routing_group", "tenants": {"group-a": "acme", "group-b": "globex"}, "class": "latency",
+    });
+    store.as_object_mut().unwrap().extend(place.as_object().unwrap().clone());
+    let mut parameters = json!({"policy": {"store": store}, "temperature": 0});
+    parameters.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    let config = SwitchyardConfig::from_json(parameters).expect("valid parameters");
     let policies = StorePolicies::load(&config).expect("every tenant's version loads");
-    assert_eq!(policies.tenants(), ["acme", "globex"], "every tenant of the data dir, loaded at start-up");
+    assert_eq!(policies.tenants(), ["acme", "globex"], "every tenant of the store, loaded at start-up");
     let factory = Arc::clone(&policies).factory();
     let stop = Arc::new(AtomicBool::new(false));
     let (a, a_thread) = selecting(&factory, ("m", "group-a"), &stop);
@@ -270,30 +281,70 @@ fn each_routing_group_runs_its_own_tenants_policy_and_changes_alone() {
     more(&n, 20);
     assert_eq!(a.lock().unwrap()[0], 2, "acme's policy from the first selection");
     assert_eq!(b.lock().unwrap()[0], 1, "globex's policy from the first selection");
-    assert!(n.lock().unwrap().iter().all(|w| *w == 2), "no tenant: the default");
 
     // An upload by acme moves group-a only; its rollback moves it back.
     let a2 = c.uploaded(&acme, "acme", "mine", DEFAULT_POLICY, scale4);
     assert_ne!(a1, a2);
     wait_for(&a, 1, "acme's v2");
+    let acme_live = policies.tenant("acme").expect("followed");
+    assert!(acme_live.current().name().contains(&a2[..12]), "{}", acme_live.current().name());
     let (status, v) = c.call("POST", "/v1/tenants/acme/policies/mine/rollback", Some(&acme), Body::None);
     assert_eq!(status, 200, "{v}");
     wait_for(&a, 2, "acme's v1 after its rollback");
     more(&b, 20);
+    more(&n, 20);
+    let threads = vec![("group-a", a_thread), ("group-b", b_thread), ("nobody", n_thread)];
+    Groups { policies, factory, stop, acme, a, b, n, threads }
+}
+
+impl Groups {
+    /// Stops every selecting thread: the failures of each, by group.
+    fn stop(self) -> Vec<(&'static str, Vec<String>)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads
+            .into_iter()
+            .map(|(group, thread)| (group, thread.join().expect("a selecting thread")))
+            .collect()
+    }
+
+    /// group-a's answers went v1, v2, v1; group-b's never moved; the group of no tenant
+    /// ran the default.
+    fn check_answers(&self) {
+        let mut runs = self.a.lock().unwrap().clone();
+        runs.dedup();
+        assert_eq!(runs, [2, 1, 2], "group-a: v1, v2, v1 again, each answer one version's");
+        assert!(self.b.lock().unwrap().iter().all(|w| *w == 1), "globex's picks never moved");
+        assert!(self.n.lock().unwrap().iter().all(|w| *w == 2), "no tenant: the default");
+        let globex = self.policies.tenant("globex").expect("followed");
+        assert_eq!((globex.generation(), globex.last_error()), (0, None), "globex never swapped");
+        let nobody = self.policies.tenant("nobody").expect("followed");
+        assert_eq!(nobody.current().name(), "nobody/latency: default");
+    }
+}
+
+#[test]
+fn each_routing_group_runs_its_own_tenants_policy_and_changes_alone() {
+    let dir = temp_dir("dynamo-partitions");
+    let server = Server::with_config(&dir, "");
+    let c = Client::new(&server);
+    // Every compile in a `switchyard compile-worker` process of the real binary.
+    let more_parameters = json!({"compile_worker": switchyard_test_util::server::binary()});
+    let mut groups = two_groups(&c, json!({"data_dir": dir.join("data"), "poll_ms": 20}), more_parameters);
 
     // A tenant created now, its group first seen before: followed from then on.
-    let (i, i_thread) = selecting(&factory, ("m", "initech"), &stop);
+    let (i, i_thread) = selecting(&groups.factory, ("m", "initech"), &groups.stop);
     more(&i, 5);
     let initech = c.add_tenant("initech");
-    c.uploaded(&initech, "initech", "p", DEFAULT_POLICY, scale4);
+    c.uploaded(&initech, "initech", "p", DEFAULT_POLICY, Some("%7B%22prefill_load_scale%22%3A4%7D"));
     c.assigned(&initech, "initech", "latency", json!({ "policy": "p", "on_fault": "closed" }));
     wait_for(&i, 1, "initech's own policy");
+    groups.threads.push(("initech", i_thread));
 
     // A hostile policy for acme, which spins: group-a's selections fail (fail-closed),
     // its breaker opens; group-b's go on, every one globex's.
-    let bad = c.uploaded(&acme, "acme", "spin", switchyard_test_util::hostile::ILOOP, None);
-    c.assigned(&acme, "acme", "latency", json!({ "policy": "spin", "on_fault": "closed" }));
-    let acme_live = policies.tenant("acme").unwrap();
+    let bad = c.uploaded(&groups.acme, "acme", "spin", switchyard_test_util::hostile::ILOOP, None);
+    c.assigned(&groups.acme, "acme", "latency", json!({ "policy": "spin", "on_fault": "closed" }));
+    let acme_live = groups.policies.tenant("acme").unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while !acme_live.current().name().contains(&bad[..12]) {
         assert!(
@@ -303,22 +354,17 @@ fn each_routing_group_runs_its_own_tenants_policy_and_changes_alone() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    let b_before = b.lock().unwrap().len();
-    more(&b, 200);
-    stop.store(true, Ordering::Relaxed);
-    let a_failed = a_thread.join().unwrap();
-    assert!(!a_failed.is_empty(), "acme's spinning policy fails its own selections (fail-closed)");
-    for (name, thread) in [("group-b", b_thread), ("nobody", n_thread), ("initech", i_thread)] {
-        let failed = thread.join().unwrap();
-        assert!(failed.is_empty(), "{name}: selections failed: {failed:?}");
+    let b_before = groups.b.lock().unwrap().len();
+    more(&groups.b, 200);
+    assert!(groups.b.lock().unwrap().len() >= b_before + 200);
+    groups.check_answers();
+    for (group, failed) in groups.stop() {
+        if group == "group-a" {
+            assert!(!failed.is_empty(), "acme's spinning policy fails its own selections (fail-closed)");
+        } else {
+            assert!(failed.is_empty(), "{group}: selections failed: {failed:?}");
+        }
     }
-    assert!(b.lock().unwrap().iter().all(|w| *w == 1), "globex's picks never moved");
-    assert!(b.lock().unwrap().len() >= b_before + 200);
-    assert_eq!(policies.tenant("globex").unwrap().generation(), 0, "globex never swapped");
-    assert_eq!(policies.tenant("globex").unwrap().last_error(), None);
-    let mut runs = a.lock().unwrap().clone();
-    runs.dedup();
-    assert_eq!(runs, [2, 1, 2], "group-a: v1, v2, v1 again, each answer one version's");
 }
 
 /// The same source on a fleet's NATS registry: a real nats-server and a real `switchyard
@@ -329,63 +375,12 @@ fn each_routing_group_follows_its_tenant_in_a_fleets_registry() {
     let nats = NatsServer::start(Path::new(env!("CARGO_TARGET_TMPDIR")), "dynamo-nats");
     let server = replica(&dir, "a", &nats.url());
     let c = Client::new(&server);
-    let scale4 = Some("%7B%22prefill_load_scale%22%3A4%7D");
-    // acme's policy answers worker 2, globex's worker 1 (see `request`).
-    let acme = c.add_tenant("acme");
-    let a1 = c.uploaded(&acme, "acme", "mine", DEFAULT_POLICY, None);
-    c.assigned(&acme, "acme", "latency", json!({ "policy": "mine", "on_fault": "closed" }));
-    let globex = c.add_tenant("globex");
-    c.uploaded(&globex, "globex", "theirs", DEFAULT_POLICY, scale4);
-    c.assigned(&globex, "globex", "latency", json!({ "policy": "theirs", "on_fault": "closed" }));
-
     // A poll far longer than the test: the registry's watch alone brings each change.
-    let config = SwitchyardConfig::from_json(json!({
-        "policy": {"store": {
-            "registry": nats.url(), "tenant_from": "routing_group",
-            "tenants": {"group-a": "acme", "group-b": "globex"}, "class": "latency", "poll_ms": 60_000,
-        }},
-        "temperature": 0,
-    }))
-    .expect("valid parameters");
-    let policies = StorePolicies::load(&config).expect("every tenant's version loads");
-    assert_eq!(policies.tenants(), ["acme", "globex"], "every tenant of the registry, loaded at start-up");
-    let factory = Arc::clone(&policies).factory();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (a, a_thread) = selecting(&factory, ("m", "group-a"), &stop);
-    let (b, b_thread) = selecting(&factory, ("m", "group-b"), &stop);
-    // A group no map names and no tenant has: the builtin default (worker 2, as scale 1).
-    let (n, n_thread) = selecting(&factory, ("m", "nobody"), &stop);
-    more(&a, 20);
-    more(&b, 20);
-    more(&n, 20);
-    assert_eq!(a.lock().unwrap()[0], 2, "acme's policy from the first selection");
-    assert_eq!(b.lock().unwrap()[0], 1, "globex's policy from the first selection");
-
-    // An upload by acme through the replica moves group-a only; its rollback moves it back.
-    let a2 = c.uploaded(&acme, "acme", "mine", DEFAULT_POLICY, scale4);
-    assert_ne!(a1, a2);
-    wait_for(&a, 1, "acme's v2");
-    let acme_live = policies.tenant("acme").expect("followed");
-    assert!(acme_live.current().name().contains(&a2[..12]), "{}", acme_live.current().name());
-    let (status, v) = c.call("POST", "/v1/tenants/acme/policies/mine/rollback", Some(&acme), Body::None);
-    assert_eq!(status, 200, "{v}");
-    wait_for(&a, 2, "acme's v1 after its rollback");
-    more(&a, 20);
-    more(&b, 20);
-    more(&n, 20);
-
-    stop.store(true, Ordering::Relaxed);
-    for (group, thread) in [("group-a", a_thread), ("group-b", b_thread), ("nobody", n_thread)] {
-        let failed = thread.join().expect("a selecting thread");
+    let groups = two_groups(&c, json!({"registry": nats.url(), "poll_ms": 60_000}), json!({}));
+    groups.check_answers();
+    let acme = groups.policies.tenant("acme").expect("followed");
+    assert_eq!((acme.generation(), acme.last_error()), (2, None), "the upload, the rollback");
+    for (group, failed) in groups.stop() {
         assert!(failed.is_empty(), "{group}: selections failed: {failed:?}");
     }
-    let mut runs = a.lock().unwrap().clone();
-    runs.dedup();
-    assert_eq!(runs, [2, 1, 2], "group-a: v1, v2, v1 again, each answer one version's");
-    assert!(b.lock().unwrap().iter().all(|w| *w == 1), "globex's picks never moved");
-    assert!(n.lock().unwrap().iter().all(|w| *w == 2), "no tenant: the default");
-    let globex_live = policies.tenant("globex").expect("followed");
-    assert_eq!((globex_live.generation(), globex_live.last_error()), (0, None), "globex never swapped");
-    assert_eq!((acme_live.generation(), acme_live.last_error()), (2, None), "the upload, the rollback");
-    assert_eq!(policies.tenant("nobody").expect("followed").current().name(), "nobody/latency: default");
 }

@@ -28,10 +28,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use switchyard_test_util::DEFAULT_POLICY;
-use switchyard_test_util::server::{Client, Server, temp_dir};
+use switchyard_test_util::server::temp_dir;
 
-use common::{BLOCK, Dynamo, Engine, KvEvent, switchyard_binary};
+use common::{BLOCK, Dynamo, Engine, KvEvent};
 use raw_http::{Connection, request};
 
 const WORKERS: u64 = 1024;
@@ -167,14 +166,7 @@ fn main() {
     let mut engines = Vec::new();
 
     // 1. Stock vs Switchyard.
-    let guest = dir.join("default.wasm");
-    std::fs::write(&guest, DEFAULT_POLICY).unwrap();
-    let ours = Dynamo::start(
-        &dir,
-        &format!(
-            "[switchyard]\ntemperature = 0\non_fault = \"closed\"\n[switchyard.policy]\nfile = {guest:?}\n"
-        ),
-    );
+    let ours = Dynamo::default_guest(&dir);
     let stock = Dynamo::stock(&dir);
     populate(&[&stock, &ours], "default", 1, WORKERS, &mut engines, context);
     let bodies = requests("default");
@@ -207,16 +199,7 @@ fn main() {
     drop((conn_stock, conn_ours, stock, ours));
 
     // 2. A hostile neighbour.
-    switchyard_binary();
-    let server = Server::with_config(&dir, "");
-    let c = Client::new(&server);
-    let acme = c.add_tenant("acme");
-    c.uploaded(&acme, "acme", "spin", switchyard_test_util::hostile::ILOOP, None);
-    c.assigned(&acme, "acme", "latency", json!({ "policy": "spin", "on_fault": "closed" }));
-    let globex = c.add_tenant("globex");
-    c.uploaded(&globex, "globex", "mine", DEFAULT_POLICY, None);
-    c.assigned(&globex, "globex", "latency", json!({ "policy": "mine", "on_fault": "closed" }));
-    let ours = Dynamo::following(&dir, "group-a = \"acme\"\ngroup-b = \"globex\"\n");
+    let (_server, ours) = Dynamo::hostile_neighbours(&dir);
     populate(&[&ours], "group-b", 1, WORKERS, &mut engines, context);
     let mut hostile_engines = Vec::new();
     populate(&[&ours], "group-a", 100_001, 16, &mut hostile_engines, context);

@@ -7,15 +7,14 @@
 //! switchyard-dynamo --config /etc/switchyard/dynamo.toml
 //! ```
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock, Weak};
 
+mod serve;
+
 use clap::Parser;
-use dynamo_kv_router::services::selection::{
-    RouterPluginRegistry, SelectionCore, SelectionServiceBuilder, run_server,
-};
+use dynamo_kv_router::services::selection::{RouterPluginRegistry, SelectionCore, SelectionServiceBuilder};
 use dynamo_kv_router::{KvRouterConfig, WorkerType};
 use serde::Deserialize;
 use switchyard_dynamo::{Capacities, SwitchyardConfig, WorkerCapacity};
@@ -139,13 +138,7 @@ fn main() -> ExitCode {
         };
     }
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .try_init();
+    serve::init_logging();
     let mut config = match Config::read(&args.config) {
         Ok(config) => config,
         Err(e) => {
@@ -176,14 +169,7 @@ fn main() -> ExitCode {
         println!("{}: ok", args.config.display());
         return ExitCode::SUCCESS;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("switchyard-dynamo: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let served = runtime.block_on(async move {
+    serve::serve("switchyard-dynamo", config.port, async move {
         let mut registry = RouterPluginRegistry::default();
         switchyard_dynamo::register(&mut registry)?;
         let service = SelectionServiceBuilder::new(KvRouterConfig::default(), config.worker_type, registry)
@@ -192,14 +178,6 @@ fn main() -> ExitCode {
             .build()
             .await?;
         let _ = catalog.0.set(Arc::downgrade(service.core()));
-        eprintln!("switchyard-dynamo: serving Dynamo's selection API on port {}", config.port);
-        run_server(config.port, service).await
-    });
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("switchyard-dynamo: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+        Ok(service)
+    })
 }

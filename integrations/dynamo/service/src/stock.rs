@@ -7,12 +7,13 @@
 //! dynamo-stock --port 8090
 //! ```
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+mod serve;
+
 use clap::Parser;
-use dynamo_kv_router::services::selection::{RouterPluginRegistry, SelectionServiceBuilder, run_server};
+use dynamo_kv_router::services::selection::{RouterPluginRegistry, SelectionServiceBuilder};
 use dynamo_kv_router::{KvRouterConfig, WorkerSelectionPolicy, WorkerType};
 
 /// Dynamo's standalone selection service with Dynamo's reference policy (its default
@@ -31,39 +32,16 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .try_init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("dynamo-stock: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let served = runtime.block_on(async move {
+    serve::init_logging();
+    serve::serve("dynamo-stock", args.port, async move {
         // 1.6.1 ships no default policy outside its `bench` feature: this is the one its
         // own service tests install.
         let registry = RouterPluginRegistry::default().with_default_factory(Arc::new(|config, role, _| {
             WorkerSelectionPolicy::reference(config.clone(), role.default_selector_label())
         }));
-        let service =
-            SelectionServiceBuilder::new(KvRouterConfig::default(), WorkerType::Aggregated, registry)
-                .indexer_threads(usize::from(args.indexer_threads))
-                .build()
-                .await?;
-        eprintln!("dynamo-stock: serving Dynamo's selection API on port {}", args.port);
-        run_server(args.port, service).await
-    });
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("dynamo-stock: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+        SelectionServiceBuilder::new(KvRouterConfig::default(), WorkerType::Aggregated, registry)
+            .indexer_threads(usize::from(args.indexer_threads))
+            .build()
+            .await
+    })
 }

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use switchyard_test_util::server::{Client, Server};
 
 /// Every worker's block size, tokens.
 pub const BLOCK: usize = 4;
@@ -58,6 +59,36 @@ impl Dynamo {
         let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard-dynamo"));
         command.arg("--config").arg(&config);
         Self::spawn(command, port, dir.join("dynamo.log"))
+    }
+
+    /// `switchyard-dynamo` running the default policy's guest (written into `dir`) for
+    /// every partition, temperature 0, fail-closed.
+    pub fn default_guest(dir: &Path) -> Self {
+        let guest = dir.join("default.wasm");
+        std::fs::write(&guest, switchyard_test_util::DEFAULT_POLICY).unwrap();
+        Self::start(
+            dir,
+            &format!(
+                "[switchyard]\ntemperature = 0\non_fault = \"closed\"\n[switchyard.policy]\nfile = {guest:?}\n"
+            ),
+        )
+    }
+
+    /// A real `switchyard serve` in `dir` with two tenants, and `switchyard-dynamo`
+    /// following it: group-a runs acme's policy, which spins on every selection
+    /// (fail-closed), group-b globex's, the default policy. The server must outlive it.
+    pub fn hostile_neighbours(dir: &Path) -> (Server, Self) {
+        switchyard_binary();
+        let server = Server::with_config(dir, "");
+        let c = Client::new(&server);
+        let acme = c.add_tenant("acme");
+        c.uploaded(&acme, "acme", "spin", switchyard_test_util::hostile::ILOOP, None);
+        c.assigned(&acme, "acme", "latency", json!({ "policy": "spin", "on_fault": "closed" }));
+        let globex = c.add_tenant("globex");
+        c.uploaded(&globex, "globex", "mine", switchyard_test_util::DEFAULT_POLICY, None);
+        c.assigned(&globex, "globex", "latency", json!({ "policy": "mine", "on_fault": "closed" }));
+        let dynamo = Self::following(dir, "group-a = \"acme\"\ngroup-b = \"globex\"\n");
+        (server, dynamo)
     }
 
     /// `dynamo-stock`: Dynamo's service choosing by its own reference policy.

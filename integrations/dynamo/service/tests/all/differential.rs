@@ -12,7 +12,6 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
-use switchyard_test_util::DEFAULT_POLICY;
 use switchyard_test_util::fixtures::Rng;
 use switchyard_test_util::server::temp_dir;
 
@@ -124,15 +123,7 @@ fn pick(v: &Value) -> (u64, u32) {
 #[test]
 fn the_default_guest_picks_what_dynamos_stock_service_picks_on_the_same_events() {
     let dir = temp_dir("dynamo-differential");
-    std::fs::create_dir_all(&dir).unwrap();
-    let guest = dir.join("default.wasm");
-    std::fs::write(&guest, DEFAULT_POLICY).unwrap();
-    let ours = Dynamo::start(
-        &dir,
-        &format!(
-            "[switchyard]\ntemperature = 0\non_fault = \"closed\"\n[switchyard.policy]\nfile = {guest:?}\n"
-        ),
-    );
+    let ours = Dynamo::default_guest(&dir);
     let stock = Dynamo::stock(&dir);
     let services = [&ours, &stock];
     let context = zmq::Context::new();

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use serde_json::json;
-use switchyard_test_util::DEFAULT_POLICY;
-use switchyard_test_util::server::{Client, Server, temp_dir};
+use switchyard_test_util::server::temp_dir;
 
-use crate::common::{Dynamo, Engine, switchyard_binary};
+use crate::common::{Dynamo, Engine};
 
 /// Selections of the other group, each of the two rounds.
 const ROUNDS: usize = 300;
@@ -18,16 +17,8 @@ const ROUNDS: usize = 300;
 #[test]
 fn a_spinning_policy_in_one_group_leaves_the_other_groups_picks_and_answers_alone() {
     let dir = temp_dir("dynamo-service-hostile");
-    switchyard_binary();
-    let server = Server::with_config(&dir, "");
-    let c = Client::new(&server);
-    let acme = c.add_tenant("acme");
-    c.uploaded(&acme, "acme", "spin", switchyard_test_util::hostile::ILOOP, None);
-    c.assigned(&acme, "acme", "latency", json!({ "policy": "spin", "on_fault": "closed" }));
-    let globex = c.add_tenant("globex");
-    c.uploaded(&globex, "globex", "mine", DEFAULT_POLICY, None);
-    c.assigned(&globex, "globex", "latency", json!({ "policy": "mine", "on_fault": "closed" }));
-    let dynamo = Arc::new(Dynamo::following(&dir, "group-a = \"acme\"\ngroup-b = \"globex\"\n"));
+    let (_server, dynamo) = Dynamo::hostile_neighbours(&dir);
+    let dynamo = Arc::new(dynamo);
 
     // Four workers a group; in group-b each runs a booked request with a different
     // prefill left, so one worker is the cheapest.
