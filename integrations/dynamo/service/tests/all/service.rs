@@ -203,6 +203,11 @@ fn each_bad_field_of_the_config_is_refused_by_name_and_check_loads_every_tenant(
         ("pool", format!("port = 1\nworker_type = \"encode\"\n{store}"), "unknown variant `encode`"),
         ("data-dir", format!("port = 1\n{store}"), "switchyard.policy.store.data_dir: /nonexistent"),
         (
+            "registry",
+            "port = 1\n[switchyard.policy.store]\nregistry = \"nats://127.0.0.1:1\"\ntenant_from = \"routing_group\"\nclass = \"c\"\n".to_string(),
+            "switchyard.policy.store.registry: nats://127.0.0.1:1: the registry is unavailable",
+        ),
+        (
             "tenant",
             "port = 1\n[switchyard.policy.store]\ndata_dir = \"/tmp\"\nclass = \"c\"\n".to_string(),
             "switchyard.policy.store: missing `tenant` (one tenant) or `tenant_from`",
