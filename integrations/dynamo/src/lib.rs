@@ -137,8 +137,9 @@
 //!   and block hashes are crate-private to Dynamo). Hash-affinity policies (CHWBL,
 //!   two-choice, SGLang's cache-aware) then fall back to whatever they do without
 //!   hashes.
-//! - **policy class**: `policy-class()` answers `none` (`SchedulingRequest::policy_class`
-//!   is not on `WorkerSelectionContext`).
+//! - **policy class**: `policy-class()` answers the request's session agent header
+//!   `x-dynamo-meta-policy-class` (1–64 bytes), else `none`: Dynamo's own
+//!   `SchedulingRequest::policy_class` is not on `WorkerSelectionContext`.
 //! - **capacities**: `worker-capacity()` and `candidate-capacities()` answer `none`
 //!   (workers' `total_kv_blocks` / `max_num_batched_tokens` stay with the host).
 //! - **the per-request seed**: derived deterministically from the request's data (prompt

@@ -13,6 +13,8 @@ use switchyard::{GuardedSelector, SelectError, SelectionRequest, WorkerTable};
 use switchyard_guest_sdk::hash::{hash2, mix64};
 use switchyard_guest_sdk::{Column, Pool, RequestFacts, WorkerRank};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::capacity::PartitionCapacities;
 
 /// What one component may read of Dynamo's rows, in Dynamo's (hash-map) order.
@@ -325,11 +327,48 @@ fn request<'a>(
         .unwrap_or(framing.temperature);
     let options = RequestOptions {
         worker_multipliers: (!multipliers.is_empty()).then_some(multipliers),
+        policy_class: policy_class(context),
         temperature: Some(temperature),
         ..Default::default()
     };
     SelectionRequest::new(table, facts, options, columns)
         .map_err(|e| WorkerSelectionPolicyError::failed(format!("switchyard: {e}")))
+}
+
+/// The header a caller names its policy class in (Dynamo's own ingress reads the class
+/// from it). 1.6.1 keeps the class it reads off the plugin context but passes a session's
+/// agent headers through, so the adapter reads the class there.
+const POLICY_CLASS_HEADER: &str = "x-dynamo-meta-policy-class";
+
+/// The longest class passed on: Switchyard names classes in 1–64 characters, so a longer
+/// value names no class a tenant can have.
+const MAX_CLASS_BYTES: usize = 64;
+
+/// The request's policy class: the header's first non-empty value, trimmed. A value too
+/// long to be a class is the caller's bad input; as with the other out-of-range values
+/// Dynamo hands over (a bad temperature override, a pin on a worker not handed over), the
+/// selection goes on without it, with one warning per process (every such request would
+/// repeat it).
+fn policy_class(context: &WorkerSelectionContext<'_>) -> Option<String> {
+    let headers = context.session_context()?.agent_headers();
+    // Dynamo's HTTP ingress lowercases header names; a `/select` body is as its caller
+    // spelt it.
+    let values = headers.get(POLICY_CLASS_HEADER).or_else(|| {
+        headers.iter().find(|(name, _)| name.eq_ignore_ascii_case(POLICY_CLASS_HEADER)).map(|(_, v)| v)
+    })?;
+    let class = values.iter().map(|v| v.trim()).find(|v| !v.is_empty())?;
+    if class.len() > MAX_CLASS_BYTES {
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                bytes = class.len(),
+                "switchyard: a request's {POLICY_CLASS_HEADER} is longer than {MAX_CLASS_BYTES} bytes; \
+                 it is routed without a class (warned once)"
+            );
+        }
+        return None;
+    }
+    Some(class.to_owned())
 }
 
 /// f64 blocks → the contract's u32 blocks: rounded to nearest, clamped to the u32 range.
