@@ -23,7 +23,7 @@ use switchyard_store::Routed;
 
 use crate::config::{ConfigError, PolicySource, StoreSource, SwitchyardConfig, TenantOf};
 use crate::source::{Records, Stamp, Wake};
-use crate::version::{LivePolicy, LoadedPolicy, PERMIT_BUSY, Version};
+use crate::version::{LivePolicy, LoadedPolicy, Version};
 
 /// The tenants one store-sourced instance runs, each one's class followed: a single named
 /// tenant for every partition, or the tenant each routing partition names.
@@ -354,10 +354,8 @@ impl Follower {
                 .map_err(|e| NotBuilt { message: format!("{name}: blob: {}", e.message), again: e.again })?,
         };
         let version = Version { name: name.clone(), params: &running.params, fail_mode: running.fail_mode };
-        let policy =
-            LoadedPolicy::build(&self.engine, &bytes, version, &self.guard, self.temperature).map_err(
-                |(_, e)| NotBuilt { again: e.starts_with(PERMIT_BUSY), message: format!("{name}: {e}") },
-            )?;
+        let policy = LoadedPolicy::build(&self.engine, &bytes, version, &self.guard, self.temperature)
+            .map_err(|e| NotBuilt { again: e.busy, message: format!("{name}: {}", e.message) })?;
         self.templates.retain(|_, t| t.strong_count() > 0);
         self.templates.insert(key, Arc::downgrade(&policy));
         Ok(policy)

@@ -2,6 +2,8 @@
 //! conversion both modes use (a picker sees a [`WorkerInputView`], a scorer
 //! [`WorkerCandidates`]; the rows and what they carry are the same).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use dynamo_kv_router::WorkerType;
 use dynamo_kv_router::plugins::worker_selection::{
     WorkerCacheInput, WorkerCandidates, WorkerInputView, WorkerLoadInput, WorkerSelectionContext,
@@ -12,8 +14,6 @@ use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
 use switchyard::{GuardedSelector, SelectError, SelectionRequest, WorkerTable};
 use switchyard_guest_sdk::hash::{hash2, mix64};
 use switchyard_guest_sdk::{Column, Pool, RequestFacts, WorkerRank};
-
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::capacity::PartitionCapacities;
 
@@ -351,8 +351,8 @@ const MAX_CLASS_BYTES: usize = 64;
 /// repeat it).
 fn policy_class(context: &WorkerSelectionContext<'_>) -> Option<String> {
     let headers = context.session_context()?.agent_headers();
-    // Dynamo's HTTP ingress lowercases header names; a `/select` body is as its caller
-    // spelt it.
+    // Header names are case-insensitive, and a `/select` body carries them as its caller
+    // spelt them.
     let values = headers.get(POLICY_CLASS_HEADER).or_else(|| {
         headers.iter().find(|(name, _)| name.eq_ignore_ascii_case(POLICY_CLASS_HEADER)).map(|(_, v)| v)
     })?;

@@ -7,8 +7,8 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use dynamo_kv_router::plugins::worker_selection::WorkerInputs as DynamoInputs;
 use switchyard::selection::Scorer;
 use switchyard::{
-    FailMode, GuardConfig, GuardedSelector, GuestScorer, LoadErrorKind, PolicyComponent, PolicyEngine,
-    SharedBreaker,
+    FailMode, GuardConfig, GuardedSelector, GuestScorer, LoadError, LoadErrorKind, PolicyComponent,
+    PolicyEngine, SharedBreaker,
 };
 use switchyard_guest_sdk::{InputGroups, PolicyInfo};
 
@@ -20,26 +20,41 @@ use crate::config::{ConfigError, SwitchyardConfig};
 /// be interrupted), even past its deadline.
 struct CompilePermit;
 
-/// How a refusal for the permit begins: the version itself may be fine, and is worth
-/// trying again once the compile ahead of it has ended.
-pub(crate) const PERMIT_BUSY: &str = "another compile held the adapter's compile permit";
+/// Why a version was not built.
+pub(crate) struct BuildError {
+    pub(crate) kind: LoadErrorKind,
+    pub(crate) message: String,
+    /// Refused waiting for the compile permit: the version itself may be fine, and is
+    /// worth trying again once the compile ahead of it has ended.
+    pub(crate) busy: bool,
+}
+
+impl From<LoadError> for BuildError {
+    fn from(e: LoadError) -> Self {
+        Self { kind: e.kind, message: e.to_string(), busy: false }
+    }
+}
 
 static COMPILING: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
 
 impl CompilePermit {
     /// The permit, waiting for it at most `compile_timeout_ms` (then refused
     /// `compile-timeout`: the compile ahead of this one has outlived its own deadline).
-    fn take(engine: &PolicyEngine) -> Result<Self, (LoadErrorKind, String)> {
+    fn take(engine: &PolicyEngine) -> Result<Self, BuildError> {
         let wait = std::time::Duration::from_millis(engine.limits().compile_timeout_ms);
         let (lock, freed) = &COMPILING;
         let busy = lock.lock().unwrap_or_else(|p| p.into_inner());
         let (mut busy, waited) =
             freed.wait_timeout_while(busy, wait, |busy| *busy).unwrap_or_else(|p| p.into_inner());
         if waited.timed_out() && *busy {
-            return Err((
-                LoadErrorKind::CompileTimeout,
-                format!("{PERMIT_BUSY} for over {} ms", wait.as_millis()),
-            ));
+            return Err(BuildError {
+                kind: LoadErrorKind::CompileTimeout,
+                message: format!(
+                    "another compile held the adapter's compile permit for over {} ms",
+                    wait.as_millis()
+                ),
+                busy: true,
+            });
         }
         *busy = true;
         Ok(Self)
@@ -80,12 +95,10 @@ impl LoadedPolicy {
         name: String,
     ) -> Result<Arc<Self>, ConfigError> {
         let version = Version { name, params: config.params(), fail_mode: config.fail_mode() };
-        Self::build(engine, bytes, version, config.guard(), config.temperature()).map_err(
-            |(kind, message)| {
-                let field = if kind == LoadErrorKind::ConfigureFailed { "params" } else { "policy.file" };
-                ConfigError::new(field, message)
-            },
-        )
+        Self::build(engine, bytes, version, config.guard(), config.temperature()).map_err(|e| {
+            let field = if e.kind == LoadErrorKind::ConfigureFailed { "params" } else { "policy.file" };
+            ConfigError::new(field, e.message)
+        })
     }
 
     pub(crate) fn build(
@@ -94,12 +107,10 @@ impl LoadedPolicy {
         version: Version<'_>,
         guard: &GuardConfig,
         temperature: Option<f64>,
-    ) -> Result<Arc<Self>, (LoadErrorKind, String)> {
+    ) -> Result<Arc<Self>, BuildError> {
         let permit = CompilePermit::take(engine)?;
-        let component =
-            PolicyComponent::load_holding(engine, bytes, permit).map_err(|e| (e.kind, e.to_string()))?;
-        let guest = GuestScorer::new(version.name.clone(), component, version.params)
-            .map_err(|e| (e.kind, e.to_string()))?;
+        let component = PolicyComponent::load_holding(engine, bytes, permit)?;
+        let guest = GuestScorer::new(version.name.clone(), component, version.params)?;
         let info = guest.info();
         Ok(Arc::new(Self {
             name: version.name,

@@ -1,18 +1,18 @@
 //! The policy class: a session's `x-dynamo-meta-policy-class` agent header reaches the
 //! policy's `policy-class()` import, in Dynamo's own selection path.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use dynamo_kv_router::protocols::{RoutingConstraints, WorkerWithDpRank};
-use dynamo_kv_router::scheduling::{OverlapSignals, ScheduleMode};
-use dynamo_kv_router::{SchedulingRequest, SessionContext, WorkerLoadProjection, WorkerType};
+use dynamo_kv_router::protocols::WorkerWithDpRank;
+use dynamo_kv_router::scheduling::OverlapSignals;
+use dynamo_kv_router::{SessionContext, WorkerLoadProjection, WorkerType};
 use rustc_hash::FxHashMap;
 use switchyard::selection::{RequestOptions, Worker, WorkerInputs};
 use switchyard::{SelectionRequest, Selector, WorkerTable};
 use switchyard_guest_sdk::{Column, Pool, RequestFacts};
 
-use crate::common::{Fixture, TestWorker, component_file, policy, resolve};
+use crate::common::{Fixture, TestWorker, component_file, policy, query, resolve};
 
 /// Worker 10 is cold and idle; worker 20 holds the whole 1,024-token prompt but has 100
 /// decode blocks. Dynamo's default cost (the class-aware policy's default row) prefers 10
@@ -31,36 +31,13 @@ fn fixture(class: Option<&str>) -> Fixture {
             BTreeMap::from([("x-dynamo-meta-policy-class".to_string(), vec![" ".into(), c.into()])]);
         SessionContext::new("s".into(), None, None, None).with_agent_headers(Arc::new(headers))
     });
-    let request = SchedulingRequest {
-        mode: ScheduleMode::QueryOnly { request_id: None },
-        token_seq: None,
-        isl_tokens: 1024,
-        lora_name: None,
-        expected_output_tokens: None,
-        affinity_target: None,
-        pinned_worker: None,
-        allowed_worker_ids: None,
-        routing_constraints: RoutingConstraints {
-            required_taints: HashSet::new(),
-            preferred_taints: HashMap::new(),
-        },
-        router_config_override: None,
-        track_prefill_tokens: true,
-        priority_jump: 0.0,
-        strict_priority: 0,
-        policy_class: None,
-        session_context: session,
-        overlap: OverlapSignals {
-            tier_overlap_blocks: Default::default(),
-            effective_overlap_blocks: effective,
-            effective_cached_tokens: cached,
-        },
-        kv_transfer_candidates: None,
-        retain_kv_transfer_chain: false,
-        shared_cache_hits: None,
-        worker_loads: loads,
-        resp_tx: None,
+    let overlap = OverlapSignals {
+        tier_overlap_blocks: Default::default(),
+        effective_overlap_blocks: effective,
+        effective_cached_tokens: cached,
     };
+    let mut request = query(1024, overlap, loads);
+    request.session_context = session;
     let workers = HashMap::from([
         (10, TestWorker { dp_size: 1, ..Default::default() }),
         (20, TestWorker { dp_size: 1, ..Default::default() }),

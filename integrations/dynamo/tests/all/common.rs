@@ -164,18 +164,37 @@ pub fn random_fixture(rng: &mut Rng) -> Fixture {
         ids.insert(pinned.unwrap_or(slots[0]).worker_id);
         ids
     });
-    let request = SchedulingRequest {
+    let mut request = query(isl, overlap, loads);
+    request.expected_output_tokens = rng.chance(0.5).then(|| rng.range(1, 2048) as u32);
+    request.pinned_worker = pinned;
+    request.allowed_worker_ids = allowed_worker_ids;
+    request.routing_constraints.preferred_taints = preferred_taints;
+    request.track_prefill_tokens = worker_type != WorkerType::Decode;
+    Fixture { workers, request, block_size, worker_type }
+}
+
+/// A query-only request of `isl_tokens` with these overlaps and loads, and nothing else
+/// set: what a test then changes.
+pub fn query(
+    isl_tokens: usize,
+    overlap: OverlapSignals,
+    worker_loads: FxHashMap<WorkerWithDpRank, WorkerLoadProjection>,
+) -> SchedulingRequest {
+    SchedulingRequest {
         mode: ScheduleMode::QueryOnly { request_id: None },
         token_seq: None,
-        isl_tokens: isl,
+        isl_tokens,
         lora_name: None,
-        expected_output_tokens: rng.chance(0.5).then(|| rng.range(1, 2048) as u32),
+        expected_output_tokens: None,
         affinity_target: None,
-        pinned_worker: pinned,
-        allowed_worker_ids,
-        routing_constraints: RoutingConstraints { required_taints: HashSet::new(), preferred_taints },
+        pinned_worker: None,
+        allowed_worker_ids: None,
+        routing_constraints: RoutingConstraints {
+            required_taints: HashSet::new(),
+            preferred_taints: HashMap::new(),
+        },
         router_config_override: None,
-        track_prefill_tokens: worker_type != WorkerType::Decode,
+        track_prefill_tokens: true,
         priority_jump: 0.0,
         strict_priority: 0,
         policy_class: None,
@@ -184,10 +203,9 @@ pub fn random_fixture(rng: &mut Rng) -> Fixture {
         kv_transfer_candidates: None,
         retain_kv_transfer_chain: false,
         shared_cache_hits: None,
-        worker_loads: loads,
+        worker_loads,
         resp_tx: None,
-    };
-    Fixture { workers, request, block_size, worker_type }
+    }
 }
 
 /// Writes `bytes` as a component file under the test's temp dir.
