@@ -10,7 +10,7 @@ use crate::output::CliError;
 /// Where the server is and who we are.
 #[derive(Args, Debug, Clone)]
 pub struct ServerArgs {
-    /// The service's base URL.
+    /// The service's base URL, `http://HOST:PORT`; `HOST:PORT` alone means `http://HOST:PORT`.
     #[arg(long, env = "SWITCHYARD_SERVER", default_value = "http://127.0.0.1:7700")]
     pub server: String,
     /// A bearer token: the admin's (`<data-dir>/admin.token`) or a tenant's.
@@ -25,11 +25,39 @@ pub enum Method {
 }
 
 impl ServerArgs {
+    /// The server's base URL, without a trailing `/`. A URL with no scheme is taken as
+    /// http's (`localhost:7700`, as `switchyard serve` is told to `--listen`); any other
+    /// scheme is refused, naming where the URL came from.
+    fn base_url(&self) -> Result<String, CliError> {
+        let given = self.server.trim();
+        let url = if given.contains("://") { given.to_string() } else { format!("http://{given}") };
+        let refuse = |why: String| {
+            // clap reads the environment only when the flag is absent; the same text in
+            // both is one URL, whichever it came from.
+            let from_env = std::env::var_os("SWITCHYARD_SERVER").is_some_and(|v| v == self.server.as_str());
+            let source = if from_env { "SWITCHYARD_SERVER" } else { "--server" };
+            CliError::new(
+                ErrorKind::Config,
+                format!("{source} `{given}`: {why}; the server's URL is http://HOST:PORT"),
+            )
+        };
+        let uri: ureq::http::Uri = url.parse().map_err(|e| refuse(format!("not a URL ({e})")))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => return Err(refuse("this client speaks plain HTTP only, not https".into())),
+            scheme => return Err(refuse(format!("the scheme `{}` is not http", scheme.unwrap_or_default()))),
+        }
+        if uri.host().is_none_or(str::is_empty) {
+            return Err(refuse("no host".into()));
+        }
+        Ok(url.trim_end_matches('/').to_string())
+    }
+
     /// Sends `body` to `path` and returns the JSON answer; an error answer becomes its
     /// `kind` and `message`.
     pub fn call(&self, method: Method, path: &str, body: Option<&[u8]>) -> Result<Value, CliError> {
         let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        let url = format!("{}{path}", self.server.trim_end_matches('/'));
+        let url = format!("{}{path}", self.base_url()?);
         let auth = self.token.as_ref().map(|t| format!("Bearer {}", t.trim()));
         macro_rules! with_auth {
             ($req:expr) => {{

@@ -17,7 +17,7 @@ mod tenant;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 // The binary's heap, not the library's: a router embedding `switchyard` keeps its own.
 // A version's load (the compiled component's metadata, an instance's host state) and a
@@ -53,8 +53,22 @@ enum Command {
     CompileWorker,
 }
 
+/// `--tenant`'s help, for every command that takes it without its own: the server
+/// commands take the same flag, and one sentence keeps them alike.
+fn with_tenant_help(command: clap::Command) -> clap::Command {
+    command
+        .mut_args(|arg| match arg.get_help() {
+            None if arg.get_id() == "tenant" => {
+                arg.help("The tenant to act for: its name on the server (`switchyard tenant add NAME`).")
+            }
+            _ => arg,
+        })
+        .mut_subcommands(with_tenant_help)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut matches = with_tenant_help(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| e.exit());
     output::init_logs();
     let result = match cli.command {
         Command::Select(args) => select::run(*args),

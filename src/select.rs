@@ -20,9 +20,13 @@ pub struct SelectArgs {
     /// Run the builtin's component build (the same source) instead of its native build.
     #[arg(long)]
     guest: bool,
-    /// The request JSON (see crates/selection/sample-request.json); absent: that sample, embedded.
+    /// The request JSON; absent: the embedded sample (`--print-sample` prints it).
     #[arg(long)]
     input: Option<PathBuf>,
+    /// Print the embedded sample request and exit, to start a request file from
+    /// (`switchyard select --print-sample > req.json`).
+    #[arg(long, conflicts_with = "input")]
+    print_sample: bool,
     /// The policy's parameters, a JSON object.
     #[arg(long, default_value = "{}")]
     params: String,
@@ -51,6 +55,11 @@ fn select_error(e: SelectError) -> CliError {
 }
 
 pub fn run(args: SelectArgs) -> Result<(), CliError> {
+    if args.print_sample {
+        // Exactly the embedded bytes: what `select` runs on without `--input`.
+        outln!("{}", SAMPLE_REQUEST.trim_end_matches('\n'));
+        return Ok(());
+    }
     let text = match &args.input {
         Some(path) => std::fs::read_to_string(path)
             .map_err(|e| CliError::new(ErrorKind::Io, format!("reading {}: {e}", path.display())))?,

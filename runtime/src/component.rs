@@ -196,8 +196,9 @@ impl PolicyComponent {
         if wasmparser::Parser::is_core_wasm(bytes) {
             return Err(LoadError::new(
                 LoadErrorKind::CoreModule,
-                "this is a core wasm module, not a component; wrap it with `wasm-tools component new` \
-                 or switchyard_guest_build::componentize",
+                "this is a core wasm module, not a component; wrap it with \
+                 `switchyard policy wrap CORE.wasm -o POLICY.wasm` (in a build script: \
+                 switchyard_guest_build::componentize)",
             ));
         }
         if !wasmparser::Parser::is_component(bytes) {

@@ -210,3 +210,103 @@ fn a_closed_output_pipe_ends_the_command_quietly() {
         assert!(stderr.is_empty(), "{args:?}: nothing on stderr, got: {stderr}");
     }
 }
+
+/// `select --print-sample` prints the request `select` runs on without `--input`, byte
+/// for byte, wherever it is run (not only in a checkout): a file to start from.
+#[test]
+fn select_prints_its_embedded_sample_to_start_a_request_file_from() {
+    let elsewhere = std::env::temp_dir();
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["select", "--print-sample"])
+        .current_dir(&elsewhere)
+        .output()
+        .expect("runs switchyard");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8(out.stdout.clone()).unwrap(),
+        switchyard::selection::wire::SAMPLE_REQUEST,
+        "the embedded bytes"
+    );
+    let request = temp_file("printed-sample.json", &out.stdout);
+    let from_file = json(&switchyard(&["select", "--input", &request]));
+    assert_eq!(from_file, json(&switchyard(&["select"])), "the same selection as the embedded sample");
+    // Printing the sample and reading a request are two different asks.
+    let both = switchyard(&["select", "--print-sample", "--input", &request]);
+    assert!(!both.status.success() && both.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("--input"));
+}
+
+/// A core module (not yet a component) is told to go through the command that wraps it.
+#[test]
+fn a_core_module_is_pointed_at_policy_wrap() {
+    let core = temp_file("plain-core.wasm", b"\0asm\x01\0\0\0");
+    for args in [&["policy", "check", &core][..], &["select", "--policy", &core][..]] {
+        let err = fails_with(args, "core-module");
+        assert!(err.contains("`switchyard policy wrap CORE.wasm -o POLICY.wasm`"), "{args:?}: {err}");
+        assert!(!err.contains("wasm-tools"), "{args:?}: {err}");
+    }
+}
+
+/// Every command taking `--tenant` says what it is in its help.
+#[test]
+fn every_tenant_flag_has_help() {
+    for command in ["list", "upload", "assign", "rollback"] {
+        let out = switchyard(&["policy", command, "-h"]);
+        assert!(out.status.success());
+        let help = String::from_utf8_lossy(&out.stdout);
+        let line = help
+            .lines()
+            .find(|l| l.trim_start().starts_with("--tenant <TENANT>"))
+            .unwrap_or_else(|| panic!("{help}"));
+        let text = line.split_once("<TENANT>").unwrap().1.trim();
+        assert!(text.len() > 10, "`policy {command}`: --tenant has no help: {line:?}");
+    }
+}
+
+/// `--server host:port` is `http://host:port`; a URL that cannot be the server's is refused
+/// naming where it came from, the flag or `SWITCHYARD_SERVER`, before any connection.
+#[test]
+fn a_server_url_without_a_scheme_is_http_and_a_bad_one_names_its_source() {
+    use switchyard_test_util::server::{ADMIN, Server, temp_dir};
+    let server = Server::start(&temp_dir("cli-server-url").join("data"), None, Some(ADMIN));
+    let bare = server.addr();
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["tenant", "add", "acme", "--server", &bare])
+        .env("SWITCHYARD_TOKEN", ADMIN)
+        .env_remove("SWITCHYARD_SERVER")
+        .output()
+        .unwrap();
+    let added = json(&out);
+    assert_eq!(added["tenant"], "acme");
+    let run = |flag: Option<&str>, env: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+        command.args(["policy", "list", "--tenant", "acme"]).env("SWITCHYARD_TOKEN", ADMIN);
+        if let Some(url) = flag {
+            command.args(["--server", url]);
+        }
+        match env {
+            Some(url) => command.env("SWITCHYARD_SERVER", url),
+            None => command.env_remove("SWITCHYARD_SERVER"),
+        };
+        command.output().unwrap()
+    };
+    let listed = json(&run(None, Some(&format!("{bare}/"))));
+    assert!(listed.is_object(), "{listed}");
+    for (flag, env, source) in [
+        (Some("ftp://127.0.0.1:1"), None, "--server `ftp://127.0.0.1:1`: the scheme `ftp` is not http"),
+        (
+            None,
+            Some("https://127.0.0.1:1"),
+            "SWITCHYARD_SERVER `https://127.0.0.1:1`: this client speaks plain HTTP",
+        ),
+        (Some("http://"), Some(bare.as_str()), "--server `http://`"),
+    ] {
+        let out = run(flag, env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag:?} {env:?}");
+        assert!(stderr.starts_with(&format!("error: config: {source}")), "{flag:?} {env:?}: {stderr}");
+        assert!(stderr.contains("http://HOST:PORT"), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+}
