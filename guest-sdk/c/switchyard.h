@@ -131,17 +131,21 @@ const sy_capacity *sy_candidate_capacities(size_t *len);
 /* One number parameter for `sy_parse_numbers`: its JSON name, where to store it, and
  * the closed range it must lie in (a message names the field otherwise, and writes the
  * range when both ends are whole numbers or ±∞). `present`, if not NULL, says whether the
- * JSON gave it; then `null` is accepted as absent. */
+ * JSON gave it; then `null` is accepted as absent. `integer` true refuses a number the
+ * Rust SDK would not read into an integer field (`1.5`, `2.0`, `1e3`, `-0`); the value is
+ * still stored as a double, exact up to 2^53 (keep `max` within that). */
 typedef struct sy_number_param {
     const char *name;
     double *value;
     double min, max;
     bool *present;
+    bool integer;
 } sy_number_param;
 
 /* Reads `json`, an object whose members are all among `params` (numbers, or `null` for
  * optional ones): an unknown, duplicate, ill-typed or out-of-range member fails with a
- * message naming the field (field `x`: …), as the Rust SDK's parameter reader does.
+ * message naming the field (field `x`: …), as the Rust SDK's parameter reader does (an
+ * unknown field's message lists the fields of `params`, in their order).
  * Numbers become the same doubles as the Rust SDK's reader gives (serde_json's conversion). */
 bool sy_parse_numbers(const char *json, size_t len, const sy_number_param *params, size_t count,
                       sy_error *err);

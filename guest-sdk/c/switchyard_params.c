@@ -91,10 +91,12 @@ static bool append_digit(uint64_t *n, unsigned d) {
     return true;
 }
 
-/* Reads a JSON number at the reader into *v, as the Rust SDK does. Returns NULL, or why
- * it was refused. */
-static const char *number(reader *r, double *v) {
+/* Reads a JSON number at the reader into *v, as the Rust SDK does, and whether that
+ * reader takes it for an integer (serde_json's rule: digits only, fitting a u64, or an
+ * i64 when negative; `-0` is a float). Returns NULL, or why it was refused. */
+static const char *number(reader *r, double *v, bool *integral) {
     bool negative = eat(r, '-');
+    *integral = false;
     if (!digit(r)) return "expected a number";
     uint64_t m = 0;
     int64_t e10 = 0;
@@ -105,6 +107,8 @@ static const char *number(reader *r, double *v) {
         for (bool full = false; digit(r); r->at++)
             if (full || !append_digit(&m, (unsigned)(at(r) - '0'))) full = true, e10++;
     }
+    *integral = e10 == 0 && at(r) != '.' && at(r) != 'e' && at(r) != 'E' &&
+                (!negative || (m != 0 && m <= (uint64_t)1 << 63));
     if (eat(r, '.')) {
         if (!digit(r)) return "expected a digit after the decimal point";
         /* Fraction digits while they fit; the rest are dropped. */
@@ -163,10 +167,15 @@ static void bound(sy_text *t, double v) {
     }
 }
 
+/* The two refusals whose message goes on past `why` (compared by address). */
+static const char unknown[] = "unknown field `", not_integer[] = "invalid type: floating point `";
+
 /* Out of line: the build optimises across files (`-flto`), and inlined into a policy's
  * `sy_configure`, compiled for speed, the reader grows by a third. Every refusal leaves
  * through `fail`: "field `<name>`: <why>" once the field is known (the Rust SDK's shape),
- * else <why>; an out-of-range value also quotes its text and the range. */
+ * else <why>; an unknown field also lists the fields there are, in `params`' order, as
+ * serde words it for a Rust parameters struct; a fraction for an integer quotes its
+ * text; an out-of-range value also quotes its text and the range. */
 __attribute__((noinline)) bool sy_parse_numbers(const char *json, size_t len, const sy_number_param *params,
                                                 size_t count, sy_error *err) {
     if (count > 64) return sy_fail(err, SY_INTERNAL, "sy_parse_numbers takes at most 64 fields");
@@ -198,7 +207,7 @@ __attribute__((noinline)) bool sy_parse_numbers(const char *json, size_t len, co
         size_t which = count;
         for (size_t i = 0; i < count; i++)
             if (strlen(params[i].name) == name_len && memcmp(params[i].name, name, name_len) == 0) which = i;
-        why = "unknown field";
+        why = unknown;
         if (which == count) goto fail;
         why = "duplicate field";
         if (seen >> which & 1) goto fail;
@@ -214,7 +223,11 @@ __attribute__((noinline)) bool sy_parse_numbers(const char *json, size_t len, co
         }
         value_start = r.at;
         double v;
-        if ((why = number(&r, &v))) goto fail;
+        bool integral;
+        if ((why = number(&r, &v, &integral))) goto fail;
+        why = not_integer;
+        if (p->integer && !integral) goto fail;
+        why = NULL;
         if (!(v >= p->min && v <= p->max)) goto fail; /* why is NULL: out of range */
         *p->value = v;
         if (p->present) *p->present = true;
@@ -229,7 +242,22 @@ fail:;
         sy_text_bytes(&t, name, name_len);
         sy_text_str(&t, "`: ");
     }
-    if (why) {
+    if (why == unknown) {
+        sy_text_str(&t, why);
+        sy_text_bytes(&t, name, name_len);
+        if (count == 0) sy_text_str(&t, "`, there are no fields");
+        else sy_text_str(&t, count < 3 ? "`, expected " : "`, expected one of ");
+        for (size_t i = 0; i < count; i++) {
+            if (i > 0) sy_text_str(&t, count == 2 ? " or " : ", ");
+            sy_text_str(&t, "`");
+            sy_text_str(&t, params[i].name);
+            sy_text_str(&t, "`");
+        }
+    } else if (why == not_integer) {
+        sy_text_str(&t, why);
+        sy_text_bytes(&t, r.s + value_start, r.at - value_start);
+        sy_text_str(&t, "`, expected an integer");
+    } else if (why) {
         sy_text_str(&t, why);
     } else {
         /* The range only when both ends can be written exactly: a fractional end would

@@ -430,3 +430,80 @@ bool sy_score(const sy_request *r, const sy_candidates *c, double *costs, sy_err
     }
     assert!(read > 10_000 && refused > 1_000, "both kinds exercised: {read} read, {refused} refused");
 }
+
+/// The `configure-failed` message of `policy check --policy <policy> --params <params>`.
+fn refusal(policy: &str, params: &str) -> String {
+    let out = switchyard(&["policy", "check", policy, "--params", params]);
+    let stderr = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
+    assert!(!out.status.success(), "{policy}: {params} accepted");
+    stderr.strip_prefix("error: configure-failed: ").unwrap_or_else(|| panic!("{stderr}")).to_string()
+}
+
+/// An unknown field is answered as the Rust SDK answers it: named, with the fields
+/// there are (serde's wording: `a`, `a` or `b`, one of `a`, `b`, …).
+#[test]
+fn an_unknown_c_parameter_lists_the_fields_there_are_as_the_rust_sdk_does() {
+    let dir = temp_dir("unknown-field");
+    let c = write(&dir, "default-c.wasm", DEFAULT_POLICY_C);
+    let rust = write(&dir, "default-rust.wasm", DEFAULT_POLICY);
+    let params = r#"{"prefill_load_scale": 1, "typo_field": 1}"#;
+    let message = refusal(&c, params);
+    assert_eq!(message, refusal(&rust, params), "the C and Rust builds of the default policy");
+    assert!(
+        message.ends_with(
+            "field `typo_field`: unknown field `typo_field`, expected one of `overlap_score_credit`, \
+             `overlap_score_credit_decay`, `prefill_load_scale`, `decode_active_request_weight`, \
+             `host_cache_hit_weight`, `disk_cache_hit_weight`, `overlap_score_weight`"
+        ),
+        "{message}"
+    );
+    let two = write(&dir, "two.wasm", &build_c_policy(&dir, "two", TWO_PARAMETERS));
+    assert!(refusal(&two, r#"{"q": 1}"#).ends_with("field `q`: unknown field `q`, expected `x` or `n`"));
+}
+
+/// A C policy with a number `x` and an integer `n`: every cost is x + n × decode blocks.
+const TWO_PARAMETERS: &str = r#"#include "switchyard.h"
+static double x, n;
+bool sy_configure(const char *json, size_t len, sy_error *err) {
+    x = 0.0, n = 1.0;
+    const sy_number_param params[] = {{"x", &x, 0.0, 10.0, 0, false}, {"n", &n, 0.0, 1000.0, 0, true}};
+    return sy_parse_numbers(json, len, params, 2, err);
+}
+sy_info sy_describe(void) { return (sy_info){.inputs = SY_LOAD}; }
+bool sy_score(const sy_request *r, const sy_candidates *c, double *costs, sy_error *err) {
+    (void)r, (void)err;
+    for (size_t i = 0; i < c->len; i++) costs[i] = x + n * (double)c->decode_blocks[i];
+    return true;
+}
+"#;
+
+/// An integer parameter takes what the Rust SDK reads into an integer field, and refuses
+/// a fraction (or a float that happens to be whole) naming the field, as Rust does.
+#[test]
+fn a_c_integer_parameter_refuses_a_fraction_naming_the_field() {
+    let dir = temp_dir("integer");
+    let wasm = write(&dir, "two.wasm", &build_c_policy(&dir, "two", TWO_PARAMETERS));
+    for text in ["1.5", "2.0", "1e3", "-0", "18446744073709551616"] {
+        let message = refusal(&wasm, &format!(r#"{{"x": 1, "n": {text}}}"#));
+        assert!(
+            message
+                .ends_with(&format!("field `n`: invalid type: floating point `{text}`, expected an integer")),
+            "{text}: {message}"
+        );
+    }
+    // Rust's words for a builtin's integer field, but for the type's name.
+    let out =
+        switchyard(&["select", "--policy", "two-choice", "--guest", "--params", r#"{"prefix_blocks": 1.5}"#]);
+    let rust = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        rust.contains("field `prefix_blocks`: invalid type: floating point `1.5`, expected u32"),
+        "{rust}"
+    );
+    // The double parameter still takes a fraction; the integer one a whole number.
+    let picked = json(&switchyard(&["select", "--policy", &wasm, "--params", r#"{"x": 0.5, "n": 2}"#]));
+    let got: Vec<f64> =
+        picked["costs"].as_array().unwrap().iter().map(|c| c["cost"].as_f64().unwrap()).collect();
+    let decode = [300.0, 900.0, 500.0, 120.0, 200.0, 700.0, 400.0, 400.0, 350.0];
+    assert_eq!(got, decode.map(|d| 0.5 + 2.0 * d));
+    assert!(refusal(&wasm, r#"{"n": -1}"#).ends_with("field `n`: -1 is out of range [0, 1000]"));
+}
