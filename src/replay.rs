@@ -222,7 +222,9 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
     config.validate().map_err(|e| CliError::new(ErrorKind::InvalidConfig, e.to_string()))?;
     let guard = args.limits.guard()?;
     let mut engine: Option<PolicyEngine> = None;
-    let mut runs = Vec::new();
+    // Every policy is loaded and configured before any runs, so a mistake in the last of
+    // several is reported at once, not after the others' replays.
+    let mut loaded = Vec::new();
     for entry in &entries {
         // One engine for every policy compared, made when a component first needs it.
         let mut shared_engine = || -> Result<PolicyEngine, CliError> {
@@ -238,8 +240,12 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
                 CliError::new(ErrorKind::InvalidParams, format!("parameters are not JSON: {e}")),
             )
         })?;
-        let loaded = load_policy(&entry.spec, args.guest, params, &mut shared_engine)
+        let policy = load_policy(&entry.spec, args.guest, params, &mut shared_engine)
             .map_err(|e| from_policy(&entry.spec, e))?;
+        loaded.push((entry, parameters, policy));
+    }
+    let mut runs = Vec::new();
+    for (entry, parameters, loaded) in loaded {
         let run_label = run_label(&loaded.name, &parameters);
         let label = PolicyLabel {
             name: loaded.name,

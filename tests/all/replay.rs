@@ -462,6 +462,13 @@ fn compare_gives_each_policy_its_own_parameters_and_errors_name_the_policy() {
         "invalid-params",
     );
     assert!(err.contains(&format!("--compare policy 2 (`{chwbl}`): its parameters never close")), "{err}");
+    // Every policy is configured before any replays: the last one's mistake is reported,
+    // not the first one's fault at row 7 (fail-closed) after its replay.
+    let panic = dir.join("panic-every-7.wasm");
+    std::fs::write(&panic, switchyard_test_util::fixtures::hostile::PANIC).unwrap();
+    let compare = format!(r#"{}@{{"every":7}},default@{{"load_factor":1.5}}"#, panic.display());
+    let err = failed(replay_300(&["--compare", &compare, "--fail-closed"]), "configure-failed");
+    assert!(err.starts_with("error: configure-failed: policy `default`: "), "{err}");
     // One --params for every compared policy is refused, naming the per-policy form.
     let err = failed(replay_300(&["--compare", "default,chwbl", "--params", tuned]), "invalid-params");
     assert!(
@@ -600,7 +607,7 @@ fn a_ten_policy_chart_has_ten_distinct_colours_a_legend_clear_of_the_curves_and_
     let frame = image.outline([0, 0, 0], image.width / 3).expect("the plot's black frame");
     let legend = image.outline([0x99, 0x99, 0x99], 80).expect("the legend's grey box");
     let apart = legend.0 > frame.2 || legend.2 < frame.0 || legend.1 > frame.3 || legend.3 < frame.1;
-    assert!(apart, "the legend {legend:?} is outside the plot {frame:?}");
+    assert!(apart, "the legend {legend:?} overlaps the plot {frame:?}");
 
     // The swatches: the legend's colours that are not grey (text, border and background are),
     // each over a swatch's area.
