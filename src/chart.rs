@@ -1,52 +1,75 @@
 //! The replay's chart: the TTFT distribution (CDF) per policy on a log time axis, drawn with
-//! plotters' SVG backend.
+//! plotters' SVG backend. The legend has a column of its own right of the plot, so no curve
+//! runs under it however many policies are compared.
 
 use std::ops::Range;
 
+use plotters::coord::Shift;
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-/// The canvas, in pixels.
-const SIZE: (u32, u32) = (800, 480);
+/// The plot's part of the canvas (title, axes, curves), in pixels; the legend's column is
+/// added on the right, as wide as its longest label.
+const PLOT: (u32, u32) = (800, 480);
 /// Margins and the width of the fraction labels' area, in pixels.
 const MARGIN: u32 = 12;
 const MARGIN_RIGHT: u32 = 28;
 const Y_LABELS: u32 = 64;
-/// Series colours (Okabe–Ito: colour-blind friendly), reused in order.
-const COLOURS: [RGBColor; 7] = [
-    RGBColor(0x00, 0x72, 0xb2),
-    RGBColor(0xd5, 0x5e, 0x00),
-    RGBColor(0x00, 0x9e, 0x73),
-    RGBColor(0xcc, 0x79, 0xa7),
-    RGBColor(0xe6, 0x9f, 0x00),
-    RGBColor(0x56, 0xb4, 0xe9),
-    RGBColor(0x00, 0x00, 0x00),
+/// Series colours: Tableau 10 with its grey swapped for indigo, as grey is the grid's and
+/// black the frame's. Ten that stay apart from each other; an eleventh series reuses the first.
+pub const COLOURS: [RGBColor; 10] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0x39, 0x3b, 0x79),
+    RGBColor(0xbc, 0xbd, 0x22),
+    RGBColor(0x17, 0xbe, 0xcf),
 ];
 /// Points drawn per series: enough for a smooth curve, few enough for a light file.
 const POINTS: usize = 400;
-/// Pixels each time label is given: "100 ms" plus a clear gap. A trace spanning more decades
-/// than fit gets a label every second (third, …) decade rather than labels that touch.
-const LABEL_SPACING: u32 = 80;
+/// Pixels each time label is given: "500 ms" plus a clear gap. Labels are 1-2-5 steps when
+/// they fit, else 1-3, else decades, else every second (third, …) decade.
+const LABEL_SPACING: u32 = 72;
 /// Text sizes in plotters' units (the SVG backend writes size / 1.24 px: 15 → 12 px).
 const TEXT: u32 = 15;
 const TITLE: u32 = 20;
+/// The legend's layout, in pixels: its gap from the plot, padding, row height, the colour
+/// swatch's width and the gap after it, and an estimate of a 12 px sans-serif character's
+/// width (generous: an SVG viewer picks the font, so the text cannot be measured here).
+const LEGEND_GAP: u32 = 8;
+const LEGEND_PAD: u32 = 10;
+const LEGEND_ROW: u32 = 20;
+const SWATCH: u32 = 24;
+const SWATCH_GAP: u32 = 8;
+const CHAR_WIDTH: f64 = 6.8;
+/// Longer labels are cut with "…" (the summary table on stdout has them whole).
+const LABEL_CHARS: usize = 64;
+/// The legend box's border.
+pub const LEGEND_BORDER: RGBColor = RGBColor(0x99, 0x99, 0x99);
 
 /// The TTFT CDF of each of `series` (name, ascending TTFTs in ms) as an SVG document. Fails
 /// only if plotters does: the backend writes to a string, so there is no I/O to fail.
 pub fn ttft_cdf(title: &str, series: &[(&str, &[f64])]) -> Result<String, Box<dyn std::error::Error>> {
-    let (first, last) = decades(series);
-    // The axis spans whole decades, so every labelled tick is a round "1 / 10 / 100" value.
-    let (lo, hi) = (10f64.powi(first), 10f64.powi(last));
+    let (lo, hi) = time_range(series);
+    let labels: Vec<String> = series.iter().map(|(name, _)| shorten(name)).collect();
+    let legend = legend_size(&labels);
+    let size = (PLOT.0 + legend.0, PLOT.1.max(legend.1 + 2 * MARGIN + TITLE * 2));
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         root.fill(&WHITE)?;
-        // The plot's width, for how many time labels fit: the canvas less margins and the
-        // label area (the chart's own measure of it exists only once the axes are built).
-        let (labelled, minor) = time_ticks(first, last, SIZE.0 - MARGIN - MARGIN_RIGHT - Y_LABELS);
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", TITLE))
+        let body = root.titled(title, ("sans-serif", TITLE))?;
+        let (plot, side) = body.split_horizontally(PLOT.0);
+        // The plot's width, for how many time labels fit: its part of the canvas less margins
+        // and the label area (the chart's own measure of it exists only once the axes are built).
+        let (labelled, minor) = time_ticks(lo, hi, PLOT.0 - MARGIN - MARGIN_RIGHT - Y_LABELS);
+        let mut chart = ChartBuilder::on(&plot)
             .margin(MARGIN)
             // Room for half of the last time label, centred on the plot's right edge.
             .margin_right(MARGIN_RIGHT)
@@ -60,11 +83,11 @@ pub fn ttft_cdf(title: &str, series: &[(&str, &[f64])]) -> Result<String, Box<dy
             .configure_mesh()
             .x_label_formatter(&|ms| time_label(*ms))
             .y_label_formatter(&|p| format!("{p:.2}"))
-            .x_desc("time to first token (log scale)")
-            .y_desc("fraction of requests")
+            .x_desc("time to first token, log scale (lower is better: the further left a curve, the faster)")
+            .y_desc("fraction of requests with TTFT at most x")
             .label_style(("sans-serif", TEXT))
             .axis_desc_style(("sans-serif", TEXT))
-            // Decades and quarters a shade darker than the 2×…9× lines between decades.
+            // Labelled ticks and quarters a shade darker than the lines between them.
             .bold_line_style(RGBColor(0xcc, 0xcc, 0xcc))
             .light_line_style(RGBColor(0xee, 0xee, 0xee))
             // plotters draws axis lines and ticks as polylines; the frame below replaces them,
@@ -72,26 +95,68 @@ pub fn ttft_cdf(title: &str, series: &[(&str, &[f64])]) -> Result<String, Box<dy
             .axis_style(TRANSPARENT)
             .draw()?;
         chart.plotting_area().draw(&Rectangle::new([(lo, 0.0), (hi, 1.0)], BLACK))?;
-        for (i, (name, values)) in series.iter().enumerate() {
+        for (i, (_, values)) in series.iter().enumerate() {
             let colour = COLOURS[i % COLOURS.len()];
-            chart
-                .draw_series(LineSeries::new(cdf(values, lo, hi), colour.stroke_width(2)))?
-                .label(*name)
-                // A bar, not a line: a line would be one more polyline.
-                .legend(move |(x, y)| Rectangle::new([(x, y - 1), (x + 20, y + 2)], colour.filled()));
+            chart.draw_series(LineSeries::new(cdf(values, lo, hi), colour.stroke_width(2)))?;
         }
-        // A CDF rises to the right, so its lower right is empty whatever the data.
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .margin(10)
-            .label_font(("sans-serif", TEXT))
-            .background_style(WHITE.mix(0.9))
-            .border_style(RGBColor(0x99, 0x99, 0x99))
-            .draw()?;
+        // Level with the plot's top edge.
+        let top = i32::try_from(MARGIN).unwrap_or(0);
+        draw_legend(&side, (i32::try_from(LEGEND_GAP).unwrap_or(0), top), &labels)?;
         root.present()?;
     }
     Ok(svg)
+}
+
+/// `name` cut to [`LABEL_CHARS`] characters.
+fn shorten(name: &str) -> String {
+    if name.chars().count() <= LABEL_CHARS {
+        return name.to_string();
+    }
+    let mut cut: String = name.chars().take(LABEL_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// The legend column's width (gap included) and the legend box's height, in pixels.
+fn legend_size(labels: &[String]) -> (u32, u32) {
+    let widest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    // A label is at most LABEL_CHARS characters: the product is a few hundred pixels.
+    let text = (widest as f64 * CHAR_WIDTH).ceil() as u32;
+    let n = u32::try_from(labels.len()).unwrap_or(u32::MAX);
+    (
+        LEGEND_GAP + 2 * LEGEND_PAD + SWATCH + SWATCH_GAP + text + MARGIN,
+        2 * LEGEND_PAD + n.saturating_mul(LEGEND_ROW),
+    )
+}
+
+/// The legend at `at` in `area`: a box with a row per series, its colour's swatch and label.
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    at: (i32, i32),
+    labels: &[String],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    if labels.is_empty() {
+        return Ok(());
+    }
+    let (w, h) = legend_size(labels);
+    let (w, h) = (px(w - LEGEND_GAP - MARGIN), px(h));
+    let (x, y) = at;
+    area.draw(&Rectangle::new([(x, y), (x + w, y + h)], WHITE.filled()))?;
+    area.draw(&Rectangle::new([(x, y), (x + w, y + h)], LEGEND_BORDER))?;
+    let font = ("sans-serif", TEXT).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, label) in labels.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let row = y + px(LEGEND_PAD) + px(LEGEND_ROW) * i32::try_from(i).unwrap_or(0) + px(LEGEND_ROW) / 2;
+        let left = x + px(LEGEND_PAD);
+        area.draw(&Rectangle::new([(left, row - 3), (left + px(SWATCH), row + 3)], colour.filled()))?;
+        area.draw_text(label, &font, (left + px(SWATCH + SWATCH_GAP), row))?;
+    }
+    Ok(())
+}
+
+/// Layout sizes are small constants and label counts: they fit an i32.
+fn px(v: u32) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
 }
 
 /// The fraction-of-requests axis, 0 to 1, labelled in quarters. plotters' own f64 axis steps
@@ -117,33 +182,69 @@ impl Ranged for Fractions {
     }
 }
 
-/// The whole decades (powers of ten of ms) around the positive finite TTFTs; 1–10 ms when
-/// there are none. The axis starts at 1 ns at the lowest: a smaller TTFT is drawn on its edge
+/// The time axis' span: the positive finite TTFTs with a little room either side (a
+/// twentieth of their span on the log scale, at least 10 %), so the curves fill the plot;
+/// widened to the 1-2-5 values around it when fewer than two would be labelled. 1–10 ms when
+/// there are none. A TTFT under 1 ns counts as 1 ns here and is drawn on the axis' edge
 /// rather than stretching the axis over hundreds of empty decades.
-fn decades(series: &[(&str, &[f64])]) -> (i32, i32) {
+fn time_range(series: &[(&str, &[f64])]) -> (f64, f64) {
     let values = || series.iter().flat_map(|(_, v)| v.iter().copied()).filter(|v| *v > 0.0 && v.is_finite());
-    let lo = values().fold(f64::INFINITY, f64::min);
-    let hi = values().fold(0.0, f64::max);
+    let (lo, hi) = (values().fold(f64::INFINITY, f64::min), values().fold(0.0, f64::max));
     if !lo.is_finite() {
-        return (0, 1);
+        return (1.0, 10.0);
     }
-    // TTFTs are well within i32 decades; the casts only drop the (zero) fraction.
-    let first = (lo.log10().floor() as i32).max(-6);
-    let last = (hi.log10().ceil() as i32).max(first + 1);
-    (first, last)
+    let lo = lo.max(1e-6);
+    let hi = hi.max(lo);
+    let pad = 10f64.powf(((hi / lo).log10() / 20.0).max(1.1f64.log10()));
+    let (lo, hi) = (lo / pad, hi * pad);
+    if one_two_five(lo, hi).len() >= 2 {
+        return (lo, hi);
+    }
+    // The 1-2-5 values just outside: one step apart at most on either side.
+    let around = one_two_five(lo / 10.0, hi * 10.0);
+    let below = around.iter().copied().filter(|v| *v <= lo).fold(lo / 10.0, f64::max);
+    let above = around.iter().copied().filter(|v| *v >= hi).fold(hi * 10.0, f64::min);
+    (below, above)
 }
 
-/// The time axis' ticks from 10^`first` to 10^`last` ms on a plot `width` pixels wide:
-/// labelled decades (every one that fits, so labels never crowd) and unlabelled grid lines at
-/// 2×…9× of every decade, the usual log-paper grid.
-fn time_ticks(first: i32, last: i32, width: u32) -> (Vec<f64>, Vec<f64>) {
-    let fit = (width / LABEL_SPACING).max(2);
-    let decades = last.abs_diff(first);
-    // Every `stride`-th decade is labelled: the fewest skipped that leaves them room.
-    let stride = decades.div_ceil(fit - 1).max(1);
-    let labelled =
-        (first..=last).filter(|d| d.abs_diff(first) % stride == 0).map(|d| 10f64.powi(d)).collect();
-    let minor = (first..last).flat_map(|d| (2..=9).map(move |m| f64::from(m) * 10f64.powi(d))).collect();
+/// The 1×, 2× and 5× powers of ten from `lo` to `hi` (with a hair's tolerance: powers of ten
+/// are inexact in f64), ascending.
+fn one_two_five(lo: f64, hi: f64) -> Vec<f64> {
+    every(lo, hi, &[1, 2, 5], 1)
+}
+
+/// `mantissas` × 10^d from `lo` to `hi`, for every `stride`-th decade d, ascending.
+fn every(lo: f64, hi: f64, mantissas: &[u32], stride: u32) -> Vec<f64> {
+    // Decades of TTFTs are well within i32; the casts only drop the (zero) fraction.
+    let (first, last) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    (first..=last)
+        .filter(|d| d.abs_diff(first) % stride == 0)
+        .flat_map(|d| mantissas.iter().map(move |m| f64::from(*m) * 10f64.powi(d)))
+        .filter(|v| *v >= lo * (1.0 - 1e-9) && *v <= hi * (1.0 + 1e-9))
+        .collect()
+}
+
+/// The time axis' ticks between `lo` and `hi` ms on a plot `width` pixels wide: labelled
+/// values (1-2-5 steps, else 1-3, else decades, else every n-th decade: the densest whose
+/// labels do not crowd) and unlabelled grid lines at the other 1×…9× of every decade.
+fn time_ticks(lo: f64, hi: f64, width: u32) -> (Vec<f64>, Vec<f64>) {
+    let span = (hi / lo).log10();
+    // Every gap between neighbouring labels is at least LABEL_SPACING pixels.
+    let fits = |ticks: &[f64]| {
+        ticks.windows(2).all(|p| (p[1] / p[0]).log10() / span * f64::from(width) >= f64::from(LABEL_SPACING))
+    };
+    let mut labelled = one_two_five(lo, hi);
+    if !fits(&labelled) {
+        labelled = every(lo, hi, &[1, 3], 1);
+    }
+    if !fits(&labelled) {
+        // Ends: a stride past the span leaves one label, which always fits.
+        labelled = (1..).map(|stride| every(lo, hi, &[1], stride)).find(|t| fits(t)).unwrap_or_default();
+    }
+    let minor = every(lo, hi, &[1, 2, 3, 4, 5, 6, 7, 8, 9], 1)
+        .into_iter()
+        .filter(|v| !labelled.contains(v))
+        .collect();
     (labelled, minor)
 }
 
@@ -184,7 +285,7 @@ mod tests {
         let svg = ttft_cdf("TTFT <test>", &[("a & b", &ttfts), ("empty", &[])]).unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert_eq!(svg.matches("<polyline").count(), 1, "a curve for the series with data only");
-        for text in ["TTFT &lt;test&gt;", "a &amp; b", "empty", "1 ms", "10 s", "0.25"] {
+        for text in ["TTFT &lt;test&gt;", "a &amp; b", "empty", "10 ms", "1 s", "0.25"] {
             assert!(svg.contains(&format!(">\n{text}\n</text>")), "{text}: {svg}");
         }
     }
@@ -197,26 +298,49 @@ mod tests {
     }
 
     #[test]
-    fn time_ticks_label_decades_and_thin_them_when_they_would_crowd() {
-        let (labelled, minor) = time_ticks(0, 3, 700);
+    fn time_ticks_step_1_2_5_when_they_fit_else_decades_else_every_nth_decade() {
+        let names = |ticks: &[f64]| ticks.iter().map(|ms| time_label(*ms)).collect::<Vec<_>>();
+        let (labelled, minor) = time_ticks(8.0, 1200.0, 700);
+        assert_eq!(names(&labelled), ["10 ms", "20 ms", "50 ms", "100 ms", "200 ms", "500 ms", "1 s"]);
+        assert!(minor.contains(&9.0) && minor.contains(&30.0) && !minor.contains(&20.0), "{minor:?}");
+        let (labelled, _) = time_ticks(1.0, 1e4, 700);
         assert_eq!(
-            labelled.iter().map(|ms| time_label(*ms)).collect::<Vec<_>>(),
-            ["1 ms", "10 ms", "100 ms", "1 s"]
+            names(&labelled),
+            ["1 ms", "3 ms", "10 ms", "30 ms", "100 ms", "300 ms", "1 s", "3 s", "10 s"]
         );
-        assert_eq!(minor.len(), 3 * 8);
+        let (labelled, _) = time_ticks(1.0, 1e6, 700);
+        assert_eq!(names(&labelled), ["1 ms", "10 ms", "100 ms", "1 s", "10 s", "100 s", "1000 s"]);
         // Twelve decades on 400 px: five labels fit, so every third decade is labelled.
-        let (labelled, _) = time_ticks(-6, 6, 400);
-        assert_eq!(
-            labelled.iter().map(|ms| time_label(*ms)).collect::<Vec<_>>(),
-            ["1 ns", "1 µs", "1 ms", "1 s", "1000 s"]
-        );
+        let (labelled, _) = time_ticks(1e-6, 1e6, 400);
+        assert_eq!(names(&labelled), ["1 ns", "1 µs", "1 ms", "1 s", "1000 s"]);
     }
 
     #[test]
-    fn the_axis_spans_whole_decades_around_the_data() {
-        assert_eq!(decades(&[("a", &[8.2, 950.0]), ("b", &[0.0, 4200.0])]), (0, 4));
-        assert_eq!(decades(&[("a", &[10.0])]), (1, 2));
-        assert_eq!(decades(&[("a", &[])]), (0, 1));
-        assert_eq!(decades(&[("a", &[1e-300, 2.0])]), (-6, 1));
+    fn the_axis_fits_the_data_with_a_little_room() {
+        let (lo, hi) = time_range(&[("a", &[8.2, 950.0]), ("b", &[0.0, 4200.0])]);
+        assert!((5.5..8.2).contains(&lo) && (4200.0..6000.0).contains(&hi), "{lo} {hi}");
+        // Too narrow for two 1-2-5 labels: widened to the ones around it.
+        let (lo, hi) = time_range(&[("a", &[120.0, 150.0])]);
+        assert!((lo - 100.0).abs() < 1e-9 && (hi - 200.0).abs() < 1e-9, "{lo} {hi}");
+        assert_eq!(time_range(&[("a", &[])]), (1.0, 10.0));
+        let (lo, _) = time_range(&[("a", &[1e-300, 2.0])]);
+        assert!(lo < 1e-6 && lo > 1e-7, "{lo}");
+    }
+
+    #[test]
+    fn ten_series_have_ten_colours_and_the_legend_is_right_of_the_plot() {
+        let ttfts: Vec<f64> = (1..=100).map(f64::from).collect();
+        let names: Vec<String> = (0..10).map(|i| format!("policy-{i}")).collect();
+        let series: Vec<(&str, &[f64])> = names.iter().map(|n| (n.as_str(), &ttfts[..])).collect();
+        let svg = ttft_cdf("ten", &series).unwrap();
+        for colour in COLOURS {
+            let hex = format!("#{:02X}{:02X}{:02X}", colour.0, colour.1, colour.2);
+            assert!(svg.contains(&hex), "{hex}");
+        }
+        assert!(
+            svg.starts_with(&format!("<svg width=\"{}\"", PLOT.0 + legend_size(&names).0)),
+            "{}",
+            &svg[..80]
+        );
     }
 }

@@ -28,14 +28,15 @@ pub struct ReplayArgs {
     #[arg(long)]
     trace: Option<PathBuf>,
     /// A builtin policy name or a component file (.wasm).
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = "default", conflicts_with = "compare")]
     policy: String,
     /// Run builtins' component builds instead of their native builds.
     #[arg(long)]
     guest: bool,
-    /// The policy's parameters, a JSON object (for every policy of --compare too).
-    #[arg(long, default_value = "{}")]
-    params: String,
+    /// The --policy's parameters, a JSON object [default: {}]. With --compare each policy
+    /// takes its own: POLICY@{JSON}.
+    #[arg(long)]
+    params: Option<String>,
     /// Workers in all (disaggregated: ceil(N/2) prefill, floor(N/2) decode).
     #[arg(long, default_value_t = 16)]
     workers: u32,
@@ -60,9 +61,10 @@ pub struct ReplayArgs {
     /// Write the canonical JSON report here (with --compare: {"reports": [...]}).
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Several policies side by side, comma-separated (replaces --policy).
-    #[arg(long, value_delimiter = ',')]
-    compare: Vec<String>,
+    /// Several policies side by side, comma-separated (replaces --policy), each with its own
+    /// parameters if any: default,chwbl@{"load_factor":1.5},mine.wasm@{"a":1,"b":2}.
+    #[arg(long, value_name = "POLICY[@{JSON}],...")]
+    compare: Option<String>,
     /// Write an SVG chart of the TTFT distribution (CDF) per policy here.
     #[arg(long)]
     svg: Option<PathBuf>,
@@ -80,9 +82,103 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 
 /// One finished run.
 struct Run {
+    /// The policy's name (builtin name or file stem) and its parameters when given.
     label: String,
+    /// `native` or `guest`.
+    build: &'static str,
     report: Report,
     wall_s: f64,
+}
+
+/// One policy to run: as named on the command line, with its own parameters (JSON text).
+#[derive(Debug, PartialEq)]
+struct Entry {
+    spec: String,
+    params: Option<String>,
+}
+
+/// Splits `--compare`'s value into its policies: comma-separated, each `POLICY` or
+/// `POLICY@{JSON}`. Parameters start at the first `@{` and run to the `}` that closes it
+/// (nesting and strings followed), so their commas stay theirs; a path containing `@{` cannot
+/// be compared (give it another name).
+fn parse_compare(list: &str) -> Result<Vec<Entry>, String> {
+    let mut entries = Vec::new();
+    let mut rest = list;
+    loop {
+        let n = entries.len() + 1;
+        let end = rest.find(',').unwrap_or(rest.len());
+        let (spec, params, after) = match rest.find("@{") {
+            Some(at) if at < end => {
+                let json = &rest[at + 1..];
+                let close = object_end(json).ok_or_else(|| {
+                    format!(
+                        "--compare policy {n} (`{}`): its parameters never close (a `}}` is missing)",
+                        &rest[..at]
+                    )
+                })?;
+                (&rest[..at], Some(json[..close].to_string()), &json[close..])
+            }
+            _ => (&rest[..end], None, &rest[end..]),
+        };
+        if spec.trim().is_empty() {
+            return Err(format!(
+                "--compare policy {n} is empty: give POLICY or POLICY@{{JSON}}, comma-separated"
+            ));
+        }
+        entries.push(Entry { spec: spec.trim().to_string(), params });
+        match after.strip_prefix(',') {
+            Some(next) => rest = next,
+            None if after.is_empty() => return Ok(entries),
+            None => {
+                return Err(format!(
+                    "--compare policy {n} (`{}`): `{after}` follows its parameters; separate policies with commas",
+                    spec.trim()
+                ));
+            }
+        }
+    }
+}
+
+/// The length of the JSON object `text` starts with (through its closing brace), if it closes.
+fn object_end(text: &str) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0u32, false, false);
+    for (i, c) in text.char_indices() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' | '[' => depth += 1,
+            '}' | ']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `error` with the policy it comes from named first.
+fn from_policy(spec: &str, error: CliError) -> CliError {
+    CliError { message: format!("policy `{spec}`: {}", error.message), ..error }
+}
+
+/// How a run is named in the table and the chart: the policy's name, and its parameters
+/// when it has any (compact JSON).
+fn run_label(name: &str, parameters: &Value) -> String {
+    match parameters.as_object() {
+        Some(map) if map.is_empty() => name.to_string(),
+        _ => format!("{name} {parameters}"),
+    }
 }
 
 pub fn run(args: ReplayArgs) -> Result<(), CliError> {
@@ -102,8 +198,19 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
     let bytes = read_file(&path)?;
     let trace = Trace::parse(&bytes, args.block_size, args.limit)
         .map_err(|e| CliError::new(ErrorKind::InvalidTrace, format!("{}: {e}", path.display())))?;
-    let parameters: Value = serde_json::from_str(&args.params)
-        .map_err(|e| CliError::new(ErrorKind::ConfigureFailed, format!("--params is not JSON: {e}")))?;
+    let entries = match &args.compare {
+        None => vec![Entry { spec: args.policy.clone(), params: args.params.clone() }],
+        // One set of parameters rarely suits several policies (another's unknown field fails
+        // it), so each gives its own.
+        Some(_) if args.params.is_some() => {
+            return Err(CliError::new(
+                ErrorKind::InvalidParams,
+                "--params configures --policy; with --compare give each policy its own, as \
+                 --compare default,mine.wasm@'{\"overlap_bonus\":2}'",
+            ));
+        }
+        Some(list) => parse_compare(list).map_err(|m| CliError::new(ErrorKind::InvalidParams, m))?,
+    };
     let config = ReplayConfig {
         workers: args.workers,
         mode: args.mode,
@@ -113,11 +220,12 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         ..ReplayConfig::default()
     };
     config.validate().map_err(|e| CliError::new(ErrorKind::InvalidConfig, e.to_string()))?;
-    let policies = if args.compare.is_empty() { vec![args.policy.clone()] } else { args.compare.clone() };
     let guard = args.limits.guard()?;
     let mut engine: Option<PolicyEngine> = None;
-    let mut runs = Vec::new();
-    for policy in &policies {
+    // Every policy is loaded and configured before any runs, so a mistake in the last of
+    // several is reported at once, not after the others' replays.
+    let mut loaded = Vec::new();
+    for entry in &entries {
         // One engine for every policy compared, made when a component first needs it.
         let mut shared_engine = || -> Result<PolicyEngine, CliError> {
             if engine.is_none() {
@@ -125,10 +233,23 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
             }
             Ok(engine.clone().expect("just set"))
         };
-        let loaded = load_policy(policy, args.guest, &args.params, &mut shared_engine)?;
+        let params = entry.params.as_deref().unwrap_or("{}");
+        let parameters: Value = serde_json::from_str(params).map_err(|e| {
+            from_policy(
+                &entry.spec,
+                CliError::new(ErrorKind::InvalidParams, format!("parameters are not JSON: {e}")),
+            )
+        })?;
+        let policy = load_policy(&entry.spec, args.guest, params, &mut shared_engine)
+            .map_err(|e| from_policy(&entry.spec, e))?;
+        loaded.push((entry, parameters, policy));
+    }
+    let mut runs = Vec::new();
+    for (entry, parameters, loaded) in loaded {
+        let run_label = run_label(&loaded.name, &parameters);
         let label = PolicyLabel {
             name: loaded.name,
-            parameters: parameters.clone(),
+            parameters,
             // A builtin is named by its source; an uploaded component by its bytes.
             component_sha256: loaded.sha256.filter(|_| loaded.from_file),
         };
@@ -136,18 +257,14 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         let mode = if args.fail_closed { FailMode::Closed } else { FailMode::Open };
         // As production runs it: faults contained by the runtime's guard.
         let mut selector = switchyard_builtins::guarded(loaded.scorer, mode, guard.clone());
-        let bar = progress(format!("{policy} ({build})"), trace.rows().len());
+        let bar = progress(format!("{run_label} ({build})"), trace.rows().len());
         let started = Instant::now();
         let report = switchyard_replay::replay(&trace, &mut selector, &label, &config, &mut |done| {
             bar.set_position(done as u64)
         })
-        .map_err(replay_error)?;
+        .map_err(|e| from_policy(&entry.spec, replay_error(e)))?;
         bar.finish();
-        runs.push(Run {
-            label: format!("{policy} ({build})"),
-            report,
-            wall_s: started.elapsed().as_secs_f64(),
-        });
+        runs.push(Run { label: run_label, build, report, wall_s: started.elapsed().as_secs_f64() });
     }
     let name =
         path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
@@ -170,8 +287,9 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         outln!("report: {}", out.display());
     }
     if let Some(out) = &args.svg {
+        let labels = legend_labels(&runs);
         let series: Vec<(&str, &[f64])> =
-            runs.iter().map(|r| (r.label.as_str(), r.report.ttft_ms())).collect();
+            labels.iter().zip(&runs).map(|(label, r)| (label.as_str(), r.report.ttft_ms())).collect();
         let title = format!(
             "TTFT on {name}: {} rows, {} workers, {}",
             trace.rows().len(),
@@ -185,6 +303,16 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         outln!("chart: {}", out.display());
     }
     Ok(())
+}
+
+/// The chart's names of `runs`: their labels, numbered by their place in --compare where two
+/// would read alike.
+fn legend_labels(runs: &[Run]) -> Vec<String> {
+    let alike = |label: &str| runs.iter().filter(|r| r.label == label).count() > 1;
+    runs.iter()
+        .enumerate()
+        .map(|(i, r)| if alike(&r.label) { format!("{} #{}", r.label, i + 1) } else { r.label.clone() })
+        .collect()
 }
 
 fn replay_error(e: ReplayError) -> CliError {
@@ -204,7 +332,7 @@ fn print_summary(run: &Run, trace: &str, config: &ReplayConfig) {
         config.seed,
         config.speedup
     );
-    outln!("policy: {}", run.label);
+    outln!("policy: {} ({})", run.label, run.build);
     for (what, d) in [("TTFT", r.ttft()), ("end-to-end", r.e2e())] {
         outln!(
             "  {what:<11} ms  mean {:>9.1}  p50 {:>9.1}  p90 {:>9.1}  p99 {:>9.1}",
@@ -259,7 +387,8 @@ fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
         config.seed,
         config.speedup
     );
-    let width = runs.iter().map(|r| r.label.len()).max().unwrap_or(6).max(6);
+    let names: Vec<String> = runs.iter().map(|r| format!("{} ({})", r.label, r.build)).collect();
+    let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(6).max(6);
     outln!(
         "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>6}  {:>9}  {:>12}  {:>6}  {:>7}",
         "policy",
@@ -275,13 +404,13 @@ fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
         "faults",
         "wall s"
     );
-    for run in runs {
+    for (run, name) in runs.iter().zip(&names) {
         let r = &run.report;
         let (t, e) = (r.ttft(), r.e2e());
         let imbalance = r.pools().iter().map(|p| p.imbalance()).fold(0.0, f64::max);
         outln!(
             "{:<width$}  {:>9.1} {:>9.1} {:>9.1} {:>9.1}  {:>9.1} {:>9.1}  {:>6.3}  {:>9.3}  {:>12}  {:>6}  {:>7.2}",
-            run.label,
+            name,
             t.mean,
             t.p50,
             t.p90,
@@ -311,4 +440,40 @@ fn progress(label: String, rows: usize) -> ProgressBar {
     ProgressBar::with_draw_target(Some(rows as u64), ProgressDrawTarget::stderr())
         .with_style(style)
         .with_prefix(label)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(spec: &str, params: Option<&str>) -> Entry {
+        Entry { spec: spec.into(), params: params.map(Into::into) }
+    }
+
+    #[test]
+    fn compare_entries_keep_the_commas_of_their_parameters() {
+        assert_eq!(
+            parse_compare(r#"default,dir/mine.wasm@{"a":1,"b":[2,3],"c":"x,}@{"},chwbl"#).unwrap(),
+            [
+                entry("default", None),
+                entry("dir/mine.wasm", Some(r#"{"a":1,"b":[2,3],"c":"x,}@{"}"#)),
+                entry("chwbl", None)
+            ]
+        );
+        assert_eq!(parse_compare("a@b.wasm").unwrap(), [entry("a@b.wasm", None)], "`@` alone is a path's");
+        assert_eq!(parse_compare(r#"x@{"s":"\"}"}"#).unwrap(), [entry("x", Some(r#"{"s":"\"}"}"#))]);
+    }
+
+    #[test]
+    fn malformed_compare_lists_name_the_policy() {
+        for (list, needle) in [
+            (r#"default,mine.wasm@{"a":1"#, "policy 2 (`mine.wasm`): its parameters never close"),
+            ("default,,chwbl", "policy 2 is empty"),
+            (r#"chwbl@{"a":1}x,default"#, "policy 1 (`chwbl`): `x,default` follows"),
+            ("", "policy 1 is empty"),
+        ] {
+            let err = parse_compare(list).unwrap_err();
+            assert!(err.contains(needle), "{list}: {err}");
+        }
+    }
 }
