@@ -150,7 +150,9 @@ impl Run {
         let dirs = std::iter::once(bin)
             .chain(std::env::split_paths(&path).filter(|d| !d.to_string_lossy().contains("/toolchains/")));
         env.push(("PATH".into(), std::env::join_paths(dirs).unwrap().to_string_lossy().into_owned()));
-        let target = switchyard_test_util::target_tmp_dir().parent().unwrap().join("guide");
+        // `<target>/<profile>/switchyard`: the scratch crates build beside it, in `<target>/guide`.
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_switchyard"));
+        let target = bin.ancestors().nth(2).expect("the binary lives in <target>/<profile>").join("guide");
         env.push(("CARGO_TARGET_DIR".into(), target.display().to_string()));
         Run {
             page: page.to_string(),
@@ -337,7 +339,9 @@ fn expect_lines(printed: &str, expected: &str) -> Result<(), String> {
             match rest.find(piece) {
                 Some(at) => rest = &rest[at + piece.len()..],
                 None => {
-                    return Err(format!("expected `{line}`: `{piece}` is not in what it printed:\n{printed}"));
+                    return Err(format!(
+                        "expected `{line}`: `{piece}` is not in what it printed:\n{printed}"
+                    ));
                 }
             }
         }
