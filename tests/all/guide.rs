@@ -102,6 +102,7 @@ impl Run {
             std::process::id(),
             page.replace(['/', '.'], "-")
         ));
+        assert!(!root.starts_with(checkout()), "the scratch directory is outside the workspace");
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join(".bin")).unwrap();
         std::os::unix::fs::symlink(checkout(), root.join("switchyard")).unwrap();
@@ -293,7 +294,6 @@ impl Run {
     fn check_help(&self, program: &[&str], args: &[&str]) -> Result<(), String> {
         let flags: Vec<&str> =
             args.iter().filter(|a| a.starts_with("--")).map(|a| a.split('=').next().unwrap()).collect();
-        // Toolchain subcommands take `toolchain install`; the help of the first suffices.
         if flags.is_empty() {
             return Ok(());
         }
