@@ -9,6 +9,7 @@ mod compilers;
 mod dynamo_store;
 mod fleet;
 mod fleet_faults;
+mod guide;
 mod replay;
 mod sandbox_cli;
 mod service;
