@@ -12,6 +12,7 @@ mod fleet_faults;
 mod replay;
 mod sandbox_cli;
 mod service;
+mod service_answers;
 mod service_compile;
 mod service_evict;
 mod service_fair;
