@@ -13,6 +13,7 @@ mod guide;
 mod replay;
 mod sandbox_cli;
 mod service;
+mod service_answers;
 mod service_compile;
 mod service_evict;
 mod service_fair;

@@ -150,9 +150,10 @@ fn service_endpoints_end_to_end() {
     assert_eq!(status, 200, "{v}");
     let mine = v["policies"].as_array().unwrap().iter().find(|p| p["name"] == "mine").unwrap().clone();
     assert_eq!(mine["active"], v1.as_str());
-    // v2, rolled back from, neither pinned nor a rollback target, was collected.
-    assert_eq!(mine["versions"].as_array().unwrap().len(), 1);
+    // v2, rolled back from, is kept: a roll-forward makes it active again.
+    assert_eq!(mine["versions"].as_array().unwrap().len(), 2);
     assert_eq!(mine["versions"][0]["version"], v1.as_str());
+    assert_eq!(mine["next"], serde_json::json!([v2]));
     assert!(mine["selections"].as_u64().unwrap() >= 3);
     let probe = v["policies"].as_array().unwrap().iter().find(|p| p["name"] == "probe").unwrap().clone();
     assert_eq!(probe["faults"]["policy-error"], 2);

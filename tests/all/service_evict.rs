@@ -36,7 +36,7 @@ fn an_evicted_version_loads_again_from_its_artifact_alone_never_from_a_tampered_
     assert!(c.wait_for_metric("switchyard_versions_evicted_total", evictions), "evicted");
     std::fs::remove_file(&blob).unwrap();
     selected_by_its_version("blob gone, artifact kept");
-    assert_eq!(c.metric("switchyard_compile_seconds_count"), 1.0, "not compiled again");
+    assert_eq!(c.metric("switchyard_compile_seconds_count{tenant=\"acme\"}"), 1.0, "not compiled again");
 
     evictions += 1.0;
     assert!(c.wait_for_metric("switchyard_versions_evicted_total", evictions), "evicted again");
@@ -72,7 +72,11 @@ fn an_evicted_version_reloads_without_hashing_an_artifact_the_eviction_pass_chec
     // written) has checked it.
     std::thread::sleep(std::time::Duration::from_millis(2_500));
     selected_by(&c, &token, &version, "reloaded");
-    assert_eq!(c.metric("switchyard_compile_seconds_count"), 1.0, "loaded from the artifact");
+    assert_eq!(
+        c.metric("switchyard_compile_seconds_count{tenant=\"acme\"}"),
+        1.0,
+        "loaded from the artifact"
+    );
     assert_eq!(c.metric("switchyard_artifact_load_digests_total"), 0.0, "no digest on the reload's path");
 }
 
@@ -102,7 +106,7 @@ fn serve_raises_its_descriptor_limit_for_the_mapped_artifacts() {
 /// Waits (up to a minute: a debug build compiles slowly) until `count` compiles are done.
 fn wait_for_compiles(c: &Client, count: f64) {
     let within = std::time::Duration::from_secs(60);
-    let done = c.wait_for_metric_within("switchyard_compile_seconds_count", count, within);
+    let done = c.wait_for_metric_within("switchyard_compile_seconds_count{tenant=\"acme\"}", count, within);
     assert!(done, "never compiled in the background");
 }
 
@@ -166,7 +170,7 @@ fn a_selection_never_compiles_a_version_whose_artifact_is_gone_the_background_do
     // The background load compiles it once, and the version answers again.
     wait_for_compiles(&c, 2.0);
     selected_by(&c, &token, &version, "compiled in the background");
-    assert_eq!(c.metric("switchyard_compile_seconds_count"), 2.0, "compiled once");
+    assert_eq!(c.metric("switchyard_compile_seconds_count{tenant=\"acme\"}"), 2.0, "compiled once");
 }
 
 /// A version unused for `evict_after_secs` is evicted (its configuration and instances
@@ -203,7 +207,11 @@ fn an_unused_version_is_evicted_and_its_next_selection_loads_it_again() {
         assert_eq!(c.metric("switchyard_version_load_seconds_count"), loads + 1.0, "{what}");
         let from_artifact = 1.0 - kept;
         assert_eq!(c.metric("switchyard_components_from_cache_total"), from_artifact, "{what}");
-        assert_eq!(c.metric("switchyard_compile_seconds_count"), 1.0, "{what}: not compiled again");
+        assert_eq!(
+            c.metric("switchyard_compile_seconds_count{tenant=\"acme\"}"),
+            1.0,
+            "{what}: not compiled again"
+        );
     }
 }
 

@@ -219,9 +219,14 @@ fn service_state_versions_nothing_routes_to_are_collected_with_their_blobs_and_a
     assert_eq!(c.assign(&token, "acme", "follow", json!({ "policy": "mine" })).0, 200);
     assert_eq!(c.assign(&token, "acme", "pin", json!({ "policy": "mine", "version": a })).0, 200);
 
-    // Roll back: b is active, a the rollback target (and pinned); c, replaced, is neither
-    // routed nor a rollback target: gone from the manifest, its blob and artifact too.
+    // Roll back: b is active, a the rollback target (and pinned), c the roll-forward's:
+    // all three kept, nothing collected.
     assert_eq!(rollback(&c, &token, "acme", "mine").0, 200);
+    assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &b, &c3]));
+    assert_eq!(c.try_metric("switchyard_versions_collected_total{tenant=\"acme\"}"), None);
+    // Upload a again: what lay ahead (c) is neither routed nor in a history any more:
+    // gone from the manifest, its blob and artifact too.
+    assert_eq!(c.uploaded(&token, "acme", "mine", &bytes[0], None), a);
     assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &b]));
     assert_eq!(blobs(&data), set(&[&a, &b]));
     assert_eq!(artifacts(&data, &c3), 0, "the collected version's compiled artifact is deleted");
@@ -230,20 +235,17 @@ fn service_state_versions_nothing_routes_to_are_collected_with_their_blobs_and_a
     assert_eq!(c.metric("switchyard_versions_loaded{tenant=\"acme\"}"), 2.0);
     assert_eq!(c.metric("switchyard_components_loaded"), 2.0, "c's compiled component is evicted");
 
-    // Pin b instead of a: a stays (the rollback target). Roll back: a active, b pinned.
-    assert_eq!(c.assign(&token, "acme", "pin", json!({ "policy": "mine", "version": b })).0, 200);
-    assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &b]));
-    assert_eq!(rollback(&c, &token, "acme", "mine").0, 200);
-    assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &b]));
     // Another tenant uploads b's bytes: the blob is shared.
     assert_eq!(c.uploaded(&other, "other", "theirs", &bytes[1], None), b);
-    // Unpin b: acme's b is collected, its blob stays (other's version names it).
+    // Back to b, back to a (active a; b now only ahead of it), and unpin a.
+    assert_eq!(rollback(&c, &token, "acme", "mine").0, 200);
+    assert_eq!(rollback(&c, &token, "acme", "mine").0, 200);
     assert_eq!(c.assign(&token, "acme", "pin", json!({ "policy": "default" })).0, 200);
-    assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a]));
-    assert_eq!(blobs(&data), set(&[&a, &b]));
-    assert_eq!(c.metric("switchyard_versions_collected_total{tenant=\"acme\"}"), 2.0);
-    // Re-upload c: active again, a the rollback target.
+    assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &b]));
+    // Re-upload c: active again, a the rollback target; acme's b, ahead of nothing now,
+    // is collected, its blob stays (other's version names it).
     assert_eq!(c.uploaded(&token, "acme", "mine", &bytes[2], None), c3);
+    assert_eq!(c.metric("switchyard_versions_collected_total{tenant=\"acme\"}"), 2.0);
     assert_eq!(manifest_versions(&data, "acme", "mine"), set(&[&a, &c3]));
     assert_eq!(manifest_policy(&data, "acme", "mine")["previous"], json!([a]));
     assert_eq!(blobs(&data), set(&[&a, &b, &c3]));

@@ -76,7 +76,9 @@ async fn apply(service: &Service, change: Change) {
         Some(Value::Tenant(record)) => record.versions().map(|(_, v)| v.blob.clone()).collect(),
         _ => Vec::new(),
     };
-    service.load_components(&blobs);
+    if let Key::Tenant(tenant) = &change.key {
+        service.load_components(tenant, &blobs);
+    }
     let mut writer = service.writer.lock().await;
     let Some(nats) = service.loader.registry.nats() else { return };
     let key = change.key.to_string();

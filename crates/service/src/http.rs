@@ -371,6 +371,7 @@ fn app(service: Arc<Service>, gate: Arc<Gate>) -> Router {
         .route("/v1/tenants/{tenant}/policies", get(list))
         .route("/v1/tenants/{tenant}/policies/{name}", put(upload))
         .route("/v1/tenants/{tenant}/policies/{name}/rollback", post(rollback))
+        .route("/v1/tenants/{tenant}/policies/{name}/rollforward", post(rollforward))
         .route("/v1/tenants/{tenant}/classes/{class}", put(assign))
         .route("/v1/select", post(select))
         .fallback(|| async { ApiError::not_found(ErrorKind::NotFound, "no such endpoint") })
@@ -901,6 +902,15 @@ async fn rollback(
 ) -> Answer {
     let who = http.who(&headers)?;
     Ok(json_answer(StatusCode::OK, http.service.rollback(&who, &tenant, &name).await?))
+}
+
+async fn rollforward(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, name)): Path<(String, String)>,
+) -> Answer {
+    let who = http.who(&headers)?;
+    Ok(json_answer(StatusCode::OK, http.service.rollforward(&who, &tenant, &name).await?))
 }
 
 async fn assign(

@@ -42,6 +42,8 @@ mod version;
 pub use switchyard_store as store;
 
 use std::io::Write;
+
+use anyhow::Context;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -79,7 +81,7 @@ pub struct ServeOptions {
     pub compile_workers: Option<switchyard::WorkerCommand>,
 }
 
-/// Opens the data directory, binds, prints `listening on http://ADDR` on stdout (tests
+/// Binds, opens the data directory, prints `listening on http://ADDR` on stdout (tests
 /// and scripts read the port from it when listening on port 0), and serves until
 /// interrupted.
 pub fn run(options: ServeOptions) -> anyhow::Result<()> {
@@ -96,6 +98,12 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
             cache_dir,
             compile_workers,
         } = options;
+        // Bound before the data dir is touched: a port in use fails here, having written
+        // no directory, admin token or key.
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("listening on {listen} (`--listen`)"))?;
+        let addr = listener.local_addr()?;
         let dir = data_dir.clone();
         let cache = cache_dir.unwrap_or_else(|| data_dir.join("compiled"));
         let service = tokio::task::spawn_blocking(move || {
@@ -111,8 +119,6 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         // A fleet's replica follows the shared registry from here on, and sweeps its blobs.
         tokio::spawn(fleet::follow(Arc::clone(&service)));
         tokio::spawn(fleet::sweep(Arc::clone(&service)));
-        let listener = tokio::net::TcpListener::bind(listen).await?;
-        let addr = listener.local_addr()?;
         if std::env::var_os("SWITCHYARD_ADMIN_TOKEN").is_none() {
             tracing::info!(path = %data_dir.join("admin.token").display(), "admin token");
         }

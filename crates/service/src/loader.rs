@@ -15,6 +15,7 @@ use axum::http::StatusCode;
 use tokio::sync::Semaphore;
 
 use switchyard::selection::wire::ErrorKind;
+use switchyard::selection::wire::api::CompileSource;
 use switchyard::{LoadErrorKind, PolicyComponent, PolicyEngine};
 
 use crate::error::ApiError;
@@ -144,7 +145,7 @@ impl Loader {
         tenant: &str,
         blob: &str,
         bytes: Arc<[u8]>,
-    ) -> Result<(PolicyComponent, Arc<CompilePermit>), ApiError> {
+    ) -> Result<(PolicyComponent, CompileSource, Arc<CompilePermit>), ApiError> {
         let wait = Duration::from_millis(self.engine.limits().compile_timeout_ms);
         let turn = self.compile_turn(tenant);
         let acquired = tokio::time::timeout(wait, async {
@@ -175,7 +176,7 @@ impl Loader {
         };
         let permit = Arc::new(CompilePermit { loader: Arc::clone(self), abandoned: AtomicBool::new(false) });
         if let Some(c) = self.kept(blob) {
-            return Ok((c, permit));
+            return Ok((c, CompileSource::Reused, permit));
         }
         let held = Arc::clone(&permit);
         let (engine, blob) = (self.engine.clone(), blob.to_string());
@@ -200,8 +201,9 @@ impl Loader {
             permit.abandoned.store(true, Ordering::Release);
         }
         let component = loaded?;
-        self.metrics.loaded(&component);
-        Ok((component, permit))
+        self.metrics.loaded(tenant, &component);
+        let source = if component.from_cache() { CompileSource::Cached } else { CompileSource::Compiled };
+        Ok((component, source, permit))
     }
 
     /// `tenant`'s turn to compile (see [`Loader::compile`]); turns nobody holds or waits
@@ -222,14 +224,19 @@ impl Loader {
     /// compiled from the blob's bytes, only if `compile` is [`Compile::Now`]. Blocking (a
     /// blob read, maybe a compile). Two loads of one blob at once may both load it; the
     /// first kept wins.
-    pub(crate) fn component(&self, blob: &str, compile: Compile) -> Result<PolicyComponent, LoadFailure> {
+    pub(crate) fn component(
+        &self,
+        tenant: &str,
+        blob: &str,
+        compile: Compile,
+    ) -> Result<PolicyComponent, LoadFailure> {
         if let Some(c) = self.kept(blob) {
             return Ok(c);
         }
         let failed = |e: switchyard::LoadError| LoadFailure::new(format!("loading: {e}"), false);
         let size = self.sizes().get(blob).copied();
         if let Some(loaded) = size.and_then(|size| PolicyComponent::load_cached(&self.engine, blob, size)) {
-            return Ok(self.keep_loaded(blob, loaded.map_err(failed)?));
+            return Ok(self.keep_loaded(tenant, blob, loaded.map_err(failed)?));
         }
         let bytes = self.registry.read_blob(blob).map_err(|e| {
             LoadFailure::new(format!("reading blob {blob}: {e}"), crate::registry::is_transient(&e))
@@ -245,12 +252,13 @@ impl Loader {
                 }
             },
         };
-        Ok(self.keep_loaded(blob, component))
+        Ok(self.keep_loaded(tenant, blob, component))
     }
 
-    /// Counts `component` loaded and keeps it as `blob`'s (or the one kept meanwhile).
-    fn keep_loaded(&self, blob: &str, component: PolicyComponent) -> PolicyComponent {
-        self.metrics.loaded(&component);
+    /// Counts `component` loaded (for `tenant`, whose version it loaded for) and keeps it
+    /// as `blob`'s (or the one kept meanwhile).
+    fn keep_loaded(&self, tenant: &str, blob: &str, component: PolicyComponent) -> PolicyComponent {
+        self.metrics.loaded(tenant, &component);
         self.map().entry(blob.to_string()).or_insert(component).clone()
     }
 
@@ -283,13 +291,14 @@ impl Loader {
     /// stays with Cranelift until it returns, timed out or not: one runs at a time.
     pub(crate) fn compile_tier_up<H: Send + 'static>(
         &self,
+        tenant: &str,
         blob: &str,
         held: H,
     ) -> Result<PolicyComponent, String> {
         let bytes = self.registry.read_blob(blob).map_err(|e| format!("reading blob {blob}: {e}"))?;
         let component =
             PolicyComponent::load_in_background(&self.engine, &bytes, held).map_err(|e| e.to_string())?;
-        self.metrics.loaded(&component);
+        self.metrics.loaded(tenant, &component);
         Ok(component)
     }
 

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use switchyard::selection::wire::ErrorKind;
 use switchyard::selection::wire::api::{
-    AssignBody, Assigned, ClassEntry, Credentials, Listing, NameBody, PolicyEntry, RolledBack, Uploaded,
-    VersionEntry,
+    AssignBody, Assigned, ClassEntry, CollectedVersion, CompileSource, Credentials, Listing, NameBody,
+    PolicyEntry, RolledBack, Uploaded, VersionEntry,
 };
 
 use axum::http::StatusCode;
@@ -23,31 +23,80 @@ use switchyard_registry_nats::Key;
 
 use crate::store::{Assignment, PolicyRecord, TenantRecord, VersionRecord};
 
-/// Entries of a policy's rollback history, at most (it may name a version more than once;
-/// the versions it keeps are bounded by `max_versions_per_policy`).
+/// Entries of a policy's rollback history, at most (it may name a version more than once,
+/// or one since collected; the versions it keeps are bounded by `max_versions_per_policy`).
 const MAX_PREVIOUS: usize = 64;
 
-/// The versions `policy` (named `name`) must keep: its active one, its rollback history,
-/// and the ones `classes` pin.
+/// The versions `policy` (named `name`) keeps: its active one, those `classes` pin, and
+/// those of its rollback and roll-forward histories it still has (a history outlives the
+/// versions trimmed from it, so that a rollback to one can say it was collected).
 fn kept_versions(
     name: &str,
     policy: &PolicyRecord,
     classes: &BTreeMap<String, Assignment>,
 ) -> BTreeSet<String> {
-    let pinned = classes.values().filter(|a| a.policy == name).filter_map(|a| a.version.clone());
-    std::iter::once(policy.active.clone()).chain(policy.previous.iter().cloned()).chain(pinned).collect()
+    let history = policy.previous.iter().chain(&policy.next).filter(|v| policy.version(v).is_some());
+    std::iter::once(&policy.active).chain(history).chain(pinned(name, classes)).cloned().collect()
+}
+
+/// The versions of policy `name` that `classes` pin.
+fn pinned<'a>(name: &'a str, classes: &'a BTreeMap<String, Assignment>) -> impl Iterator<Item = &'a String> {
+    classes.values().filter(move |a| a.policy == name).filter_map(|a| a.version.as_ref())
 }
 
 /// Garbage collection of one tenant's manifest record: every version that is neither a
-/// policy's active one, nor in its rollback history, nor pinned by a class goes. (A class
-/// that follows a policy routes to its active version.) The commit then releases the
-/// loaded versions, components and blobs nothing names any more.
-fn collect(record: &mut TenantRecord) {
+/// policy's active one, nor in its histories, nor pinned by a class goes. (A class that
+/// follows a policy routes to its active version.) The commit then releases the loaded
+/// versions, components and blobs nothing names any more. The versions it removed.
+fn collect(record: &mut TenantRecord) -> Vec<CollectedVersion> {
     let TenantRecord { policies, classes, .. } = record;
+    let mut collected = Vec::new();
     for (name, policy) in policies.iter_mut() {
         let kept = kept_versions(name, policy, classes);
-        policy.versions.retain(|v| kept.contains(&v.version));
+        policy.versions.retain(|v| {
+            let keep = kept.contains(&v.version);
+            if !keep {
+                collected.push(CollectedVersion { policy: name.clone(), version: v.version.clone() });
+            }
+            keep
+        });
     }
+    collected
+}
+
+/// The versions `before` had that `after` has not (what a write collected).
+fn collected_between(before: &TenantRecord, after: &TenantRecord) -> Vec<CollectedVersion> {
+    let mut collected = Vec::new();
+    for (name, policy) in &before.policies {
+        let now = after.policies.get(name);
+        for v in &policy.versions {
+            if now.and_then(|p| p.version(&v.version)).is_none() {
+                collected.push(CollectedVersion { policy: name.clone(), version: v.version.clone() });
+            }
+        }
+    }
+    collected
+}
+
+/// What an upload's answer says its compile took: this upload's compile alone, never an
+/// earlier one's (which may be another tenant's).
+fn compile_ms(source: CompileSource, component: &switchyard::PolicyComponent) -> f64 {
+    match source {
+        CompileSource::Compiled => component.compile_time().as_secs_f64() * 1e3,
+        CompileSource::Reused | CompileSource::Cached => 0.0,
+    }
+}
+
+/// Logs the versions a write of `tenant`'s collected (the metric counts them at commit).
+fn log_collected(tenant: &str, collected: &[CollectedVersion]) {
+    for c in collected {
+        tracing::info!(tenant, policy = %c.policy, version = %c.version, "version collected");
+    }
+}
+
+/// A version's first 12 hex digits, as messages name it.
+fn short(version: &str) -> &str {
+    version.get(..12).unwrap_or(version)
 }
 
 /// Names of tenants, routers, policies and classes: `[a-z0-9_-]`, 1–64 characters, so
@@ -140,9 +189,12 @@ impl Service {
     }
 
     /// Makes `version` the active version of `tenant`'s policy `name` in `policies` (adding
-    /// it if new; `classes` are the tenant's), the one it replaces the newest rollback target; trims the oldest
-    /// rollback targets while the policy keeps more than `max_versions_per_policy`
-    /// versions. 409 `too-many-versions` when its active and pinned versions alone do.
+    /// it if new; `classes` are the tenant's): the one it replaces is the newest rollback
+    /// target, and the versions rolled back from are no longer ahead of it (their
+    /// roll-forward history is cleared). While the policy would keep more than
+    /// `max_versions_per_policy` versions, the oldest rollback targets are trimmed (their
+    /// names stay in the history). 409 `too-many-versions` when its active and pinned
+    /// versions alone are more.
     fn place_upload(
         &self,
         (policies, classes): (&mut BTreeMap<String, PolicyRecord>, &BTreeMap<String, Assignment>),
@@ -154,6 +206,7 @@ impl Service {
             versions: Vec::new(),
             active: version.version.clone(),
             previous: Vec::new(),
+            next: Vec::new(),
         });
         if policy.active != version.version {
             let old = std::mem::replace(&mut policy.active, version.version.clone());
@@ -161,6 +214,7 @@ impl Service {
             if policy.previous.len() > MAX_PREVIOUS {
                 policy.previous.remove(0);
             }
+            policy.next.clear();
         }
         if policy.version(&version.version).is_none() {
             policy.versions.push(version);
@@ -171,25 +225,23 @@ impl Service {
             if kept.len() <= max {
                 return Ok(());
             }
-            if policy.previous.is_empty() {
-                let pinned = classes
-                    .values()
-                    .filter(|a| a.policy == name)
-                    .filter_map(|a| a.version.as_deref())
-                    .collect::<BTreeSet<_>>()
-                    .len();
+            let fixed: BTreeSet<&String> =
+                std::iter::once(&policy.active).chain(pinned(name, classes)).collect();
+            let oldest = policy.previous.iter().find(|v| kept.contains(*v) && !fixed.contains(v)).cloned();
+            let Some(oldest) = oldest else {
                 return Err(ApiError::new(
                     StatusCode::CONFLICT,
                     ErrorKind::TooManyVersions,
                     format!(
                         "policy `{name}` of tenant `{tenant}` would keep {} versions (the new active one \
-                         and {pinned} pinned by classes); the limit is {max} (`max_versions_per_policy`): \
+                         and {} pinned by classes); the limit is {max} (`max_versions_per_policy`): \
                          move classes off pinned versions first",
-                        kept.len()
+                        kept.len(),
+                        pinned(name, classes).collect::<BTreeSet<_>>().len(),
                     ),
                 ));
-            }
-            policy.previous.remove(0);
+            };
+            policy.versions.retain(|v| v.version != oldest);
         }
     }
 
@@ -254,7 +306,8 @@ impl Service {
     /// drops its Winch instances and configuration, and its next selection configures an
     /// instance of Cranelift's. If Cranelift fails where Winch succeeded (its compile
     /// timeout, say), the versions stay on Winch's code.
-    fn tier_up(self: &Arc<Self>, blob: String) {
+    fn tier_up(self: &Arc<Self>, tenant: &str, blob: String) {
+        let tenant = tenant.to_string();
         let service = Arc::clone(self);
         tokio::spawn(async move {
             let Ok(permit) = Arc::clone(&service.tier_up_permits).acquire_owned().await else { return };
@@ -274,7 +327,7 @@ impl Service {
                     .name("switchyard-tier-up".into())
                     .spawn(move || {
                         switchyard::lower_thread_priority();
-                        compiling.compile_tier_up(&named, permit)
+                        compiling.compile_tier_up(&tenant, &named, permit)
                     })
                     .map_err(|e| format!("starting its thread: {e}"))?
                     .join()
@@ -367,11 +420,7 @@ impl Service {
             self.place_upload((&mut policy, &current.classes), tenant, name, record.clone())?;
         }
         let bytes: Arc<[u8]> = bytes.into();
-        let compiling = std::time::Instant::now();
-        let (component, permit) = self.loader.compile(tenant, &blob, bytes.clone()).await?;
-        // This upload's own time: a component compiled before (for any tenant) is not
-        // reported with that compile's time, which would tell this tenant about another's.
-        let compile_time = compiling.elapsed();
+        let (component, source, permit) = self.loader.compile(tenant, &blob, bytes.clone()).await?;
         let (template, component) = {
             let (name, parameters) = (name.to_string(), parameters.clone());
             tokio::task::spawn_blocking(move || {
@@ -394,6 +443,7 @@ impl Service {
 
         let mut writer = self.writer.lock().await;
         let mut manifest = writer.manifest.clone();
+        let before = manifest.tenants.get(tenant).cloned();
         let placed = match manifest.tenants.get_mut(tenant).map(Arc::make_mut) {
             None => Err(unknown_tenant(tenant)),
             Some(current) => self
@@ -401,19 +451,26 @@ impl Service {
                 .and_then(|()| {
                     self.place_upload((&mut current.policies, &current.classes), tenant, name, record.clone())
                 })
-                .map(|()| collect(current)),
+                .map(|()| {
+                    collect(current);
+                    before.as_deref().map(|b| collected_between(b, current)).unwrap_or_default()
+                }),
         };
         // A write that collected the last version naming this blob may have deleted it
         // since: under the lock, make sure it is there before the manifest names it (a
         // no-op, one `stat`, when it is).
-        let stored = placed.and_then(|()| {
+        let stored = placed.and_then(|collected| {
             tokio::task::block_in_place(|| self.loader.registry.write_blob(&blob, &bytes))
+                .map(|()| collected)
                 .map_err(|e| e.into_api("storing the component"))
         });
-        if let Err(e) = stored {
-            self.discard_blob(&writer, &blob);
-            return Err(e);
-        }
+        let collected = match stored {
+            Ok(collected) => collected,
+            Err(e) => {
+                self.discard_blob(&writer, &blob);
+                return Err(e);
+            }
+        };
         self.loader.keep(&blob, component.clone());
         let key = (tenant.to_string(), name.to_string(), version.clone());
         // A re-upload of a version that did not load (at start-up, say) makes it available.
@@ -431,9 +488,10 @@ impl Service {
         if let Err(e) = tokio::task::block_in_place(|| self.loader.registry.write_blob(&blob, &bytes)) {
             tracing::warn!(tenant, policy = name, %blob, error = ?e, "checking the committed version's blob");
         }
-        tracing::info!(tenant, policy = name, version = %version, size = bytes.len(), "uploaded");
+        tracing::info!(tenant, policy = name, version = %version, size = bytes.len(), compile = ?source, "uploaded");
+        log_collected(tenant, &collected);
         if self.loader.on_first_tier(&component) {
-            self.tier_up(blob.clone());
+            self.tier_up(tenant, blob.clone());
         }
         Ok(Uploaded {
             tenant: tenant.into(),
@@ -441,8 +499,10 @@ impl Service {
             version,
             sha256: blob,
             size_bytes: bytes.len(),
-            compile_ms: compile_time.as_secs_f64() * 1e3,
+            compile: source,
+            compile_ms: compile_ms(source, &component),
             compiler: component.compiled_by().name().into(),
+            collected,
         })
     }
 
@@ -497,9 +557,10 @@ impl Service {
             class.to_string(),
             Assignment { policy: policy.clone(), version: version.clone(), on_fault },
         );
-        collect(record);
+        let collected = collect(record);
         self.commit(&mut writer, manifest, Key::Tenant(tenant.to_string()))?;
         tracing::info!(tenant, class, policy = %policy, version = ?effective, on_fault = ?on_fault, "assigned");
+        log_collected(tenant, &collected);
         Ok(Assigned {
             tenant: tenant.into(),
             class: class.into(),
@@ -507,13 +568,39 @@ impl Service {
             pinned: version.is_some(),
             version: effective,
             on_fault,
+            collected,
         })
     }
 
     /// `POST /v1/tenants/{tenant}/policies/{name}/rollback`: the version active before the
-    /// current one becomes active again. The one it replaces leaves the history: unless a
-    /// class pins it, it is collected.
+    /// current one becomes active again, and the current one the next roll-forward's
+    /// target. Nothing is collected: the versions kept stay the same.
     pub async fn rollback(&self, who: &Principal, tenant: &str, name: &str) -> Result<RolledBack, ApiError> {
+        self.step(who, tenant, name, Step::Back).await
+    }
+
+    /// `POST /v1/tenants/{tenant}/policies/{name}/rollforward`: undoes the last rollback
+    /// (the version it replaced becomes active again, and the current one the next
+    /// rollback's target). Nothing is collected.
+    pub async fn rollforward(
+        &self,
+        who: &Principal,
+        tenant: &str,
+        name: &str,
+    ) -> Result<RolledBack, ApiError> {
+        self.step(who, tenant, name, Step::Forward).await
+    }
+
+    /// A rollback or roll-forward: the version on top of one history becomes active, the
+    /// active one goes on top of the other. Refused, changing nothing, when that history
+    /// is empty or its top version was collected.
+    async fn step(
+        &self,
+        who: &Principal,
+        tenant: &str,
+        name: &str,
+        step: Step,
+    ) -> Result<RolledBack, ApiError> {
         require_tenant(who, tenant)?;
         self.check_tenant(tenant)?;
         self.rates.admit(tenant, &self.limits, WriteKind::Rollback)?;
@@ -524,18 +611,65 @@ impl Service {
         let policy = record.policies.get_mut(name).ok_or_else(|| {
             ApiError::not_found(ErrorKind::UnknownPolicy, format!("tenant `{tenant}` has no policy `{name}`"))
         })?;
-        let Some(previous) = policy.previous.pop() else {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                ErrorKind::NoPreviousVersion,
-                format!("policy `{name}` has had only one active version"),
-            ));
+        let PolicyRecord { versions, active, previous, next } = policy;
+        let (from, to) = match step {
+            Step::Back => (previous, next),
+            Step::Forward => (next, previous),
         };
-        let replaced = std::mem::replace(&mut policy.active, previous.clone());
-        collect(record);
+        let conflict = |kind, message: String| Err(ApiError::new(StatusCode::CONFLICT, kind, message));
+        let Some(target) = from.last().cloned() else {
+            return match step {
+                Step::Back => conflict(
+                    ErrorKind::NoPreviousVersion,
+                    format!("policy `{name}` has no version before {}, its active one", short(active)),
+                ),
+                Step::Forward => conflict(
+                    ErrorKind::NoNewerVersion,
+                    format!(
+                        "policy `{name}` has no newer version than {}, its active one (none was rolled \
+                         back from since its last upload)",
+                        short(active)
+                    ),
+                ),
+            };
+        };
+        if !versions.iter().any(|v| v.version == target) {
+            let max = self.limits.max_versions_per_policy;
+            let which = match step {
+                Step::Back => "active before",
+                Step::Forward => "rolled back from to",
+            };
+            return conflict(
+                ErrorKind::VersionCollected,
+                format!(
+                    "version {} of policy `{name}` ({which} {}) was collected: a policy keeps at most \
+                     {max} versions (`max_versions_per_policy`)",
+                    short(&target),
+                    short(active),
+                ),
+            );
+        }
+        from.pop();
+        let replaced = std::mem::replace(active, target.clone());
+        to.push(replaced.clone());
+        if to.len() > MAX_PREVIOUS {
+            to.remove(0);
+        }
+        let (previous, next) = (policy.previous.clone(), policy.next.clone());
         self.commit(&mut writer, manifest, Key::Tenant(tenant.to_string()))?;
-        tracing::info!(tenant, policy = name, version = %previous, replaced = %replaced, "rolled back");
-        Ok(RolledBack { tenant: tenant.into(), policy: name.into(), version: previous, replaced })
+        let done = match step {
+            Step::Back => "rolled back",
+            Step::Forward => "rolled forward",
+        };
+        tracing::info!(tenant, policy = name, version = %target, replaced = %replaced, "{done}");
+        Ok(RolledBack {
+            tenant: tenant.into(),
+            policy: name.into(),
+            version: target,
+            replaced,
+            previous,
+            next,
+        })
     }
 
     /// `GET /v1/tenants/{tenant}/policies`: names, versions (each with its quarantine
@@ -563,6 +697,7 @@ impl Service {
                     active: p.active.clone(),
                     versions: versions.collect(),
                     previous: p.previous.clone(),
+                    next: p.next.clone(),
                     selections: m.selections(),
                     faults: m.faults().into_iter().map(|(kind, n)| (kind.to_string(), n)).collect(),
                 }
@@ -588,6 +723,13 @@ impl Service {
     }
 }
 
+/// Which way a rollback or roll-forward goes through a policy's history.
+#[derive(Clone, Copy)]
+enum Step {
+    Back,
+    Forward,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -607,6 +749,7 @@ mod tests {
             versions: ["a", "b", "c", "d", "e"].map(version).to_vec(),
             active: "e".into(),
             previous: vec!["b".into()],
+            next: Vec::new(),
         };
         let mut record =
             TenantRecord { policies: BTreeMap::from([("p".into(), policy)]), ..Default::default() };

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet, prometheus_text};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
@@ -95,9 +94,14 @@ impl AtomicHistogram {
         }))
     }
 
-    /// A selection latency histogram; a plain `fn` so that it can be a family's constructor.
+    /// A selection latency histogram.
     fn latency() -> Self {
         Self::new(&LATENCY_BOUNDS)
+    }
+
+    /// A compile time histogram; a plain `fn`, a [`PerTenant`]'s constructor.
+    fn compile() -> Self {
+        Self::new(&COMPILE_BOUNDS)
     }
 
     fn observe(&self, d: Duration) {
@@ -132,10 +136,61 @@ impl EncodeMetric for AtomicHistogram {
     }
 }
 
-/// The counters of one tenant's policy (all its versions together): handles into the
-/// per-policy families a scrape encodes, taken once when the entry is created, so that
-/// counting a selection is atomic adds and never a family lookup (which takes the
-/// family's lock).
+/// A family's series as a scrape encodes them, in the order given: prometheus-client's
+/// `Family` writes its series in its hash map's order, which changes from one scrape (and
+/// one run) to the next; these are written sorted by their labels, so scrapes diff.
+#[derive(Debug)]
+struct Sorted<L, M>(Vec<(L, M)>);
+
+impl<L, M: TypedMetric> TypedMetric for Sorted<L, M> {
+    const TYPE: MetricType = M::TYPE;
+}
+
+impl<L, M> EncodeMetric for Sorted<L, M>
+where
+    L: EncodeLabelSet + std::fmt::Debug + Send + Sync,
+    M: EncodeMetric + TypedMetric + std::fmt::Debug + Send + Sync,
+{
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, metric) in &self.0 {
+            metric.encode(encoder.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        M::TYPE
+    }
+}
+
+/// A per-tenant series: one handle per tenant, created when the tenant first counts (only
+/// tenants that exist do: a caller's made-up name never becomes a label).
+struct PerTenant<M> {
+    series: Mutex<BTreeMap<String, M>>,
+    new: fn() -> M,
+}
+
+impl<M: Clone> PerTenant<M> {
+    fn new(new: fn() -> M) -> Self {
+        Self { series: Mutex::default(), new }
+    }
+
+    /// `tenant`'s handle.
+    fn get(&self, tenant: &str) -> M {
+        let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        series.entry(tenant.to_string()).or_insert_with(self.new).clone()
+    }
+
+    /// Every tenant's series, sorted, for one scrape.
+    fn sorted(&self) -> Sorted<TenantLabels, M> {
+        let series = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        Sorted(series.iter().map(|(t, m)| (TenantLabels { tenant: t.clone() }, m.clone())).collect())
+    }
+}
+
+/// The counters of one tenant's policy (all its versions together): handles shared with
+/// what a scrape encodes, taken once when the entry is created, so that counting a
+/// selection is atomic adds and never a lookup.
 pub struct PolicyMetrics {
     selections: Counter,
     fallbacks: Counter,
@@ -186,50 +241,25 @@ impl PolicyMetrics {
     }
 }
 
-/// The per-(tenant, policy) families: what a scrape encodes, one series per entry.
-/// Only [`Metrics::policy`] looks into them, when it creates an entry.
-struct PolicyFamilies {
-    selections: Family<PolicyLabels, Counter>,
-    fallbacks: Family<PolicyLabels, Counter>,
-    latency: Family<PolicyLabels, AtomicHistogram, fn() -> AtomicHistogram>,
-    faults: Family<FaultLabels, Counter>,
-    fuel: Family<PolicyLabels, Counter>,
-    overloaded: Family<PolicyLabels, Counter>,
-}
-
-impl Default for PolicyFamilies {
-    fn default() -> Self {
+impl PolicyMetrics {
+    /// Fresh counters: every fault kind's included, so each reads 0 until it happens.
+    fn new() -> Self {
         Self {
-            selections: Family::default(),
-            fallbacks: Family::default(),
-            latency: Family::new_with_constructor(AtomicHistogram::latency),
-            faults: Family::default(),
-            fuel: Family::default(),
-            overloaded: Family::default(),
+            selections: Counter::default(),
+            fallbacks: Counter::default(),
+            latency: AtomicHistogram::latency(),
+            faults: Default::default(),
+            fuel: Counter::default(),
+            overloaded: Counter::default(),
         }
     }
 }
 
-impl PolicyFamilies {
-    /// The series of `policy` of `tenant` (every fault kind's included, so each reads 0
-    /// until it happens), and the handles to count into them.
-    fn handles(&self, tenant: &str, policy: &str) -> PolicyMetrics {
-        let labels = PolicyLabels { tenant: tenant.to_string(), policy: policy.to_string() };
-        PolicyMetrics {
-            selections: self.selections.get_or_create_owned(&labels),
-            fallbacks: self.fallbacks.get_or_create_owned(&labels),
-            latency: self.latency.get_or_create_owned(&labels),
-            faults: FAULT_KINDS.map(|kind| {
-                self.faults.get_or_create_owned(&FaultLabels {
-                    tenant: tenant.to_string(),
-                    policy: policy.to_string(),
-                    kind: kind.as_str(),
-                })
-            }),
-            fuel: self.fuel.get_or_create_owned(&labels),
-            overloaded: self.overloaded.get_or_create_owned(&labels),
-        }
-    }
+/// [`FAULT_KINDS`]' positions, in the order of their names: how a scrape lists them.
+fn fault_kinds_by_name() -> [usize; FAULT_KINDS.len()] {
+    let mut order: [usize; FAULT_KINDS.len()] = std::array::from_fn(|i| i);
+    order.sort_by_key(|&i| FAULT_KINDS[i].as_str());
+    order
 }
 
 /// What a scrape reports from the service's state, as it is at the scrape.
@@ -267,8 +297,8 @@ pub struct Metrics {
     /// (tenant, policy) → its handles. The map, not the families, is what the selection
     /// path asks (through [`Metrics::policy`]) and what a scrape lists policies from.
     policies: Mutex<BTreeMap<(String, String), Arc<PolicyMetrics>>>,
-    families: PolicyFamilies,
-    compile: AtomicHistogram,
+    /// tenant → the compile times of components compiled for its uploads and versions.
+    compile: PerTenant<AtomicHistogram>,
     /// Versions loaded (component and configure), each time: after start-up, on a first
     /// selection, after an eviction, adopted from the fleet.
     load: AtomicHistogram,
@@ -282,7 +312,9 @@ pub struct Metrics {
     /// Components loaded from our artifact cache instead of compiled.
     from_cache: Counter,
     /// tenant → versions garbage-collected so far.
-    collected: Family<TenantLabels, Counter>,
+    collected: PerTenant<Counter>,
+    /// tenant → selections whose class the tenant has not assigned (the default answered).
+    unassigned_class: PerTenant<Counter>,
     /// Compiles whose upload was answered `compile-timeout` while Cranelift still runs
     /// (each holds a compile permit until it ends).
     compiles_abandoned: CountGauge,
@@ -296,14 +328,14 @@ impl Default for Metrics {
     fn default() -> Self {
         Self {
             policies: Mutex::default(),
-            families: PolicyFamilies::default(),
-            compile: AtomicHistogram::new(&COMPILE_BOUNDS),
+            compile: PerTenant::new(AtomicHistogram::compile),
             load: AtomicHistogram::new(&LOAD_BOUNDS),
             evicted: Counter::default(),
             idle_misses: Counter::default(),
             tier_ups: Counter::default(),
             from_cache: Counter::default(),
-            collected: Family::default(),
+            collected: PerTenant::new(Counter::default),
+            unassigned_class: PerTenant::new(Counter::default),
             compiles_abandoned: CountGauge::default(),
             compile_busy: Counter::default(),
             records_skipped: Counter::default(),
@@ -317,16 +349,17 @@ impl Metrics {
     pub fn policy(&self, tenant: &str, policy: &str) -> Arc<PolicyMetrics> {
         let mut map = self.policies.lock().unwrap_or_else(|p| p.into_inner());
         map.entry((tenant.to_string(), policy.to_string()))
-            .or_insert_with(|| Arc::new(self.families.handles(tenant, policy)))
+            .or_insert_with(|| Arc::new(PolicyMetrics::new()))
             .clone()
     }
 
-    /// A component became loadable: loaded from the artifact cache, or compiled.
-    pub fn loaded(&self, component: &switchyard::PolicyComponent) {
+    /// A component became loadable for `tenant` (an upload's, or one of its versions'):
+    /// loaded from the artifact cache, or compiled.
+    pub fn loaded(&self, tenant: &str, component: &switchyard::PolicyComponent) {
         if component.from_cache() {
             self.from_cache.inc();
         } else {
-            self.compiled(component.compile_time());
+            self.compiled(tenant, component.compile_time());
         }
     }
 
@@ -350,14 +383,19 @@ impl Metrics {
         self.evicted.inc_by(n);
     }
 
-    /// A compile that took `took`.
-    fn compiled(&self, took: Duration) {
-        self.compile.observe(took);
+    /// A compile for `tenant` that took `took`.
+    fn compiled(&self, tenant: &str, took: Duration) {
+        self.compile.get(tenant).observe(took);
     }
 
     /// `n` versions of `tenant` were garbage-collected.
     pub fn collected(&self, tenant: &str, n: u64) {
-        self.collected.get_or_create(&TenantLabels { tenant: tenant.to_string() }).inc_by(n);
+        self.collected.get(tenant).inc_by(n);
+    }
+
+    /// A selection of `tenant` named a class it has not assigned.
+    pub fn unassigned_class(&self, tenant: &str) {
+        self.unassigned_class.get(tenant).inc();
     }
 
     /// A compile outlived its upload (answered `compile-timeout`); see [`Self::abandoned_compile_ended`].
@@ -403,45 +441,78 @@ impl Metrics {
             function_cache,
             compile_workers,
         } = state;
-        let f = &self.families;
+        // Every per-policy series from the one sorted map, so each family lists them in
+        // the same order, scrape after scrape.
+        let policies: Vec<(PolicyLabels, Arc<PolicyMetrics>)> = {
+            let map = self.policies.lock().unwrap_or_else(|p| p.into_inner());
+            map.iter()
+                .map(|((tenant, policy), m)| {
+                    (PolicyLabels { tenant: tenant.clone(), policy: policy.clone() }, Arc::clone(m))
+                })
+                .collect()
+        };
+        let each = |handle: fn(&PolicyMetrics) -> &Counter| {
+            Sorted(policies.iter().map(|(l, m)| (l.clone(), handle(m).clone())).collect())
+        };
+        let faults = Sorted(
+            policies
+                .iter()
+                .flat_map(|(l, m)| {
+                    fault_kinds_by_name().map(|i| {
+                        let labels = FaultLabels {
+                            tenant: l.tenant.clone(),
+                            policy: l.policy.clone(),
+                            kind: FAULT_KINDS[i].as_str(),
+                        };
+                        (labels, m.faults[i].clone())
+                    })
+                })
+                .collect(),
+        );
         registry.register(
             "switchyard_selections",
             "Selections answered, by tenant and assigned policy",
-            f.selections.clone(),
+            each(|m| &m.selections),
         );
         registry.register(
             "switchyard_fallbacks",
             "Selections the native default decided after a fault or quarantine (fail-open)",
-            f.fallbacks.clone(),
+            each(|m| &m.fallbacks),
         );
         registry.register(
             "switchyard_selection_seconds",
             "Selection latency inside the service",
-            f.latency.clone(),
+            Sorted(policies.iter().map(|(l, m)| (l.clone(), m.latency.clone())).collect()),
         );
         registry.register(
             "switchyard_policy_faults",
             "Guest faults by kind; kind=\"quarantined\": selections that skipped a quarantined guest",
-            f.faults.clone(),
+            faults,
         );
         registry.register(
             "switchyard_fuel_used",
             "Fuel consumed by guest calls (0 without a fuel budget)",
-            f.fuel.clone(),
+            each(|m| &m.fuel),
         );
         registry.register(
             "switchyard_policy_overloaded",
             "Selections the host had no guest instance for (the engine's pool was full); not policy faults",
-            f.overloaded.clone(),
+            each(|m| &m.overloaded),
         );
-        let quarantine = Family::<PolicyLabels, Gauge>::default();
-        let policies = self.policies.lock().unwrap_or_else(|p| p.into_inner());
-        for (tenant, policy) in policies.keys() {
-            let on = quarantined.contains(&(tenant.clone(), policy.clone()));
-            let labels = PolicyLabels { tenant: tenant.clone(), policy: policy.clone() };
-            quarantine.get_or_create(&labels).set(i64::from(on));
-        }
-        drop(policies);
+        registry.register(
+            "switchyard_unassigned_class_selections",
+            "Selections naming a class the tenant has not assigned (a misspelling, say): the builtin default answered, by tenant",
+            self.unassigned_class.sorted(),
+        );
+        let quarantine = Sorted(
+            policies
+                .iter()
+                .map(|(l, _)| {
+                    let on = quarantined.contains(&(l.tenant.clone(), l.policy.clone()));
+                    (l.clone(), ConstGauge::new(i64::from(on)))
+                })
+                .collect(),
+        );
         registry.register(
             "switchyard_policy_quarantined",
             "1 while a routed version of the policy is quarantined (breaker open or half-open)",
@@ -454,8 +525,8 @@ impl Metrics {
         );
         registry.register(
             "switchyard_compile_seconds",
-            "Compile time of uploaded components",
-            self.compile.clone(),
+            "Compile time of components, by the tenant whose upload or version needed them",
+            self.compile.sorted(),
         );
         registry.register(
             "switchyard_version_load_seconds",
@@ -487,13 +558,15 @@ impl Metrics {
             "Components loaded from the compiled-artifact cache instead of compiled",
             self.from_cache.clone(),
         );
-        let known = Family::<TenantLabels, CountGauge>::default();
-        let loaded = Family::<TenantLabels, CountGauge>::default();
-        for (tenant, v) in versions {
-            let labels = TenantLabels { tenant: tenant.clone() };
-            known.get_or_create(&labels).set(v.known);
-            loaded.get_or_create(&labels).set(v.loaded);
-        }
+        let per_tenant = |count: fn(&TenantVersions) -> u64| {
+            Sorted(
+                versions
+                    .iter()
+                    .map(|(tenant, v)| (TenantLabels { tenant: tenant.clone() }, ConstGauge::new(count(v))))
+                    .collect(),
+            )
+        };
+        let (known, loaded) = (per_tenant(|v| v.known), per_tenant(|v| v.loaded));
         registry.register(
             "switchyard_versions",
             "Policy versions in the manifest (active, pinned by a class, or a rollback target), by tenant",
@@ -506,8 +579,8 @@ impl Metrics {
         );
         registry.register(
             "switchyard_versions_collected",
-            "Versions garbage-collected: neither routed, active nor a rollback target",
-            self.collected.clone(),
+            "Versions garbage-collected: neither active, pinned by a class, nor in the policy's kept history",
+            self.collected.sorted(),
         );
         registry.register(
             "switchyard_components_loaded",
@@ -598,7 +671,7 @@ mod tests {
         p.selected(Duration::from_millis(2), true);
         p.fault(FaultKind::Fuel);
         p.fuel(1234);
-        metrics.compiled(Duration::from_millis(300));
+        metrics.compiled("acme", Duration::from_millis(300));
         metrics.policy("acme", "broken").fault(FaultKind::Quarantined);
         let quarantined = BTreeSet::from([("acme".to_string(), "broken".to_string())]);
         let text = render(&metrics, &State { quarantined, ..State::default() });
@@ -619,9 +692,9 @@ mod tests {
             "switchyard_policy_quarantined{tenant=\"acme\",policy=\"broken\"} 1".to_string(),
             "switchyard_policy_faults_total{tenant=\"acme\",policy=\"broken\",kind=\"quarantined\"} 1"
                 .to_string(),
-            "switchyard_compile_seconds_bucket{le=\"0.25\"} 0".to_string(),
-            "switchyard_compile_seconds_bucket{le=\"0.5\"} 1".to_string(),
-            "switchyard_compile_seconds_count 1".to_string(),
+            "switchyard_compile_seconds_bucket{tenant=\"acme\",le=\"0.25\"} 0".to_string(),
+            "switchyard_compile_seconds_bucket{tenant=\"acme\",le=\"0.5\"} 1".to_string(),
+            "switchyard_compile_seconds_count{tenant=\"acme\"} 1".to_string(),
             // The 0.0.4 text: a counter's HELP and TYPE name it with `_total`, and the
             // help's period is the registry's, not doubled.
             "# HELP switchyard_selections_total Selections answered, by tenant and assigned policy."

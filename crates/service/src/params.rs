@@ -31,11 +31,34 @@ const MAX_DEPTH: usize = 127;
 /// (a later duplicate replaces the earlier, as in its `Value`), each array as a list of
 /// raw items, each scalar as its raw text.
 pub fn canonical_params(text: &str) -> Result<String, ApiError> {
-    let invalid = || ApiError::bad_request(ErrorKind::InvalidParams, "`params` must be a JSON object");
-    let object: BTreeMap<String, &RawValue> = serde_json::from_str(text).map_err(|_| invalid())?;
+    let invalid = |m: String| ApiError::bad_request(ErrorKind::InvalidParams, m);
+    let object: BTreeMap<String, &RawValue> = serde_json::from_str(text).map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            // serde_json's message names the line and column.
+            Category::Syntax | Category::Eof | Category::Io => {
+                invalid(format!("`params` is not valid JSON: {e}"))
+            }
+            Category::Data => invalid(format!("`params` must be a JSON object, not {}", json_kind(text))),
+        }
+    })?;
     let mut out = String::with_capacity(text.len());
-    write_object(&object, 1, &mut out).ok_or_else(invalid)?;
+    write_object(&object, 1, &mut out).ok_or_else(|| {
+        invalid(format!("`params` nest deeper than {MAX_DEPTH} levels of arrays and objects"))
+    })?;
     Ok(out)
+}
+
+/// What the valid JSON `text` is, by its first character, as a refusal names it.
+fn json_kind(text: &str) -> &'static str {
+    match text.trim_start().as_bytes().first() {
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        Some(b'{') => "an object of that form",
+        _ => "a number",
+    }
 }
 
 /// Writes the canonical form of the object `members` at nesting level `depth`; `None`

@@ -1,11 +1,12 @@
 //! `POST /v1/select`: the request JSON of `switchyard select --input` plus `"tenant"`;
-//! the class is `classifier_class`, else `policy_class`. Blocking (guest calls): run it
+//! the class is `classifier_class`, else `policy_class`; the answer says whether the
+//! tenant's assignment of it decided (`class`), and counts those it did not. Blocking (guest calls): run it
 //! off the async workers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
-use switchyard::selection::wire::{DecidedBy, ErrorKind, SelectionAnswer};
+use switchyard::selection::wire::{ClassRoute, DecidedBy, ErrorKind, SelectionAnswer, TenantAnswer};
 
 use axum::http::StatusCode;
 use switchyard::selection::wire::RequestJson;
@@ -51,7 +52,7 @@ impl Service {
         who: &Principal,
         share: Option<InFlight>,
         body: &[u8],
-    ) -> Result<SelectionAnswer, ApiError> {
+    ) -> Result<TenantAnswer, ApiError> {
         let invalid = |m: String| ApiError::bad_request(ErrorKind::InvalidInput, m);
         // Straight into the request's own types: no JSON tree (many times the body's size)
         // is ever built from a client's bytes.
@@ -62,10 +63,10 @@ impl Service {
         require_selector(who, &tenant)?;
         let class = request.classifier_class.clone().or_else(|| request.policy_class.clone());
         // The route alone is held while the selection runs, not the whole snapshot.
-        let route =
-            self.snapshot().route(&tenant, class.as_deref()).cloned().ok_or_else(|| {
-                ApiError::not_found(ErrorKind::UnknownTenant, format!("no tenant `{tenant}`"))
-            })?;
+        let (route, assigned) =
+            self.snapshot().route(&tenant, class.as_deref()).map(|(r, a)| (Arc::clone(r), a)).ok_or_else(
+                || ApiError::not_found(ErrorKind::UnknownTenant, format!("no tenant `{tenant}`")),
+            )?;
         // The tenant's share of the service: its own selections in flight. A tenant's
         // share came with its token (`require_selector` made sure the body names it).
         let _in_flight = match share {
@@ -92,7 +93,11 @@ impl Service {
         };
         let answer = outcome?;
         metrics.selected(started.elapsed(), answer.fallback.is_some());
-        Ok(answer.for_tenant(&tenant, class.as_deref()))
+        if class.is_some() && !assigned {
+            self.metrics.unassigned_class(&tenant);
+        }
+        let class_route = ClassRoute::new(class.as_deref(), assigned);
+        Ok(TenantAnswer { tenant, policy_class: class, class: class_route, answer })
     }
 }
 

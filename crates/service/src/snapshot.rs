@@ -134,11 +134,15 @@ impl Snapshot {
         out
     }
 
-    /// The route of `class` for `tenant`: `None` for an unknown tenant; the builtin
-    /// default (fail-open) for an unassigned class.
-    pub fn route(&self, tenant: &str, class: Option<&str>) -> Option<&Arc<Route>> {
+    /// The route of `class` for `tenant`, and whether the tenant's assignment of the class
+    /// decided it: `None` for an unknown tenant; the builtin default (fail-open, `false`)
+    /// for no class or an unassigned one.
+    pub fn route(&self, tenant: &str, class: Option<&str>) -> Option<(&Arc<Route>, bool)> {
         let routes = self.routes.get(tenant)?;
-        Some(class.and_then(|c| routes.classes.get(c)).unwrap_or(&routes.default))
+        Some(match class.and_then(|c| routes.classes.get(c)) {
+            Some(route) => (route, true),
+            None => (&routes.default, false),
+        })
     }
 
     /// Every tenant's routes from the writer's state (at start-up), each loaded version

@@ -304,9 +304,9 @@ impl Service {
     /// by the loader, outside the writer lock, as an upload compiles: a compile must not
     /// hold every writer. One that does not load is left to the version's own load,
     /// which marks it unavailable. The caller holds a compile permit.
-    pub(crate) fn load_components(&self, blobs: &[String]) {
+    pub(crate) fn load_components(&self, tenant: &str, blobs: &[String]) {
         for blob in blobs {
-            let _ = tokio::task::block_in_place(|| self.loader.component(blob, Compile::Now));
+            let _ = tokio::task::block_in_place(|| self.loader.component(tenant, blob, Compile::Now));
         }
     }
 

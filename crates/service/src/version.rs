@@ -68,6 +68,8 @@ pub struct Generation(u64);
 
 /// One version of a tenant's policy, with its idle instances.
 pub struct LoadedVersion {
+    /// The tenant whose version it is (a compile for it is counted as the tenant's).
+    tenant: String,
     policy: String,
     version: String,
     /// What it loads from: the blob and the parameters.
@@ -194,7 +196,7 @@ impl LoadedVersion {
     /// A fresh instance of the version, configured; `Err`: why it does not load.
     fn configure(&self, compile: Compile) -> Result<GuestScorer, LoadFailure> {
         let started = std::time::Instant::now();
-        let loaded = self.loader.component(&self.blob, compile).and_then(|component| {
+        let loaded = self.loader.component(&self.tenant, &self.blob, compile).and_then(|component| {
             GuestScorer::new(self.policy.clone(), component, &self.params)
                 .map_err(|e| LoadFailure::new(format!("configuring: {e}"), false))
         });
@@ -385,6 +387,7 @@ pub(crate) fn new_version(
     template: Template,
 ) -> Arc<LoadedVersion> {
     Arc::new_cyclic(|this| LoadedVersion {
+        tenant: tenant.to_string(),
         policy: policy.to_string(),
         version: record.version.clone(),
         blob: record.blob.clone(),

@@ -106,9 +106,15 @@ pub struct PolicyRecord {
     pub versions: Vec<VersionRecord>,
     /// The version classes that follow the policy route to.
     pub active: String,
-    /// The rollback history: versions active before, most recent last.
+    /// The rollback history: versions active before, most recent last. A name may
+    /// outlive its version (collected, see `versions`).
     #[serde(default)]
     pub previous: Vec<String>,
+    /// The roll-forward history: versions rolled back from, the next one last. Cleared by
+    /// an upload. Absent from a record that has none, as older builds wrote it (an older
+    /// build keeps it as an unknown field).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub next: Vec<String>,
 }
 
 impl PolicyRecord {
@@ -306,6 +312,8 @@ struct StoredPolicy {
     active: String,
     #[serde(default)]
     previous: Vec<String>,
+    #[serde(default)]
+    next: Vec<String>,
     #[serde(flatten)]
     unknown: Fields,
 }
@@ -333,6 +341,8 @@ struct StoredPolicyRef<'a> {
     versions: Vec<StoredRef<'a, VersionRecord>>,
     active: &'a str,
     previous: &'a [String],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    next: &'a [String],
     #[serde(flatten)]
     unknown: Option<&'a Fields>,
 }
@@ -354,8 +364,15 @@ impl<'de> Deserialize<'de> for TenantRecord {
             if !policy.unknown.is_empty() {
                 unknown.policies.insert(name.clone(), policy.unknown);
             }
-            policies
-                .insert(name, PolicyRecord { versions, active: policy.active, previous: policy.previous });
+            policies.insert(
+                name,
+                PolicyRecord {
+                    versions,
+                    active: policy.active,
+                    previous: policy.previous,
+                    next: policy.next,
+                },
+            );
         }
         let mut classes = BTreeMap::new();
         for (class, a) in stored.classes {
@@ -385,6 +402,7 @@ impl Serialize for TenantRecord {
                     versions,
                     active: &policy.active,
                     previous: &policy.previous,
+                    next: &policy.next,
                     unknown: unknown.policies.get(name),
                 };
                 (name.as_str(), stored)

@@ -273,7 +273,12 @@ fn a_reader_follows_a_locked_store_and_resolves_its_routes() {
     let mut tenant = TenantRecord::default();
     tenant.policies.insert(
         "mine".into(),
-        PolicyRecord { versions: vec![v("v1"), v("v2")], active: "v2".into(), previous: vec!["v1".into()] },
+        PolicyRecord {
+            versions: vec![v("v1"), v("v2")],
+            active: "v2".into(),
+            previous: vec!["v1".into()],
+            next: vec![],
+        },
     );
     let assign = |policy: &str, version: Option<&str>| Assignment {
         policy: policy.into(),

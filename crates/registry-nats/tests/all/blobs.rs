@@ -49,7 +49,8 @@ async fn a_sweep_removes_only_old_blobs_no_tenant_names() {
         registry.put_blob(name, bytes).await.expect("stored");
     }
     let version = VersionRecord { version: "v1".into(), blob: named.clone(), params: "{}".into(), size: 10 };
-    let policy = PolicyRecord { versions: vec![version], active: "v1".into(), previous: Vec::new() };
+    let policy =
+        PolicyRecord { versions: vec![version], active: "v1".into(), previous: Vec::new(), next: Vec::new() };
     let record = TenantRecord {
         token_sha256: "t".into(),
         policies: [("mine".to_string(), policy)].into(),

@@ -1,5 +1,5 @@
-//! The answer to a selection: what `switchyard select` prints and the service's
-//! `POST /v1/select` answers (the service adds the tenant and class).
+//! The answer to a selection: what `switchyard select` prints, and within the service's
+//! `POST /v1/select` answer ([`TenantAnswer`]: the tenant, and how its class routed).
 
 use serde::{Deserialize, Serialize};
 use switchyard_guest_sdk::WorkerRank;
@@ -10,12 +10,6 @@ use crate::selector::Selection;
 /// One decided selection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SelectionAnswer {
-    /// The tenant the service selected for; absent from the CLI's answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenant: Option<String>,
-    /// The policy class the service routed by, when the request named one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy_class: Option<String>,
     /// The chosen worker.
     pub worker_id: u64,
     /// Its data-parallel rank.
@@ -70,8 +64,6 @@ impl SelectionAnswer {
         commit_fault: Option<Fault>,
     ) -> Self {
         Self {
-            tenant: None,
-            policy_class: None,
             worker_id: selection.chosen.worker_id,
             dp_rank: selection.chosen.dp_rank,
             cost: selection.cost,
@@ -86,11 +78,55 @@ impl SelectionAnswer {
                 .collect(),
         }
     }
+}
 
-    /// The same answer, for `tenant` and its `class` (the service's).
-    pub fn for_tenant(mut self, tenant: &str, class: Option<&str>) -> Self {
-        self.tenant = Some(tenant.to_string());
-        self.policy_class = class.map(str::to_string);
-        self
+/// The service's answer to `POST /v1/select`: the selection, with the tenant and how the
+/// request's class was routed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantAnswer {
+    /// The tenant the service selected for.
+    pub tenant: String,
+    /// The class the request named (its `classifier_class`, else its `policy_class`);
+    /// `null` when it named none.
+    pub policy_class: Option<String>,
+    /// Whether that class routed by an assignment of the tenant's, and if not, why.
+    pub class: ClassRoute,
+    /// The selection.
+    #[serde(flatten)]
+    pub answer: SelectionAnswer,
+}
+
+/// How a selection's class was routed. A class routes by the tenant's assignment of it;
+/// any other (none named, or a name the tenant never assigned: a misspelling, say) runs
+/// the tenant's default route, the builtin `default`, fail-open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassRoute {
+    /// The class the request named, as `policy_class` says.
+    pub requested: Option<String>,
+    /// Whether the tenant's assignment of that class decided the route.
+    pub assigned: bool,
+    /// Why the default route answered instead; `null` when `assigned`.
+    pub reason: Option<UnroutedClass>,
+}
+
+/// Why a selection's class did not route by an assignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnroutedClass {
+    /// The request named no class.
+    NoClass,
+    /// The tenant has assigned no class of that name.
+    UnassignedClass,
+}
+
+impl ClassRoute {
+    /// The route of `requested`: `assigned` when the tenant's assignment of it decided.
+    pub fn new(requested: Option<&str>, assigned: bool) -> Self {
+        let reason = match (requested, assigned) {
+            (_, true) => None,
+            (None, false) => Some(UnroutedClass::NoClass),
+            (Some(_), false) => Some(UnroutedClass::UnassignedClass),
+        };
+        Self { requested: requested.map(str::to_string), assigned, reason }
     }
 }

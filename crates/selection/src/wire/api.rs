@@ -55,12 +55,44 @@ pub struct Uploaded {
     pub sha256: String,
     /// The component's size.
     pub size_bytes: usize,
-    /// How long compiling took (0 when our artifact cache had it).
+    /// How this upload came by its compiled component.
+    #[serde(default)]
+    pub compile: CompileSource,
+    /// How long this upload's compile took; 0 when it compiled nothing (`compile` is
+    /// `reused` or `cached`).
     pub compile_ms: f64,
     /// Whose code the version serves from now: `cranelift` or `winch`. With `compiler =
     /// "tiered"`, `winch` until Cranelift's, compiled in the background, replaces it.
     #[serde(default)]
     pub compiler: String,
+    /// Versions of the tenant's policies this write collected (no longer active, pinned
+    /// or in a policy's kept history), by policy.
+    #[serde(default)]
+    pub collected: Vec<CollectedVersion>,
+}
+
+/// Where an upload's compiled component came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CompileSource {
+    /// Compiled by this upload.
+    #[default]
+    Compiled,
+    /// The service held these bytes compiled already (an earlier upload's, of any
+    /// tenant): nothing compiled.
+    Reused,
+    /// Loaded from the service's compiled-artifact cache: nothing compiled.
+    Cached,
+}
+
+/// A version a write collected: it left the policy's record, and its component goes
+/// once no version names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectedVersion {
+    /// The policy.
+    pub policy: String,
+    /// The version.
+    pub version: String,
 }
 
 /// `PUT /v1/tenants/{tenant}/classes/{class}`: the assignment as stored.
@@ -78,19 +110,31 @@ pub struct Assigned {
     pub version: Option<String>,
     /// What a fault does.
     pub on_fault: FailMode,
+    /// Versions this assignment collected (no longer pinned by the class, nor active or
+    /// in their policy's kept history).
+    #[serde(default)]
+    pub collected: Vec<CollectedVersion>,
 }
 
-/// `POST /v1/tenants/{tenant}/policies/{name}/rollback`: what is active now.
+/// `POST /v1/tenants/{tenant}/policies/{name}/rollback` and `…/rollforward`: what is
+/// active now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RolledBack {
     /// The tenant.
     pub tenant: String,
     /// The policy.
     pub policy: String,
-    /// The version active again.
+    /// The version active now.
     pub version: String,
-    /// The version it replaced.
+    /// The version it replaced (kept: a roll-forward after a rollback, or a rollback
+    /// after a roll-forward, makes it active again).
     pub replaced: String,
+    /// Older versions a rollback could go back to now, most recent last.
+    #[serde(default)]
+    pub previous: Vec<String>,
+    /// Newer versions a roll-forward could go to now, the next one last.
+    #[serde(default)]
+    pub next: Vec<String>,
 }
 
 /// `GET /v1/tenants/{tenant}/policies`: the tenant's policies and classes.
@@ -115,8 +159,12 @@ pub struct PolicyEntry {
     pub active: String,
     /// Every stored version.
     pub versions: Vec<VersionEntry>,
-    /// The rollback history, oldest first.
+    /// The versions active before, oldest first: a rollback goes to the last. Each is
+    /// kept (listed in `versions`) or was collected.
     pub previous: Vec<String>,
+    /// The versions rolled back from, the furthest first: a roll-forward goes to the last.
+    #[serde(default)]
+    pub next: Vec<String>,
     /// Selections it decided.
     pub selections: u64,
     /// Its faults, by kind.

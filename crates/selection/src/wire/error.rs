@@ -70,8 +70,13 @@ error_kinds! {
     UnknownPolicy => "unknown-policy",
     /// No such version of the policy.
     UnknownVersion => "unknown-version",
-    /// A rollback of a policy that has had one active version only.
+    /// A rollback with no older version in the policy's history.
     NoPreviousVersion => "no-previous-version",
+    /// A roll-forward with no version rolled back from (none since, or an upload since).
+    NoNewerVersion => "no-newer-version",
+    /// A rollback or roll-forward whose target version was collected (the policy keeps
+    /// at most `max_versions_per_policy`).
+    VersionCollected => "version-collected",
     /// The tenant or router exists already.
     Exists => "exists",
 

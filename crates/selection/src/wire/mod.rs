@@ -11,7 +11,7 @@ pub mod api;
 pub mod error;
 pub mod request;
 
-pub use answer::{CandidateCost, DecidedBy, SelectionAnswer};
+pub use answer::{CandidateCost, ClassRoute, DecidedBy, SelectionAnswer, TenantAnswer, UnroutedClass};
 pub use error::{ErrorBody, ErrorDetail, ErrorKind, UnknownErrorKind};
 pub use request::{
     MAX_SLOTS_CEILING, RequestJson, RequestLimits, RequestLimitsConfig, SAMPLE_REQUEST, WorkerJson,

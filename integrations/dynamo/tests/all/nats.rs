@@ -46,7 +46,8 @@ impl Writer {
             size: bytes.len(),
         };
         let mut tenant_record = TenantRecord { token_sha256: "00".into(), ..Default::default() };
-        let policy = PolicyRecord { versions: vec![record], active: version.clone(), previous: vec![] };
+        let policy =
+            PolicyRecord { versions: vec![record], active: version.clone(), previous: vec![], next: vec![] };
         tenant_record.policies.insert("mine".into(), policy);
         let assignment = Assignment { policy: "mine".into(), version: None, on_fault: FailMode::Closed };
         tenant_record.classes.insert("latency".into(), assignment);

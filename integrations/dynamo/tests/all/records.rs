@@ -24,7 +24,10 @@ pub fn manifest(blobs: &[(&str, &(String, usize))], active: &str) -> Manifest {
         })
         .collect();
     let mut tenant = TenantRecord::default();
-    tenant.policies.insert("mine".into(), PolicyRecord { versions, active: active.into(), previous: vec![] });
+    tenant.policies.insert(
+        "mine".into(),
+        PolicyRecord { versions, active: active.into(), previous: vec![], next: vec![] },
+    );
     let assignment = Assignment { policy: "mine".into(), version: None, on_fault: FailMode::Closed };
     tenant.classes.insert("latency".into(), assignment);
     let mut manifest = Manifest::default();
