@@ -1,6 +1,6 @@
 //! `switchyard policy …`: list builtins, check a component, wrap a core module, write the C
 //! SDK; and, against
-//! a running server, upload, assign, roll back and list a tenant's policies.
+//! a running server, upload, assign, roll back and forward and list a tenant's policies.
 
 use std::path::PathBuf;
 
@@ -61,6 +61,15 @@ pub enum PolicyCommand {
     },
     /// Make the previously active version of a tenant's policy active again.
     Rollback {
+        /// The policy's name.
+        name: String,
+        #[arg(long)]
+        tenant: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Make active again the version a rollback of a tenant's policy replaced.
+    Rollforward {
         /// The policy's name.
         name: String,
         #[arg(long)]
@@ -138,6 +147,11 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
         }
         PolicyCommand::Rollback { name, tenant, server } => {
             let path = format!("/v1/tenants/{tenant}/policies/{name}/rollback");
+            print_json(&server.call(Method::Post, &path, None)?);
+            Ok(())
+        }
+        PolicyCommand::Rollforward { name, tenant, server } => {
+            let path = format!("/v1/tenants/{tenant}/policies/{name}/rollforward");
             print_json(&server.call(Method::Post, &path, None)?);
             Ok(())
         }

@@ -251,7 +251,7 @@ fn a_core_module_is_pointed_at_policy_wrap() {
 /// Every command taking `--tenant` says what it is in its help.
 #[test]
 fn every_tenant_flag_has_help() {
-    for command in ["list", "upload", "assign", "rollback"] {
+    for command in ["list", "upload", "assign", "rollback", "rollforward"] {
         let out = switchyard(&["policy", command, "-h"]);
         assert!(out.status.success());
         let help = String::from_utf8_lossy(&out.stdout);

@@ -322,6 +322,11 @@ fn cli_client_adds_tenants_uploads_assigns_lists_and_rolls_back() {
     );
     let back = run(&["policy", "rollback", "least", "--tenant", "acme"], &token);
     assert_eq!(back["version"], first["version"]);
+    // The version rolled back from is kept: forward to it, and back again.
+    let forward = run(&["policy", "rollforward", "least", "--tenant", "acme"], &token);
+    assert_eq!(forward["version"], second["version"]);
+    let back = run(&["policy", "rollback", "least", "--tenant", "acme"], &token);
+    assert_eq!(back["version"], first["version"]);
     let listed = run(&["policy", "list", "--tenant", "acme"], &token);
     assert_eq!(listed["policies"][0]["active"], first["version"]);
     assert_eq!(listed["classes"]["latency"]["version"], first["version"]);
