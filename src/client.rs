@@ -89,7 +89,17 @@ impl ServerArgs {
         let Ok(ErrorBody { error }) = serde_json::from_value::<ErrorBody>(value) else {
             return Err(CliError::new(ErrorKind::Server, format!("{status}: {}", text.trim())));
         };
-        Err(CliError::new(error.kind, format!("{} (HTTP {})", error.message, status.as_u16())))
+        // The server names its header; a CLI user sets the token with a flag or variable.
+        let hint = match (error.kind, &self.token) {
+            (ErrorKind::Unauthorized, None) => {
+                "; no token was given: pass --token or set SWITCHYARD_TOKEN (the admin's is <data-dir>/admin.token)"
+            }
+            (ErrorKind::Unauthorized, Some(_)) => {
+                "; the token given (--token or SWITCHYARD_TOKEN) was refused"
+            }
+            _ => "",
+        };
+        Err(CliError::new(error.kind, format!("{} (HTTP {}){hint}", error.message, status.as_u16())))
     }
 }
 

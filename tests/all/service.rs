@@ -342,6 +342,16 @@ fn cli_client_adds_tenants_uploads_assigns_lists_and_rolls_back() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.starts_with("error: unauthorized:") && stderr.contains("401"), "{stderr}");
+    assert!(stderr.contains("the token given (--token or SWITCHYARD_TOKEN) was refused"), "{stderr}");
+    // No token at all: the CLI says how to give one (the server names only its header).
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["policy", "list", "--tenant", "acme", "--server", server.url()])
+        .env_remove("SWITCHYARD_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no token was given: pass --token or set SWITCHYARD_TOKEN"), "{stderr}");
 }
 
 #[test]
