@@ -1,0 +1,176 @@
+//! What a router pays to call `switchyard serve` per request: `POST /v1/select` over
+//! loopback HTTP with the whole request as JSON (every worker and every input column), at
+//! 1,024 and 10,000 workers, the native default against the default policy's guest, beside
+//! `GET /healthz` (the HTTP round trip alone). The real server (this bench's release
+//! build), one tenant; clients as `wrk -t1 -c4` would load it: 4 keep-alive connections,
+//! each request's bytes built before the clock starts (`raw_http`), each connection on its
+//! own thread, closed loop.
+//!
+//! Each variant runs `WIRE_ROUNDS` (default 5) rounds of `WIRE_ROUND_MS` (default 1,000)
+//! ms, the variants interleaved round by round, so a slow stretch of the machine falls on
+//! all of them; p50 and p99 are over every request of a variant, selections/s its requests
+//! over its time.
+//!
+//! Run: `cargo bench --bench wire`.
+
+mod raw_http;
+mod stats;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+use serde_json::{Value, json};
+use switchyard_test_util::DEFAULT_POLICY;
+use switchyard_test_util::server::{Client, Server, temp_dir};
+
+use crate::raw_http::{Connection, request};
+use crate::stats::quantile;
+
+const CONNECTIONS: usize = 4;
+const SIZES: [usize; 2] = [1024, 10_000];
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A select request over `n` single-rank workers with every input column, as a router that
+/// keeps no state on the server sends it (values drawn from `seed`).
+fn select_json(n: usize, class: Option<&str>, seed: u64) -> String {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut column = |bound: u32| -> Vec<u32> { (0..n).map(|_| rng.next_u32() % bound).collect() };
+    let (device, host, cached) = (column(64), column(16), column(1024));
+    let (prefill, decode, requests) = (column(8192), column(1000), column(16));
+    let workers: Vec<Value> = (0..n).map(|id| json!({ "id": id, "total_kv_blocks": 131_072 })).collect();
+    json!({
+        "tenant": "acme",
+        "policy_class": class,
+        "prompt_tokens": 2048,
+        "block_size": 16,
+        "expected_output_tokens": 256,
+        "pool": "aggregated",
+        "seed": seed,
+        "temperature": 0.0,
+        "workers": workers,
+        "inputs": {
+            "worker_id": (0..n).collect::<Vec<_>>(),
+            "dp_rank": vec![0; n],
+            "device_overlap_blocks": device,
+            "host_overlap_blocks": host,
+            "disk_overlap_blocks": vec![0; n],
+            "cached_tokens": cached,
+            "active_prefill_tokens": prefill,
+            "decode_blocks": decode,
+            "active_requests": requests,
+        }
+    })
+    .to_string()
+}
+
+/// One variant: the request's bytes, and what its rounds measured.
+struct Variant {
+    name: String,
+    request: Vec<u8>,
+    body_bytes: usize,
+    answer_bytes: usize,
+    latencies: Vec<f64>,
+    elapsed: Duration,
+}
+
+/// `CONNECTIONS` closed-loop clients sending `request` for `length`: each request's time.
+fn round(addr: &str, request: &[u8], length: Duration) -> Vec<f64> {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..CONNECTIONS)
+            .map(|_| {
+                let stop = &stop;
+                scope.spawn(move || {
+                    let mut connection = Connection::open(addr);
+                    let mut times = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let start = Instant::now();
+                        let (status, _) = connection.exchange(request);
+                        times.push(start.elapsed().as_secs_f64());
+                        assert!(status == 200, "status {status}");
+                    }
+                    times
+                })
+            })
+            .collect();
+        std::thread::sleep(length);
+        stop.store(true, Ordering::Relaxed);
+        clients.into_iter().flat_map(|c| c.join().expect("a client thread")).collect()
+    })
+}
+
+fn main() {
+    let rounds = env("WIRE_ROUNDS", 5);
+    let length = Duration::from_millis(env("WIRE_ROUND_MS", 1000));
+    let dir = temp_dir("bench-wire");
+    let server = Server::with_config(&dir, "");
+    let client = Client::new(&server);
+    let token = client.add_tenant("acme");
+    client.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
+    client.assigned(&token, "acme", "guest", json!({ "policy": "mine" }));
+
+    let addr = server.addr();
+    let mut variants = vec![Variant {
+        name: "`GET /healthz`".into(),
+        request: request("GET", "/healthz", None, None),
+        body_bytes: 0,
+        answer_bytes: 0,
+        latencies: Vec::new(),
+        elapsed: Duration::ZERO,
+    }];
+    for n in SIZES {
+        // No class: the tenant's default route, the builtin default, native.
+        for (label, class) in [("native default", None), ("guest", Some("guest"))] {
+            let body = select_json(n, class, 7);
+            let request = request("POST", "/v1/select", Some(&token), Some(&body));
+            let mut connection = Connection::open(&addr);
+            let (status, answer) = connection.exchange(&request);
+            let answer = answer.to_vec();
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+            let build: Value = serde_json::from_slice(&answer).expect("a JSON answer");
+            assert_eq!(build["build"], if class.is_some() { "guest" } else { "native" }, "{build}");
+            variants.push(Variant {
+                name: format!("{n} workers, {label}"),
+                request,
+                body_bytes: body.len(),
+                answer_bytes: answer.len(),
+                latencies: Vec::new(),
+                elapsed: Duration::ZERO,
+            });
+        }
+    }
+    for _ in 0..rounds {
+        for variant in &mut variants {
+            let start = Instant::now();
+            variant.latencies.extend(round(&addr, &variant.request, length));
+            variant.elapsed += start.elapsed();
+        }
+    }
+
+    println!(
+        "\n### `POST /v1/select` over loopback HTTP, the whole request as JSON, {CONNECTIONS} connections\n"
+    );
+    println!("| request | body in | answer | p50 | p99 | selections/s |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for v in &variants {
+        let (p50, p99) = (quantile(&v.latencies, 0.5), quantile(&v.latencies, 0.99));
+        println!(
+            "| {} | {} | {} | {:.0} µs | {:.0} µs | {:.0} |",
+            v.name,
+            kb(v.body_bytes),
+            kb(v.answer_bytes),
+            p50 * 1e6,
+            p99 * 1e6,
+            v.latencies.len() as f64 / v.elapsed.as_secs_f64()
+        );
+    }
+}
+
+fn kb(bytes: usize) -> String {
+    if bytes == 0 { "–".into() } else { format!("{:.1} KB", bytes as f64 / 1e3) }
+}
