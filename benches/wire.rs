@@ -2,9 +2,8 @@
 //! loopback HTTP with the whole request as JSON (every worker and every input column), at
 //! 1,024 and 10,000 workers, the native default against the default policy's guest, beside
 //! `GET /healthz` (the HTTP round trip alone). The real server (this bench's release
-//! build), one tenant; clients as `wrk -t1 -c4` would load it: 4 keep-alive connections,
-//! each request's bytes built before the clock starts (`raw_http`), each connection on its
-//! own thread, closed loop.
+//! build), one tenant; 4 keep-alive connections (as many as `wrk -c4`), each on its own
+//! closed-loop thread, each request's bytes built before the clock starts (`raw_http`).
 //!
 //! Each variant runs `WIRE_ROUNDS` (default 5) rounds of `WIRE_ROUND_MS` (default 1,000)
 //! ms, the variants interleaved round by round, so a slow stretch of the machine falls on

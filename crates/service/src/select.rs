@@ -1,7 +1,7 @@
 //! `POST /v1/select`: the request JSON of `switchyard select --input` plus `"tenant"`;
 //! the class is `classifier_class`, else `policy_class`; the answer says whether the
-//! tenant's assignment of it decided (`class`), and counts those it did not. Blocking (guest calls): run it
-//! off the async workers.
+//! tenant's assignment of it decided (`class`), and counts those it did not. Blocking
+//! (guest calls): run it off the async workers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
