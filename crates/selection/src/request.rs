@@ -56,7 +56,7 @@ impl WorkerInputs {
 
     /// Checks lengths, sorts rows by (worker, rank) and refuses duplicates and workers
     /// that the table does not have. `true`: the rows are exactly the table's slots.
-    fn normalise(&mut self, table: &WorkerTable) -> Result<bool, InputError> {
+    pub(crate) fn normalise(&mut self, table: &WorkerTable) -> Result<bool, InputError> {
         let n = self.worker_id.len();
         for column in Column::ALL {
             let len = self[column].len();
@@ -107,7 +107,7 @@ impl WorkerInputs {
     }
 
     /// Whether the rows are exactly `table`'s slots, in slot order.
-    fn is_dense_for(&self, table: &WorkerTable) -> bool {
+    pub(crate) fn is_dense_for(&self, table: &WorkerTable) -> bool {
         let slots = table.slots();
         self.worker_id.len() == slots.len()
             && slots
@@ -179,6 +179,30 @@ impl SelectionRequest {
         options: RequestOptions,
         mut inputs: WorkerInputs,
     ) -> Result<Self, InputError> {
+        Self::check_facts(table, &facts, &options)?;
+        let dense = inputs.normalise(table)?;
+        Self::build(table, facts, options, Arc::new(inputs), dense)
+    }
+
+    /// Validates the request against the table, whose every slot `inputs` has a row for,
+    /// in slot order (a held table's columns: shared, not copied).
+    pub(crate) fn from_dense(
+        table: &WorkerTable,
+        facts: RequestFacts,
+        options: RequestOptions,
+        inputs: Arc<WorkerInputs>,
+    ) -> Result<Self, InputError> {
+        debug_assert!(inputs.is_dense_for(table));
+        Self::check_facts(table, &facts, &options)?;
+        Self::build(table, facts, options, inputs, true)
+    }
+
+    /// The checks of the facts and options that read no input row.
+    fn check_facts(
+        table: &WorkerTable,
+        facts: &RequestFacts,
+        options: &RequestOptions,
+    ) -> Result<(), InputError> {
         if facts.block_size == 0 {
             return Err(InputError::new("block_size must be at least 1 token"));
         }
@@ -201,7 +225,16 @@ impl SelectionRequest {
                 "preferred taint `{taint}` has weight {w}; it must be finite"
             )));
         }
-        let dense = inputs.normalise(table)?;
+        Ok(())
+    }
+
+    fn build(
+        table: &WorkerTable,
+        facts: RequestFacts,
+        options: RequestOptions,
+        inputs: Arc<WorkerInputs>,
+        dense: bool,
+    ) -> Result<Self, InputError> {
         let mut allowed = options.allowed_workers;
         if let Some(ids) = &mut allowed {
             ids.sort_unstable();
@@ -245,7 +278,7 @@ impl SelectionRequest {
             worker_multipliers,
             allowed_workers: allowed,
             temperature: options.temperature,
-            inputs: Arc::new(inputs),
+            inputs,
             dense_for: dense.then(|| table.identity()),
         })
     }

@@ -97,7 +97,7 @@ impl Service {
             self.metrics.unassigned_class(&tenant);
         }
         let class_route = ClassRoute::new(class.as_deref(), assigned);
-        Ok(TenantAnswer { tenant, policy_class: class, class: class_route, answer })
+        Ok(TenantAnswer { tenant, policy_class: class, class: class_route, table_version: None, answer })
     }
 }
 

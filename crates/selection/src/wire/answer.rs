@@ -28,7 +28,9 @@ pub struct SelectionAnswer {
     pub commit_fault: Option<Fault>,
     /// Candidates scored.
     pub candidates: usize,
-    /// Every candidate's cost, in row order.
+    /// Every candidate's cost, in row order: `switchyard select`'s always; the service's
+    /// when the request asks (`"costs": true`), else absent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub costs: Vec<CandidateCost>,
 }
 
@@ -91,6 +93,9 @@ pub struct TenantAnswer {
     pub policy_class: Option<String>,
     /// Whether that class routed by an assignment of the tenant's, and if not, why.
     pub class: ClassRoute,
+    /// The version of the held table selected from, when the request named a `table`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_version: Option<u64>,
     /// The selection.
     #[serde(flatten)]
     pub answer: SelectionAnswer,

@@ -40,6 +40,8 @@ error_kinds! {
     BodyTooLarge => "body-too-large",
     /// The body did not arrive in time.
     BodyTimeout => "body-timeout",
+    /// A `Content-Type` (or `Accept`) the route does not speak.
+    UnsupportedMediaType => "unsupported-media-type",
     /// A tenant, router, policy or class name outside `[a-z0-9_-]{1,64}`.
     InvalidName => "invalid-name",
     /// Policy parameters that are not a JSON object.
@@ -79,6 +81,12 @@ error_kinds! {
     VersionCollected => "version-collected",
     /// The tenant or router exists already.
     Exists => "exists",
+    /// No held worker table of that name (never put, deleted, or lost with a restart of
+    /// this replica: put it again).
+    UnknownTable => "unknown-table",
+    /// A delta or a selection based on a version of a held table other than its current
+    /// one (the answer names both).
+    TableVersion => "table-version",
 
     // Quotas and shares.
     /// More versions than `max_versions_per_policy`.
@@ -87,6 +95,8 @@ error_kinds! {
     TooManyPolicies => "too-many-policies",
     /// More classes than `max_classes_per_tenant`.
     TooManyClasses => "too-many-classes",
+    /// More held worker tables than `max_tables_per_tenant`.
+    TooManyTables => "too-many-tables",
     /// Over a per-minute write or upload allowance.
     RateLimited => "rate-limited",
     /// The tenant has `max_in_flight_per_tenant` selections, or `max_uploads_per_tenant`

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use switchyard_guest_sdk::{Pool, RequestFacts, WorkerRank};
 
-use crate::{InputError, RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable};
+use crate::{HeldTable, InputError, RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable};
 
 /// The most slots a configuration may allow one request: past this, one request's
 /// columns alone take hundreds of megabytes.
@@ -105,35 +105,7 @@ impl RequestLimits {
     pub fn check(&self, request: &RequestJson) -> Result<(), InputError> {
         let c = &self.config;
         let refuse = |message: String| Err(InputError::new(message));
-        if request.workers.len() > c.max_workers {
-            return refuse(format!(
-                "workers: {} workers exceed max_workers {}",
-                request.workers.len(),
-                c.max_workers
-            ));
-        }
-        let mut slots: u64 = 0;
-        for w in &request.workers {
-            if w.dp_size > c.max_dp_size {
-                return refuse(format!(
-                    "worker {}: dp_size {} exceeds max_dp_size {}",
-                    w.id, w.dp_size, c.max_dp_size
-                ));
-            }
-            if w.taints.len() > c.max_taints_per_worker {
-                return refuse(format!(
-                    "worker {}: {} taints exceed max_taints_per_worker {}",
-                    w.id,
-                    w.taints.len(),
-                    c.max_taints_per_worker
-                ));
-            }
-            // A dp_size of 0 is one rank (see `Worker::new`).
-            slots += u64::from(w.dp_size.max(1));
-        }
-        if slots > c.max_slots as u64 {
-            return refuse(format!("workers: {slots} slots (Σ dp_size) exceed max_slots {}", c.max_slots));
-        }
+        self.check_workers(&request.workers)?;
         if request.inputs.len() > c.max_slots {
             return refuse(format!("inputs: {} rows exceed max_slots {}", request.inputs.len(), c.max_slots));
         }
@@ -168,6 +140,46 @@ impl RequestLimits {
                 "prompt_tokens {} at block_size {}: {blocks} prompt blocks exceed max_prompt_blocks {}",
                 request.prompt_tokens, request.block_size, c.max_prompt_blocks
             ));
+        }
+        Ok(())
+    }
+
+    /// Checks a worker table's rows: `max_workers`, each worker's `max_dp_size` and
+    /// `max_taints_per_worker`, and Σ `dp_size` against `max_slots`.
+    pub fn check_workers(&self, workers: &[WorkerJson]) -> Result<(), InputError> {
+        self.check_shape(workers.len(), workers.iter().map(|w| (w.id, w.dp_size, w.taints.len())))
+    }
+
+    /// [`RequestLimits::check_workers`] on `(id, dp_size, taints)` of each of `count` workers.
+    pub(crate) fn check_shape(
+        &self,
+        count: usize,
+        workers: impl Iterator<Item = (u64, u32, usize)>,
+    ) -> Result<(), InputError> {
+        let c = &self.config;
+        let refuse = |message: String| Err(InputError::new(message));
+        if count > c.max_workers {
+            return refuse(format!("workers: {count} workers exceed max_workers {}", c.max_workers));
+        }
+        let mut slots: u64 = 0;
+        for (id, dp_size, taints) in workers {
+            if dp_size > c.max_dp_size {
+                return refuse(format!(
+                    "worker {id}: dp_size {dp_size} exceeds max_dp_size {}",
+                    c.max_dp_size
+                ));
+            }
+            if taints > c.max_taints_per_worker {
+                return refuse(format!(
+                    "worker {id}: {taints} taints exceed max_taints_per_worker {}",
+                    c.max_taints_per_worker
+                ));
+            }
+            // A dp_size of 0 is one rank (see `Worker::new`).
+            slots += u64::from(dp_size.max(1));
+        }
+        if slots > c.max_slots as u64 {
+            return refuse(format!("workers: {slots} slots (Σ dp_size) exceed max_slots {}", c.max_slots));
         }
         Ok(())
     }
@@ -255,11 +267,27 @@ pub struct RequestJson {
     /// `exp(−tanh(Σ weights of the taints it carries))`.
     #[serde(default)]
     pub preferred_taints: BTreeMap<String, f64>,
-    /// The worker table: ids unique, each with `dp_size` ranks.
+    /// The worker table: ids unique, each with `dp_size` ranks. Empty when the request
+    /// names a `table` the service holds instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<WorkerJson>,
+    /// The held worker table to select from (`PUT /v1/tenants/{tenant}/tables/{table}`),
+    /// instead of `workers`: the service's only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+    /// The held table's version this request was decided on; absent: whichever is current.
+    /// Another version than the current is refused (`table-version`), never selected from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_version: Option<u64>,
     /// Per-worker inputs as columns (rows for workers with any); see [`WorkerInputs`].
+    /// With a held `table`, the rows this request changes: each column given replaces the
+    /// held value of the rows listed (the request's overlaps, say), the rest stay held.
     #[serde(default)]
     pub inputs: WorkerInputs,
+    /// Whether the answer lists every candidate's cost (`costs`); by default it carries
+    /// the pick alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub costs: bool,
 }
 
 impl RequestJson {
@@ -277,22 +305,48 @@ impl RequestJson {
     /// any slot or column is built: a request over one is refused with a message that
     /// names the limit and the offending field.
     pub fn into_parts_within(
-        self,
+        mut self,
         limits: &RequestLimits,
     ) -> Result<(WorkerTable, SelectionRequest), InputError> {
+        if let Some(table) = &self.table {
+            return Err(InputError::new(format!(
+                "the request names a held table (`table`: `{table}`): only `switchyard serve` \
+                 holds tables; give `workers` instead"
+            )));
+        }
         if self.block_size == 0 {
             return Err(InputError::new("block_size must be at least 1 token"));
         }
         limits.check(&self)?;
-        let table = WorkerTable::new(
-            self.workers
-                .into_iter()
-                .map(|w| {
-                    Worker::new(w.id, w.dp_size, w.total_kv_blocks, w.max_num_batched_tokens)
-                        .with_taints(w.taints)
-                })
-                .collect(),
-        )?;
+        let workers = std::mem::take(&mut self.workers);
+        let table = WorkerTable::new(workers.into_iter().map(WorkerJson::into_worker).collect())?;
+        let inputs = std::mem::take(&mut self.inputs);
+        let (facts, options) = self.into_facts();
+        let request = SelectionRequest::new(&table, facts, options, inputs)?;
+        Ok((table, request))
+    }
+
+    /// The validated request against a table the service holds: `inputs` are the rows the
+    /// request changes. `limits` are checked first.
+    pub fn into_held_request(
+        mut self,
+        held: &HeldTable,
+        limits: &RequestLimits,
+    ) -> Result<SelectionRequest, InputError> {
+        if !self.workers.is_empty() {
+            return Err(InputError::new("give `workers` or a held `table`, not both"));
+        }
+        if self.block_size == 0 {
+            return Err(InputError::new("block_size must be at least 1 token"));
+        }
+        limits.check(&self)?;
+        let rows = std::mem::take(&mut self.inputs);
+        let (facts, options) = self.into_facts();
+        held.request(facts, options, rows)
+    }
+
+    /// The request's facts and options (everything but the table and the inputs).
+    fn into_facts(self) -> (RequestFacts, RequestOptions) {
         let facts = RequestFacts {
             prompt_tokens: self.prompt_tokens,
             block_size: self.block_size,
@@ -312,8 +366,15 @@ impl RequestJson {
             // The JSON names taints; the caller's own multipliers are an embedding's API.
             worker_multipliers: None,
         };
-        let request = SelectionRequest::new(&table, facts, options, self.inputs)?;
-        Ok((table, request))
+        (facts, options)
+    }
+}
+
+impl WorkerJson {
+    /// The table's worker.
+    pub fn into_worker(self) -> Worker {
+        Worker::new(self.id, self.dp_size, self.total_kv_blocks, self.max_num_batched_tokens)
+            .with_taints(self.taints)
     }
 }
 
