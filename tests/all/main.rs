@@ -23,4 +23,5 @@ mod service_load;
 mod service_quarantine;
 mod service_shares;
 mod service_state;
+mod service_tables;
 mod unreadable_records;

@@ -91,6 +91,10 @@ pub struct ServiceConfig {
     /// Classes per tenant (→ 409 `too-many-classes`). 64: a class is a routing decision
     /// of the tenant's router (latency, batch, a few tiers), not a per-request key.
     pub max_classes_per_tenant: usize,
+    /// Worker tables one tenant may have the service hold (→ 409 `too-many-tables`). 8: a
+    /// table is a router's pool of workers (one per model, a prefill and a decode pool),
+    /// each at most the request limits' `max_workers` and `max_slots`; held in memory.
+    pub max_tables_per_tenant: usize,
     /// Compilations at once, each with its upload's configure check (an upload of bytes
     /// compiled before takes a permit for its check too: the check's instance is one of
     /// the engine's pool slots this many are set aside for). 1: compiling is CPU-bound;
@@ -200,6 +204,7 @@ impl Default for ServiceConfig {
             writes_per_minute: 120,
             max_versions_per_policy: 16,
             max_classes_per_tenant: 64,
+            max_tables_per_tenant: 8,
             compile_concurrency: 1,
             idle_instances_per_version: 8,
             max_idle_instances: 10_240,
@@ -285,6 +290,7 @@ impl TryFrom<ServiceConfig> for ServiceLimits {
             ("max_buffered_upload_bytes", c.max_buffered_upload_bytes as u64),
             ("max_versions_per_policy", c.max_versions_per_policy as u64),
             ("max_classes_per_tenant", c.max_classes_per_tenant as u64),
+            ("max_tables_per_tenant", c.max_tables_per_tenant as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("[service] {name} must be at least 1"));

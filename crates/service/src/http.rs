@@ -58,7 +58,9 @@ use crate::config::ServiceLimits;
 use crate::error::ApiError;
 use crate::metrics;
 use crate::rates::WriteKind;
+use crate::select::{Encoding, InFlight};
 use crate::state::Service;
+use switchyard::selection::wire::{TableDelta, TableJson};
 
 /// The most a connection buffers while reading a request's headers (hyper's read
 /// buffer), and the largest head (request line and headers) a request may have: a
@@ -373,6 +375,8 @@ fn app(service: Arc<Service>, gate: Arc<Gate>) -> Router {
         .route("/v1/tenants/{tenant}/policies/{name}/rollback", post(rollback))
         .route("/v1/tenants/{tenant}/policies/{name}/rollforward", post(rollforward))
         .route("/v1/tenants/{tenant}/classes/{class}", put(assign))
+        .route("/v1/tenants/{tenant}/tables/{table}", put(put_table).get(table_state).delete(delete_table))
+        .route("/v1/tenants/{tenant}/tables/{table}/deltas", post(change_table))
         .route("/v1/select", post(select))
         .fallback(|| async { ApiError::not_found(ErrorKind::NotFound, "no such endpoint") })
         // Axum keeps its `Allow` header on this answer: it lists the methods the route has.
@@ -926,18 +930,89 @@ async fn assign(
 }
 
 async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
-    // Who may select for which tenant is in the body; whether the caller is anyone at
-    // all is in the headers, and is settled first.
-    let (who, body) = http.authorize(&headers, body, Limit::Select, |_| Ok(())).await?;
-    // The caller's own share first, before any server-wide slot: its selections in
-    // flight, bodies still arriving included, are at most `max_in_flight_per_tenant` for
-    // a tenant's token (429 `tenant-busy`) and `max_in_flight_per_router` for a router's
-    // (429 `router-busy`), so neither can hold every slot. A router's selection counts
-    // for the tenant its body names too, once the body is read (`Service::select`).
+    let encoding = match body_encoding(&headers) {
+        Ok(encoding) => encoding,
+        Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
+    };
+    let answer_encoding = answer_encoding(&headers, encoding)?;
+    let answer = hot_path(&http, &headers, body, move |service, who, share, body| {
+        service.select(who, share, body, encoding)
+    })
+    .await;
+    Ok(answer.map_or_else(|refused| *refused, |answer| encoded_answer(answer_encoding, &answer)))
+}
+
+/// The select body's encoding, by its `Content-Type`: JSON when it names none.
+fn body_encoding(headers: &HeaderMap) -> Result<Encoding, ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else { return Ok(Encoding::Json) };
+    let media = value.to_str().ok().and_then(|v| v.split(';').next()).map(str::trim);
+    match media.and_then(Encoding::of) {
+        Some(encoding) => Ok(encoding),
+        None => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorKind::UnsupportedMediaType,
+            format!(
+                "`Content-Type: {}` is not one this route takes: {}",
+                String::from_utf8_lossy(value.as_bytes()),
+                Encoding::NAMES
+            ),
+        )),
+    }
+}
+
+/// The answer's encoding: the first of `Accept`'s media types it speaks, else the
+/// body's. Errors are JSON whatever is asked.
+fn answer_encoding(headers: &HeaderMap, body: Encoding) -> Result<Encoding, ApiError> {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else { return Ok(body) };
+    let mut any = false;
+    for media in accept.split(',').map(|m| m.split(';').next().unwrap_or("").trim()) {
+        if let Some(encoding) = Encoding::of(media) {
+            return Ok(encoding);
+        }
+        any |= media == "*/*" || media == "application/*";
+    }
+    if any {
+        return Ok(body);
+    }
+    Err(ApiError::new(
+        StatusCode::NOT_ACCEPTABLE,
+        ErrorKind::UnsupportedMediaType,
+        format!("`Accept: {accept}` names no encoding this route answers in: {}", Encoding::NAMES),
+    ))
+}
+
+fn encoded_answer<T: serde::Serialize + Encode>(encoding: Encoding, answer: &T) -> Response {
+    match encoding {
+        Encoding::Json => json_answer(StatusCode::OK, answer),
+    }
+}
+
+/// A message the service answers in either encoding.
+trait Encode {}
+impl Encode for switchyard::selection::wire::TenantAnswer {}
+impl Encode for switchyard::selection::wire::TableVersion {}
+
+/// The path of selections and table changes: the caller's own share first, before any
+/// server-wide slot (its calls in flight, bodies still arriving included, are at most
+/// `max_in_flight_per_tenant` for a tenant's token, 429 `tenant-busy`, and
+/// `max_in_flight_per_router` for a router's, 429 `router-busy`, so neither can hold
+/// every slot); then one of `max_inflight_selections`; then the body, and `work` on a
+/// blocking thread (CPU work: a guest's call, a table of 10,000 rows). A router's call
+/// counts for the tenant it names too, in `work` (`Service::enter`).
+async fn hot_path<T: Send + 'static>(
+    http: &Http,
+    headers: &HeaderMap,
+    body: Body,
+    work: impl FnOnce(&Service, &Principal, Option<InFlight>, &[u8]) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, Box<Response>> {
+    // Whether the caller is anyone at all is in the headers, and is settled first.
+    let (who, body) = http.authorize(headers, body, Limit::Select, |_| Ok(())).await.map_err(boxed)?;
     let (share, router_share) = match &who {
         Principal::Tenant(tenant) => match http.service.enter(tenant) {
             Ok(share) => (Some(share), None),
-            Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
+            Err(refusal) => {
+                return Err(boxed(http.refuse(refusal, headers, body, Limit::Select).await));
+            }
         },
         Principal::Router(router) => match http.gate.routers.enter(router) {
             Ok(share) => (None, Some(share)),
@@ -950,7 +1025,7 @@ async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
                         http.gate.routers.max
                     ),
                 );
-                return Err(http.refuse(refusal, &headers, body, Limit::Select).await);
+                return Err(boxed(http.refuse(refusal, headers, body, Limit::Select).await));
             }
         },
         Principal::Admin => (None, None),
@@ -966,17 +1041,109 @@ async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
                 http.gate.max_selections
             ),
         );
-        return Ok(retry_later(http.refuse(refusal, &headers, body, Limit::Select).await));
+        return Err(Box::new(retry_later(http.refuse(refusal, headers, body, Limit::Select).await)));
     };
-    let body = http.read_body(&headers, body, Limit::Select, 0).await?;
+    let body = http.read_body(headers, body, Limit::Select, 0).await.map_err(boxed)?;
     let service = http.service.clone();
-    // Guest calls are CPU work: keep them off the async workers. The permit and the
-    // router's share are held until the selection is done, even if the client has gone.
-    let answer = tokio::task::spawn_blocking(move || {
+    // The permit and the router's share are held until the work is done, even if the
+    // client has gone.
+    tokio::task::spawn_blocking(move || {
         let _held = (permit, router_share);
-        service.select(&who, share, &body)
+        work(&service, &who, share, &body)
     })
     .await
-    .map_err(|e| ApiError::internal(format!("the selection thread: {e}")))??;
-    Ok(json_answer(StatusCode::OK, answer))
+    .map_err(|e| ApiError::internal(format!("the selection thread: {e}")))
+    .and_then(|done| done)
+    .map_err(boxed)
+}
+
+fn boxed(refusal: ApiError) -> Box<Response> {
+    Box::new(refusal.into_response())
+}
+
+async fn put_table(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, table)): Path<(String, String)>,
+    body: Body,
+) -> Answer {
+    let encoding = match body_encoding(&headers) {
+        Ok(encoding) => encoding,
+        Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
+    };
+    let answer_encoding = answer_encoding(&headers, encoding)?;
+    let answer = hot_path(&http, &headers, body, move |service, who, share, body| {
+        let _in_flight = entered(service, &tenant, share)?;
+        let table_json = decode_table(body, encoding)?;
+        service.put_table(who, &tenant, &table, table_json)
+    })
+    .await;
+    Ok(answer.map_or_else(|refused| *refused, |answer| encoded_answer(answer_encoding, &answer)))
+}
+
+async fn change_table(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, table)): Path<(String, String)>,
+    body: Body,
+) -> Answer {
+    let encoding = match body_encoding(&headers) {
+        Ok(encoding) => encoding,
+        Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
+    };
+    let answer_encoding = answer_encoding(&headers, encoding)?;
+    let answer = hot_path(&http, &headers, body, move |service, who, share, body| {
+        let _in_flight = entered(service, &tenant, share)?;
+        let delta = decode_delta(body, encoding)?;
+        service.change_table(who, &tenant, &table, delta)
+    })
+    .await;
+    Ok(answer.map_or_else(|refused| *refused, |answer| encoded_answer(answer_encoding, &answer)))
+}
+
+async fn table_state(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, table)): Path<(String, String)>,
+) -> Answer {
+    let who = http.who(&headers)?;
+    Ok(json_answer(StatusCode::OK, http.service.table_state(&who, &tenant, &table)?))
+}
+
+async fn delete_table(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, table)): Path<(String, String)>,
+) -> Answer {
+    let who = http.who(&headers)?;
+    Ok(json_answer(StatusCode::OK, http.service.delete_table(&who, &tenant, &table)?))
+}
+
+/// The caller's share when it is the tenant's own; else the share of `tenant`, taken
+/// once the caller may act for it (a router's or the admin's call counts for the tenant).
+fn entered(service: &Service, tenant: &str, share: Option<InFlight>) -> Result<InFlight, ApiError> {
+    match share {
+        Some(share) => Ok(share),
+        None => {
+            // Only a tenant that exists gets a counter.
+            if service.snapshot().route(tenant, None).is_none() {
+                return Err(ApiError::not_found(ErrorKind::UnknownTenant, format!("no tenant `{tenant}`")));
+            }
+            service.enter(tenant)
+        }
+    }
+}
+
+fn decode_table(body: &[u8], encoding: Encoding) -> Result<TableJson, ApiError> {
+    match encoding {
+        Encoding::Json => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(ErrorKind::InvalidInput, format!("table JSON: {e}"))),
+    }
+}
+
+fn decode_delta(body: &[u8], encoding: Encoding) -> Result<TableDelta, ApiError> {
+    match encoding {
+        Encoding::Json => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(ErrorKind::InvalidInput, format!("delta JSON: {e}"))),
+    }
 }

@@ -17,6 +17,7 @@
 //!   (`switchyard::GuardedSelector`) behind each version's shared quarantine breaker.
 //! - [`registry`]: the data dir's store or a fleet's NATS registry, behind one type;
 //!   [`fleet`]: a replica following the others' changes.
+//! - [`tables`]: the worker tables held for routers, changed by versioned deltas.
 //! - [`auth`]: tokens; [`metrics`]: Prometheus text; [`http`]: the routes.
 
 #![forbid(unsafe_code)]
@@ -36,6 +37,7 @@ pub mod registry;
 pub mod select;
 mod snapshot;
 pub mod state;
+pub mod tables;
 mod version;
 /// The data directory, a crate of its own (`switchyard-store`) so that a router's
 /// adapter can follow it without the service.

@@ -52,12 +52,16 @@ impl Service {
         who: &Principal,
         share: Option<InFlight>,
         body: &[u8],
+        encoding: Encoding,
     ) -> Result<TenantAnswer, ApiError> {
         let invalid = |m: String| ApiError::bad_request(ErrorKind::InvalidInput, m);
         // Straight into the request's own types: no JSON tree (many times the body's size)
         // is ever built from a client's bytes.
-        let request: RequestJson =
-            serde_json::from_slice(body).map_err(|e| invalid(format!("request JSON: {e}")))?;
+        let request: RequestJson = match encoding {
+            Encoding::Json => {
+                serde_json::from_slice(body).map_err(|e| invalid(format!("request JSON: {e}")))?
+            }
+        };
         let tenant =
             request.tenant.clone().ok_or_else(|| invalid("`tenant` (a string) is required".into()))?;
         require_selector(who, &tenant)?;
@@ -73,21 +77,52 @@ impl Service {
             Some(share) => share,
             None => self.enter(&tenant)?,
         };
-        let (table, request) =
-            request.into_parts_within(self.limits.requests()).map_err(|e| invalid(e.to_string()))?;
+        let with_costs = request.costs;
+        let limits = self.limits.requests();
+        // A held table: this version's state, shared, and the request's own rows over it.
+        let (owned, held, request) = match request.table.clone() {
+            Some(name) => {
+                let held = self.tables.get(&tenant, &name)?;
+                if let Some(asked) = request.table_version
+                    && asked != held.version()
+                {
+                    return Err(crate::tables::wrong_version(
+                        &name,
+                        asked,
+                        held.version(),
+                        "the request names",
+                    ));
+                }
+                let request = request.into_held_request(&held, limits).map_err(|e| invalid(e.to_string()))?;
+                (None, Some(held), request)
+            }
+            None => {
+                let (table, request) =
+                    request.into_parts_within(limits).map_err(|e| invalid(e.to_string()))?;
+                (Some(table), None, request)
+            }
+        };
+        let table = match (&owned, &held) {
+            (Some(table), _) => table,
+            (None, Some(held)) => held.table(),
+            (None, None) => unreachable!("a request has its own table or a held one"),
+        };
+        let costs = Costs(with_costs);
 
         let started = Instant::now();
         let metrics = route.metrics(&tenant, &self.metrics);
         let outcome = match &route.target {
-            Target::Builtin(b) => native(b, &table, &request),
+            Target::Builtin(b) => native(b, table, &request, costs),
             Target::Guest(v) => match v.checkout(route.on_fault) {
-                Ok((guarded, generation)) => run_guest(&tenant, v, (guarded, generation), &table, &request),
+                Ok((guarded, generation)) => {
+                    run_guest(&tenant, v, (guarded, generation), table, &request, costs)
+                }
                 Err(reason) => {
                     let fault = Fault::new(
                         FaultKind::Unavailable,
                         format!("`{}` did not load on this replica: {reason}", route.policy),
                     );
-                    unavailable(fault, route.on_fault, &table, &request)
+                    unavailable(fault, route.on_fault, table, &request, costs)
                 }
             },
         };
@@ -97,7 +132,8 @@ impl Service {
             self.metrics.unassigned_class(&tenant);
         }
         let class_route = ClassRoute::new(class.as_deref(), assigned);
-        Ok(TenantAnswer { tenant, policy_class: class, class: class_route, table_version: None, answer })
+        let table_version = held.map(|h| h.version());
+        Ok(TenantAnswer { tenant, policy_class: class, class: class_route, table_version, answer })
     }
 }
 
@@ -111,6 +147,7 @@ fn run_guest(
     (mut guarded, generation): (Box<GuardedSelector>, Generation),
     table: &WorkerTable,
     request: &SelectionRequest,
+    costs: Costs,
 ) -> Result<SelectionAnswer, ApiError> {
     let trips = guarded.counters().breaker_trips;
     let outcome = select_and_commit(&mut guarded, table, request);
@@ -136,7 +173,7 @@ fn run_guest(
         }
     }
     let answer = outcome.map(|(decision, commit_fault)| {
-        let candidates = guarded.last_candidates().zip(guarded.last_costs().iter().copied());
+        let candidates = costs.listed(guarded.last_candidates().zip(guarded.last_costs().iter().copied()));
         let by = match decision.decided_by {
             Decider::Policy => {
                 DecidedBy { policy: v.policy().into(), build: "guest", version: Some(v.version().into()) }
@@ -159,12 +196,13 @@ fn unavailable(
     on_fault: FailMode,
     table: &WorkerTable,
     request: &SelectionRequest,
+    costs: Costs,
 ) -> Result<SelectionAnswer, ApiError> {
     if on_fault == FailMode::Closed {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, fault.kind.into(), fault.message));
     }
     let default = switchyard_builtins::find("default").expect("the default builtin exists");
-    let mut answer = native(default, table, request)?;
+    let mut answer = native(default, table, request, costs)?;
     answer.fallback = Some(fault);
     Ok(answer)
 }
@@ -174,13 +212,45 @@ fn native(
     builtin: &switchyard_builtins::Builtin,
     table: &WorkerTable,
     request: &SelectionRequest,
+    costs: Costs,
 ) -> Result<SelectionAnswer, ApiError> {
     let scorer = builtin.native("{}").map_err(|e| ApiError::internal(e.to_string()))?;
     let mut selector = Selector::new(scorer);
     let selection = selector.select(table, request).map_err(select_error)?;
-    let candidates = selector.last_candidates().zip(selector.last_costs().iter().copied());
+    let candidates = costs.listed(selector.last_candidates().zip(selector.last_costs().iter().copied()));
     let by = DecidedBy { policy: builtin.name.into(), build: "native", version: None };
     Ok(SelectionAnswer::new(selection, by, candidates, None, None))
+}
+
+/// Whether the answer lists every candidate's cost (the request's `costs`).
+#[derive(Clone, Copy)]
+struct Costs(bool);
+
+impl Costs {
+    /// `costs`, when asked for; else none.
+    fn listed<T>(self, costs: impl Iterator<Item = T>) -> impl Iterator<Item = T> {
+        costs.take(if self.0 { usize::MAX } else { 0 })
+    }
+}
+
+/// How a select body is encoded (its `Content-Type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// `application/json` (or no `Content-Type`).
+    Json,
+}
+
+impl Encoding {
+    /// The media types spoken, for a refusal's message.
+    pub const NAMES: &str = "application/json";
+
+    /// The encoding of a media type (`type/subtype`, no parameters), if spoken.
+    pub fn of(media: &str) -> Option<Self> {
+        match media.to_ascii_lowercase().as_str() {
+            "application/json" => Some(Encoding::Json),
+            _ => None,
+        }
+    }
 }
 
 /// One guarded selection and its commit.

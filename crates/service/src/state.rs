@@ -95,6 +95,8 @@ pub struct Service {
     /// Each tenant's uploads and writes in the last minute (`uploads_per_minute`,
     /// `writes_per_minute`).
     pub(crate) rates: WriteRates,
+    /// The worker tables held for routers, per tenant (in memory only).
+    pub(crate) tables: crate::tables::Tables,
 }
 
 /// The engine a [`Service`] compiles and runs policies with.
@@ -204,6 +206,7 @@ impl Service {
             metrics,
             idle_slots,
             in_flight: Mutex::default(),
+            tables: Default::default(),
             rates: WriteRates::default(),
         });
         Ok(service)

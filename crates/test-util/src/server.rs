@@ -194,8 +194,8 @@ impl Client {
             Body::Bytes(b) => b.to_vec(),
         };
         let response = match method {
-            "GET" => {
-                let mut r = self.agent.get(&url);
+            "GET" | "DELETE" => {
+                let mut r = if method == "GET" { self.agent.get(&url) } else { self.agent.delete(&url) };
                 if let Some(a) = &auth {
                     r = r.header("Authorization", a);
                 }
