@@ -10,21 +10,20 @@
 //! all of them; p50 and p99 are over every request of a variant, selections/s its requests
 //! over its time.
 //!
-//! Run: `cargo bench --bench wire`.
+//! Run: `cargo bench --bench wire` (`WIRE_ONLY=TEXT`: only the rows whose name contains it).
 
 mod raw_http;
 mod stats;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde_json::{Value, json};
 use switchyard_test_util::DEFAULT_POLICY;
-use switchyard_test_util::server::{Client, Server, temp_dir};
+use switchyard_test_util::server::{Body, Client, Server, temp_dir};
 
-use crate::raw_http::{Connection, request};
+use crate::raw_http::{Connection, find, request};
 use crate::stats::quantile;
 
 const CONNECTIONS: usize = 4;
@@ -67,6 +66,52 @@ fn select_json(n: usize, class: Option<&str>, seed: u64) -> String {
     .to_string()
 }
 
+/// The load columns a router keeps in a held table, for `n` workers (drawn from `seed`).
+fn table_json(n: usize, seed: u64) -> String {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut column = |bound: u32| -> Vec<u32> { (0..n).map(|_| rng.next_u32() % bound).collect() };
+    let (prefill, decode, requests) = (column(8192), column(1000), column(16));
+    let workers: Vec<Value> = (0..n).map(|id| json!({ "id": id, "total_kv_blocks": 131_072 })).collect();
+    json!({
+        "workers": workers,
+        "inputs": {
+            "worker_id": (0..n).collect::<Vec<_>>(),
+            "active_prefill_tokens": prefill,
+            "decode_blocks": decode,
+            "active_requests": requests,
+        }
+    })
+    .to_string()
+}
+
+/// Rows of the request's own overlaps a held-table request carries: a prompt's prefix is
+/// cached on a few workers, not on all of them.
+const OVERLAP_ROWS: usize = 32;
+
+/// A select request from the held table `table`: the request's facts, its prefix hashes
+/// and its overlaps on `OVERLAP_ROWS` workers of `n`.
+fn held_json(n: usize, table: &str, class: Option<&str>, seed: u64) -> String {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut ids: Vec<u64> = (0..OVERLAP_ROWS).map(|_| rng.next_u64() % n as u64).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let device: Vec<u32> = ids.iter().map(|_| rng.next_u32() % 64).collect();
+    let cached: Vec<u32> = device.iter().map(|d| d * 16).collect();
+    json!({
+        "tenant": "acme",
+        "policy_class": class,
+        "table": table,
+        "prompt_tokens": 2048,
+        "block_size": 16,
+        "expected_output_tokens": 256,
+        "seed": seed,
+        "temperature": 0.0,
+        "prefix_hashes": (0..128).map(|_| rng.next_u64()).collect::<Vec<_>>(),
+        "inputs": { "worker_id": ids, "device_overlap_blocks": device, "cached_tokens": cached },
+    })
+    .to_string()
+}
+
 /// One variant: the request's bytes, and what its rounds measured.
 struct Variant {
     name: String,
@@ -77,19 +122,24 @@ struct Variant {
     elapsed: Duration,
 }
 
-/// `CONNECTIONS` closed-loop clients sending `request` for `length`: each request's time.
+/// `CONNECTIONS` closed-loop clients sending `request` for `length`, all on this one
+/// thread's event loop (as `wrk -t1 -c4` runs them, so the client takes one core at
+/// most, not a thread per connection): each request's time.
 fn round(addr: &str, request: &[u8], length: Duration) -> Vec<f64> {
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|scope| {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    runtime.block_on(async {
+        let deadline = tokio::time::Instant::now() + length;
         let clients: Vec<_> = (0..CONNECTIONS)
             .map(|_| {
-                let stop = &stop;
-                scope.spawn(move || {
-                    let mut connection = Connection::open(addr);
+                let (addr, request) = (addr.to_string(), request.to_vec());
+                tokio::spawn(async move {
+                    let mut stream = tokio::net::TcpStream::connect(&addr).await.expect("connecting");
+                    stream.set_nodelay(true).expect("TCP_NODELAY");
+                    let mut buffer = Vec::with_capacity(16 << 10);
                     let mut times = Vec::new();
-                    while !stop.load(Ordering::Relaxed) {
+                    while tokio::time::Instant::now() < deadline {
                         let start = Instant::now();
-                        let (status, _) = connection.exchange(request);
+                        let status = exchange(&mut stream, &request, &mut buffer).await;
                         times.push(start.elapsed().as_secs_f64());
                         assert!(status == 200, "status {status}");
                     }
@@ -97,10 +147,44 @@ fn round(addr: &str, request: &[u8], length: Duration) -> Vec<f64> {
                 })
             })
             .collect();
-        std::thread::sleep(length);
-        stop.store(true, Ordering::Relaxed);
-        clients.into_iter().flat_map(|c| c.join().expect("a client thread")).collect()
+        let mut times = Vec::new();
+        for client in clients {
+            times.extend(client.await.expect("a client task"));
+        }
+        times
     })
+}
+
+/// Sends `request` and reads its answer by its `Content-Length`: the status.
+async fn exchange(stream: &mut tokio::net::TcpStream, request: &[u8], buffer: &mut Vec<u8>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(request).await.expect("sending a request");
+    buffer.clear();
+    let mut chunk = [0u8; 16 << 10];
+    let mut fill = async |buffer: &mut Vec<u8>| {
+        let n = stream.read(&mut chunk).await.expect("reading an answer");
+        assert!(n > 0, "the server closed the connection mid-answer");
+        buffer.extend_from_slice(&chunk[..n]);
+    };
+    let head_end = loop {
+        fill(buffer).await;
+        if let Some(at) = find(buffer, b"\r\n\r\n") {
+            break at + 4;
+        }
+    };
+    let head = std::str::from_utf8(&buffer[..head_end]).expect("an answer's head is text");
+    let status: u16 = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status");
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse().ok())?
+        })
+        .expect("a Content-Length");
+    while buffer.len() < head_end + length {
+        fill(buffer).await;
+    }
+    status
 }
 
 fn main() {
@@ -123,9 +207,25 @@ fn main() {
         elapsed: Duration::ZERO,
     }];
     for n in SIZES {
+        let table = format!("pool-{n}");
+        let (status, put) = client.call(
+            "PUT",
+            &format!("/v1/tenants/acme/tables/{table}"),
+            Some(&token),
+            Body::Json(serde_json::from_str(&table_json(n, 11)).expect("the table's JSON")),
+        );
+        assert_eq!(status, 200, "{put}");
         // No class: the tenant's default route, the builtin default, native.
-        for (label, class) in [("native default", None), ("guest", Some("guest"))] {
-            let body = select_json(n, class, 7);
+        for (shape, label, class) in [
+            ("whole JSON", "native default", None),
+            ("whole JSON", "guest", Some("guest")),
+            ("held table, JSON", "native default", None),
+            ("held table, JSON", "guest", Some("guest")),
+        ] {
+            let body = match shape {
+                "whole JSON" => select_json(n, class, 7),
+                _ => held_json(n, &table, class, 7),
+            };
             let request = request("POST", "/v1/select", Some(&token), Some(&body));
             let mut connection = Connection::open(&addr);
             let (status, answer) = connection.exchange(&request);
@@ -134,7 +234,7 @@ fn main() {
             let build: Value = serde_json::from_slice(&answer).expect("a JSON answer");
             assert_eq!(build["build"], if class.is_some() { "guest" } else { "native" }, "{build}");
             variants.push(Variant {
-                name: format!("{n} workers, {label}"),
+                name: format!("{n} workers, {shape}, {label}"),
                 request,
                 body_bytes: body.len(),
                 answer_bytes: answer.len(),
@@ -142,6 +242,10 @@ fn main() {
                 elapsed: Duration::ZERO,
             });
         }
+    }
+    // `WIRE_ONLY=held` times only the variants whose name contains it (for a profile).
+    if let Ok(only) = std::env::var("WIRE_ONLY") {
+        variants.retain(|v| v.name.contains(&only));
     }
     for _ in 0..rounds {
         for variant in &mut variants {

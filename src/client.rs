@@ -22,6 +22,7 @@ pub enum Method {
     Get,
     Post,
     Put,
+    Delete,
 }
 
 impl ServerArgs {
@@ -70,6 +71,7 @@ impl ServerArgs {
         }
         let sent = match method {
             Method::Get => with_auth!(agent.get(&url)).call(),
+            Method::Delete => with_auth!(agent.delete(&url)).call(),
             Method::Post => with_auth!(agent.post(&url)).send(body.unwrap_or_default()),
             Method::Put => with_auth!(agent.put(&url)).send(body.unwrap_or_default()),
         };

@@ -13,6 +13,7 @@ mod replay;
 mod select;
 mod serve;
 mod source;
+mod table;
 mod tenant;
 
 use std::process::ExitCode;
@@ -45,6 +46,10 @@ enum Command {
     /// Manage tenants on a running server.
     #[command(subcommand)]
     Tenant(tenant::TenantCommand),
+    /// Worker tables a running server holds for a tenant's router: put, change, show,
+    /// select from, delete.
+    #[command(subcommand)]
+    Table(table::TableCommand),
     /// Replay a request trace through a simulated cluster: routing quality per policy.
     Replay(replay::ReplayArgs),
     /// Compiles components for `switchyard serve`, which starts it, on standard input and
@@ -75,6 +80,7 @@ fn main() -> ExitCode {
         Command::Policy(command) => policy::run(command),
         Command::Serve(args) => serve::run(args),
         Command::Tenant(command) => tenant::run(command),
+        Command::Table(command) => table::run(command),
         Command::Replay(args) => replay::run(args),
         Command::CompileWorker => switchyard::compile_worker_main::serve_worker().map_err(|e| {
             output::CliError::new(

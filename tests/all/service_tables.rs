@@ -366,3 +366,63 @@ fn a_body_in_an_encoding_the_service_does_not_speak_is_refused_by_name() {
     assert_eq!(status, 415, "{text}");
     assert!(text.contains("unsupported-media-type") && text.contains("text/csv"), "{text}");
 }
+
+#[test]
+fn the_cli_puts_changes_shows_selects_from_and_deletes_a_table() {
+    let dir = temp_dir("tables-cli");
+    let server = Server::with_config(&dir, "");
+    let token = Client::new(&server).add_tenant("acme");
+    let run = |args: &[&str]| -> Result<Value, String> {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(args)
+            .args(["--tenant", "acme", "--server", &server.addr()])
+            .env("SWITCHYARD_TOKEN", &token)
+            .output()
+            .unwrap();
+        match out.status.success() {
+            true => Ok(serde_json::from_slice(&out.stdout).unwrap()),
+            false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+        }
+    };
+    let file = |name: &str, v: Value| {
+        let path = dir.join(name);
+        std::fs::write(&path, v.to_string()).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let table = file("table.json", json!({ "workers": [{ "id": 1 }, { "id": 2 }] }));
+    let put = run(&["table", "put", "pool", "--file", &table]).unwrap();
+    let v1 = put["version"].as_u64().unwrap();
+    assert_eq!((put["workers"].as_u64(), put["slots"].as_u64()), (Some(2), Some(2)), "{put}");
+    let delta = file(
+        "delta.json",
+        json!({ "base_version": v1, "inputs": { "worker_id": [1], "decode_blocks": [40] } }),
+    );
+    let v2 = run(&["table", "change", "pool", "--file", &delta]).unwrap()["version"].as_u64().unwrap();
+    // The same delta again names a version the table has left: the server's words.
+    let again = run(&["table", "change", "pool", "--file", &delta]).unwrap_err();
+    assert!(again.contains("table-version") && again.contains(&format!("at version {v2}")), "{again}");
+    let shown = run(&["table", "show", "pool"]).unwrap();
+    assert_eq!(shown["inputs"]["decode_blocks"], json!([40, 0]), "{shown}");
+    let request = file("request.json", json!({ "prompt_tokens": 64, "block_size": 16 }));
+    let picked = run(&["table", "select", "pool", "--input", &request, "--costs"]).unwrap();
+    assert_eq!(
+        (picked["worker_id"].as_u64(), picked["table_version"].as_u64()),
+        (Some(2), Some(v2)),
+        "{picked}"
+    );
+    assert_eq!(picked["costs"].as_array().map(Vec::len), Some(2), "{picked}");
+    let stale =
+        run(&["table", "select", "pool", "--input", &request, "--version", &v1.to_string()]).unwrap_err();
+    assert!(stale.contains("table-version"), "{stale}");
+    // A request file that lists workers is refused before anything is sent.
+    let whole =
+        file("whole.json", json!({ "prompt_tokens": 64, "block_size": 16, "workers": [{ "id": 1 }] }));
+    let refused = run(&["table", "select", "pool", "--input", &whole]).unwrap_err();
+    assert!(refused.contains("lists `workers`"), "{refused}");
+    let broken = file("broken.json", json!({ "base_version": "one" }));
+    let refused = run(&["table", "change", "pool", "--file", &broken]).unwrap_err();
+    assert!(refused.contains("broken.json: delta JSON"), "{refused}");
+    run(&["table", "delete", "pool"]).unwrap();
+    let gone = run(&["table", "show", "pool"]).unwrap_err();
+    assert!(gone.contains("unknown-table"), "{gone}");
+}
