@@ -3,7 +3,7 @@
 //! delete it.
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
 use switchyard::selection::wire::{ErrorKind, RequestJson, TableDelta, TableJson};
@@ -79,7 +79,7 @@ pub enum TableCommand {
 }
 
 /// The file's bytes, or standard input's for `-`.
-fn read(path: &PathBuf) -> Result<Vec<u8>, CliError> {
+fn read(path: &Path) -> Result<Vec<u8>, CliError> {
     let mut bytes = Vec::new();
     let read = if path.as_os_str() == "-" {
         std::io::stdin().read_to_end(&mut bytes).map(|_| ())
@@ -92,7 +92,7 @@ fn read(path: &PathBuf) -> Result<Vec<u8>, CliError> {
 
 /// `bytes` parsed as `T`, or an error naming the file and where the JSON is wrong, before
 /// anything is sent.
-fn parsed<T: serde::de::DeserializeOwned>(path: &PathBuf, what: &str, bytes: &[u8]) -> Result<T, CliError> {
+fn parsed<T: serde::de::DeserializeOwned>(path: &Path, what: &str, bytes: &[u8]) -> Result<T, CliError> {
     serde_json::from_slice(bytes)
         .map_err(|e| CliError::new(ErrorKind::InvalidInput, format!("{}: {what} JSON: {e}", path.display())))
 }
