@@ -9,6 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde_json::{Value, json};
 
+use switchyard::selection::wire::{RequestJson, TableDelta, TableJson};
 use switchyard_test_util::fixtures::DEFAULT_POLICY;
 use switchyard_test_util::server::{Body, Client, Server, temp_dir};
 
@@ -19,6 +20,8 @@ fn kind(v: &Value) -> &str {
 fn message(v: &Value) -> &str {
     v["error"]["message"].as_str().unwrap_or_else(|| panic!("an error answer: {v}"))
 }
+
+const PROTOBUF: &str = "application/x-protobuf";
 
 /// The load columns a router holds, and the cache columns a request brings.
 const LOAD: [&str; 3] = ["active_prefill_tokens", "decode_blocks", "active_requests"];
@@ -88,7 +91,8 @@ fn ok(c: &Client, method: &str, path: &str, token: &str, body: Value) -> Value {
 /// workers join and leave) and asks for a selection with random facts and random
 /// per-request overlaps, once from the held table and once with the same facts whole, on
 /// two tenants of the same policies (a guest's state is its tenant's), for the native
-/// default and the default policy's guest. Every pick and every cost is the same.
+/// default and the default policy's guest. Every pick and every cost is the same. Held
+/// requests and deltas alternate between JSON and protobuf.
 #[test]
 fn picks_from_a_held_table_equal_picks_from_the_same_facts_sent_whole() {
     let dir = temp_dir("tables-equal");
@@ -143,7 +147,17 @@ fn picks_from_a_held_table_equal_picks_from_the_same_facts_sent_whole() {
         }
         let changed: Vec<_> = changed.into_iter().collect();
         delta["inputs"] = Model::columns(&changed, &LOAD);
-        let answer = ok(&c, "POST", &format!("{path}/deltas"), &held, delta);
+        // Every third delta travels as protobuf.
+        let answer = if step % 3 == 2 {
+            let delta: TableDelta = serde_json::from_value(delta).expect("a delta");
+            let bytes = switchyard_proto::encode_delta(&delta);
+            let (status, _, answer) =
+                c.exchange("POST", &format!("{path}/deltas"), &held, (PROTOBUF, PROTOBUF), &bytes);
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+            serde_json::to_value(switchyard_proto::decode_table_version(&answer).expect("an answer")).unwrap()
+        } else {
+            ok(&c, "POST", &format!("{path}/deltas"), &held, delta)
+        };
         assert!(answer["version"].as_u64() > Some(version), "{answer}");
         version = answer["version"].as_u64().expect("a version");
 
@@ -193,7 +207,17 @@ fn picks_from_a_held_table_equal_picks_from_the_same_facts_sent_whole() {
             whole_request["policy_class"] = json!(class);
             whole_request["workers"] = json!(model.workers_json());
             whole_request["inputs"] = Model::columns(&all_rows, &names);
-            let a = ok(&c, "POST", "/v1/select", &held, held_request);
+            // Every other held selection travels as protobuf, both ways.
+            let a = if step % 2 == 1 {
+                let request: RequestJson = serde_json::from_value(held_request).expect("a request");
+                let bytes = switchyard_proto::encode_request(&request);
+                let (status, media, answer) =
+                    c.exchange("POST", "/v1/select", &held, (PROTOBUF, PROTOBUF), &bytes);
+                assert_eq!((status, media.as_str()), (200, PROTOBUF), "{}", String::from_utf8_lossy(&answer));
+                serde_json::to_value(switchyard_proto::decode_answer(&answer).expect("an answer")).unwrap()
+            } else {
+                ok(&c, "POST", "/v1/select", &held, held_request)
+            };
             let b = ok(&c, "POST", "/v1/select", &whole, whole_request);
             assert_eq!(a["table_version"], json!(version), "{a}");
             assert_eq!(a["build"], if class.is_some() { "guest" } else { "native" }, "{a}");
@@ -425,4 +449,66 @@ fn the_cli_puts_changes_shows_selects_from_and_deletes_a_table() {
     run(&["table", "delete", "pool"]).unwrap();
     let gone = run(&["table", "show", "pool"]).unwrap_err();
     assert!(gone.contains("unknown-table"), "{gone}");
+}
+
+#[test]
+fn protobuf_bodies_answer_what_json_answers_and_broken_ones_are_refused_by_field() {
+    let dir = temp_dir("tables-protobuf");
+    let server = Server::with_config(&dir, "");
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    let table = TableJson {
+        workers: serde_json::from_value(json!([{ "id": 1, "dp_size": 2 }, { "id": 2 }])).unwrap(),
+        inputs: serde_json::from_value(json!({ "worker_id": [1], "decode_blocks": [30] })).unwrap(),
+    };
+    let (status, media, answer) = c.exchange(
+        "PUT",
+        "/v1/tenants/acme/tables/pool",
+        &token,
+        (PROTOBUF, "application/json"),
+        &switchyard_proto::encode_table(&table),
+    );
+    assert_eq!((status, media.as_str()), (200, "application/json"), "{}", String::from_utf8_lossy(&answer));
+    let put: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!((put["workers"].as_u64(), put["slots"].as_u64()), (Some(2), Some(3)), "{put}");
+    let json_request = json!({
+        "tenant": "acme", "table": "pool", "prompt_tokens": 512, "block_size": 16, "costs": true,
+        "prefix_hashes": [1, 2, 3], "inputs": { "worker_id": [2], "cached_tokens": [256], "device_overlap_blocks": [16] }
+    });
+    let by_json = ok(&c, "POST", "/v1/select", &token, json_request.clone());
+    let request: RequestJson = serde_json::from_value(json_request).unwrap();
+    let (status, media, answer) = c.exchange(
+        "POST",
+        "/v1/select",
+        &token,
+        (PROTOBUF, PROTOBUF),
+        &switchyard_proto::encode_request(&request),
+    );
+    assert_eq!((status, media.as_str()), (200, PROTOBUF));
+    let by_protobuf = serde_json::to_value(switchyard_proto::decode_answer(&answer).unwrap()).unwrap();
+    assert_eq!(by_protobuf, by_json);
+    // Asked for JSON, a protobuf body's answer is JSON.
+    let (_, media, answer) = c.exchange(
+        "POST",
+        "/v1/select",
+        &token,
+        (PROTOBUF, "application/json"),
+        &switchyard_proto::encode_request(&request),
+    );
+    assert_eq!(media, "application/json");
+    assert_eq!(serde_json::from_slice::<Value>(&answer).unwrap(), by_json);
+
+    // Bytes that are no request, or a pool that is no pool: 400, JSON, naming the field.
+    let (status, media, answer) =
+        c.exchange("POST", "/v1/select", &token, (PROTOBUF, PROTOBUF), b"\xff\xff\xff\xff garbage");
+    let error: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!((status, media.as_str(), kind(&error)), (400, "application/json", "invalid-input"), "{error}");
+    assert!(message(&error).contains("request protobuf"), "{error}");
+    // Field 5 (`pool`), varint 7.
+    let mut bytes = switchyard_proto::encode_request(&request);
+    bytes.extend_from_slice(&[5 << 3, 7]);
+    let (status, _, answer) = c.exchange("POST", "/v1/select", &token, (PROTOBUF, PROTOBUF), &bytes);
+    let error: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(status, 400, "{error}");
+    assert!(message(&error).contains("`pool`"), "{error}");
 }

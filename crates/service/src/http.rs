@@ -984,13 +984,28 @@ fn answer_encoding(headers: &HeaderMap, body: Encoding) -> Result<Encoding, ApiE
 fn encoded_answer<T: serde::Serialize + Encode>(encoding: Encoding, answer: &T) -> Response {
     match encoding {
         Encoding::Json => json_answer(StatusCode::OK, answer),
+        Encoding::Protobuf => {
+            ([(header::CONTENT_TYPE, switchyard_proto::CONTENT_TYPE)], answer.protobuf()).into_response()
+        }
     }
 }
 
 /// A message the service answers in either encoding.
-trait Encode {}
-impl Encode for switchyard::selection::wire::TenantAnswer {}
-impl Encode for switchyard::selection::wire::TableVersion {}
+trait Encode {
+    fn protobuf(&self) -> Vec<u8>;
+}
+
+impl Encode for switchyard::selection::wire::TenantAnswer {
+    fn protobuf(&self) -> Vec<u8> {
+        switchyard_proto::encode_answer(self)
+    }
+}
+
+impl Encode for switchyard::selection::wire::TableVersion {
+    fn protobuf(&self) -> Vec<u8> {
+        switchyard_proto::encode_table_version(self)
+    }
+}
 
 /// The path of selections and table changes: the caller's own share first, before any
 /// server-wide slot (its calls in flight, bodies still arriving included, are at most
@@ -1138,6 +1153,8 @@ fn decode_table(body: &[u8], encoding: Encoding) -> Result<TableJson, ApiError> 
     match encoding {
         Encoding::Json => serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(ErrorKind::InvalidInput, format!("table JSON: {e}"))),
+        Encoding::Protobuf => switchyard_proto::decode_table(body)
+            .map_err(|e| ApiError::bad_request(ErrorKind::InvalidInput, e.to_string())),
     }
 }
 
@@ -1145,5 +1162,7 @@ fn decode_delta(body: &[u8], encoding: Encoding) -> Result<TableDelta, ApiError>
     match encoding {
         Encoding::Json => serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(ErrorKind::InvalidInput, format!("delta JSON: {e}"))),
+        Encoding::Protobuf => switchyard_proto::decode_delta(body)
+            .map_err(|e| ApiError::bad_request(ErrorKind::InvalidInput, e.to_string())),
     }
 }

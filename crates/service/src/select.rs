@@ -61,6 +61,9 @@ impl Service {
             Encoding::Json => {
                 serde_json::from_slice(body).map_err(|e| invalid(format!("request JSON: {e}")))?
             }
+            Encoding::Protobuf => {
+                switchyard_proto::decode_request(body).map_err(|e| invalid(e.to_string()))?
+            }
         };
         let tenant =
             request.tenant.clone().ok_or_else(|| invalid("`tenant` (a string) is required".into()))?;
@@ -238,16 +241,19 @@ impl Costs {
 pub enum Encoding {
     /// `application/json` (or no `Content-Type`).
     Json,
+    /// `application/x-protobuf` (`proto/switchyard/v1/select.proto`), into the same types.
+    Protobuf,
 }
 
 impl Encoding {
     /// The media types spoken, for a refusal's message.
-    pub const NAMES: &str = "application/json";
+    pub const NAMES: &str = "application/json, application/x-protobuf (or application/protobuf)";
 
     /// The encoding of a media type (`type/subtype`, no parameters), if spoken.
     pub fn of(media: &str) -> Option<Self> {
         match media.to_ascii_lowercase().as_str() {
             "application/json" => Some(Encoding::Json),
+            "application/x-protobuf" | "application/protobuf" => Some(Encoding::Protobuf),
             _ => None,
         }
     }

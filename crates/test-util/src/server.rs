@@ -222,6 +222,34 @@ impl Client {
         Ok((status, value))
     }
 
+    /// POSTs or PUTs `body` as `content_type`, asking for `accept`: (status, the answer's
+    /// `Content-Type`, its bytes). Panics on a transport failure.
+    pub fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        (content_type, accept): (&str, &str),
+        body: &[u8],
+    ) -> (u16, String, Vec<u8>) {
+        let url = format!("{}{path}", self.base);
+        let request = if method == "PUT" { self.agent.put(&url) } else { self.agent.post(&url) };
+        let mut response = request
+            .header("Authorization", &format!("Bearer {token}"))
+            .header("Content-Type", content_type)
+            .header("Accept", accept)
+            .send(body)
+            .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+        let media = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let bytes = response.body_mut().read_to_vec().unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+        (response.status().as_u16(), media, bytes)
+    }
+
     /// [`Client::send`] for tests that expect the transport to work.
     pub fn call(&self, method: &str, path: &str, token: Option<&str>, body: Body<'_>) -> (u16, Value) {
         self.send(method, path, token, body).unwrap_or_else(|e| panic!("{e}"))
