@@ -23,8 +23,9 @@ use serde_json::{Value, json};
 use switchyard_test_util::DEFAULT_POLICY;
 use switchyard_test_util::server::{Body, Client, Server, temp_dir};
 
-use crate::raw_http::{Connection, find, request};
+use crate::raw_http::{Connection, encoded_request, find, request};
 use crate::stats::quantile;
+use switchyard::selection::wire::RequestJson;
 
 const CONNECTIONS: usize = 4;
 const SIZES: [usize; 2] = [1024, 10_000];
@@ -221,18 +222,35 @@ fn main() {
             ("whole JSON", "guest", Some("guest")),
             ("held table, JSON", "native default", None),
             ("held table, JSON", "guest", Some("guest")),
+            ("held table, protobuf", "native default", None),
+            ("held table, protobuf", "guest", Some("guest")),
         ] {
             let body = match shape {
-                "whole JSON" => select_json(n, class, 7),
-                _ => held_json(n, &table, class, 7),
+                "whole JSON" => select_json(n, class, 7).into_bytes(),
+                "held table, JSON" => held_json(n, &table, class, 7).into_bytes(),
+                _ => {
+                    let json: RequestJson =
+                        serde_json::from_str(&held_json(n, &table, class, 7)).expect("a request");
+                    switchyard_proto::encode_request(&json)
+                }
             };
-            let request = request("POST", "/v1/select", Some(&token), Some(&body));
+            let media =
+                if shape.contains("protobuf") { switchyard_proto::CONTENT_TYPE } else { "application/json" };
+            let request = encoded_request("POST", "/v1/select", Some(&token), Some((media, &body)));
             let mut connection = Connection::open(&addr);
             let (status, answer) = connection.exchange(&request);
             let answer = answer.to_vec();
             assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
-            let build: Value = serde_json::from_slice(&answer).expect("a JSON answer");
-            assert_eq!(build["build"], if class.is_some() { "guest" } else { "native" }, "{build}");
+            // The answer is in the body's encoding.
+            let build = match media {
+                "application/json" => {
+                    serde_json::from_slice::<Value>(&answer).expect("a JSON answer")["build"].clone()
+                }
+                _ => Value::from(
+                    switchyard_proto::decode_answer(&answer).expect("a protobuf answer").answer.build,
+                ),
+            };
+            assert_eq!(build, if class.is_some() { "guest" } else { "native" });
             variants.push(Variant {
                 name: format!("{n} workers, {shape}, {label}"),
                 request,
@@ -255,9 +273,7 @@ fn main() {
         }
     }
 
-    println!(
-        "\n### `POST /v1/select` over loopback HTTP, the whole request as JSON, {CONNECTIONS} connections\n"
-    );
+    println!("\n### `POST /v1/select` over loopback HTTP, {CONNECTIONS} connections on one client thread\n");
     println!("| request | body in | answer | p50 | p99 | selections/s |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: |");
     for v in &variants {

@@ -935,8 +935,13 @@ async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
         Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
     };
     let answer_encoding = answer_encoding(&headers, encoding)?;
-    let answer = hot_path(&http, &headers, body, move |service, who, share, body| {
-        service.select(who, share, body, encoding)
+    let answer = hot_path(&http, &headers, body, INLINE_BODY_BYTES, move |service, who, share, body| {
+        let prepared = service.prepare(who, share, body, encoding)?;
+        Ok(if prepared.inline() {
+            Work::Done(prepared.run(service)?)
+        } else {
+            Work::Blocking(Box::new(move |service| prepared.run(service)))
+        })
     })
     .await;
     Ok(answer.map_or_else(|refused| *refused, |answer| encoded_answer(answer_encoding, &answer)))
@@ -1007,18 +1012,33 @@ impl Encode for switchyard::selection::wire::TableVersion {
     }
 }
 
+/// Select bodies at most this long are decoded on the connection's own thread (a held
+/// table's request, a few KB, decodes in microseconds); longer ones, like a whole
+/// 10,000-worker request, on a blocking thread.
+const INLINE_BODY_BYTES: usize = 16 << 10;
+
+/// What a hot path's first step did: answered, or left work for a blocking thread.
+enum Work<T> {
+    Done(T),
+    Blocking(Box<dyn FnOnce(&Service) -> Result<T, ApiError> + Send>),
+}
+
 /// The path of selections and table changes: the caller's own share first, before any
 /// server-wide slot (its calls in flight, bodies still arriving included, are at most
 /// `max_in_flight_per_tenant` for a tenant's token, 429 `tenant-busy`, and
 /// `max_in_flight_per_router` for a router's, 429 `router-busy`, so neither can hold
-/// every slot); then one of `max_inflight_selections`; then the body, and `work` on a
-/// blocking thread (CPU work: a guest's call, a table of 10,000 rows). A router's call
-/// counts for the tenant it names too, in `work` (`Service::enter`).
+/// every slot); then one of `max_inflight_selections`; then the body, and `work`: on the
+/// connection's thread when the body is at most `inline_bytes` long (sparing two thread
+/// hand-offs, the larger part of a small selection's time), then whatever it leaves on a
+/// blocking thread; a longer body's on a blocking thread from the start (CPU work: a
+/// guest's call, a table of 10,000 rows). A router's call counts for the tenant it names
+/// too, in `work` (`Service::enter`).
 async fn hot_path<T: Send + 'static>(
     http: &Http,
     headers: &HeaderMap,
     body: Body,
-    work: impl FnOnce(&Service, &Principal, Option<InFlight>, &[u8]) -> Result<T, ApiError> + Send + 'static,
+    inline_bytes: usize,
+    work: impl FnOnce(&Service, &Principal, Option<InFlight>, &[u8]) -> Result<Work<T>, ApiError> + Send + 'static,
 ) -> Result<T, Box<Response>> {
     // Whether the caller is anyone at all is in the headers, and is settled first.
     let (who, body) = http.authorize(headers, body, Limit::Select, |_| Ok(())).await.map_err(boxed)?;
@@ -1060,11 +1080,22 @@ async fn hot_path<T: Send + 'static>(
     };
     let body = http.read_body(headers, body, Limit::Select, 0).await.map_err(boxed)?;
     let service = http.service.clone();
+    let blocking = if body.len() <= inline_bytes {
+        match work(&service, &who, share, &body).map_err(boxed)? {
+            Work::Done(answer) => return Ok(answer),
+            Work::Blocking(rest) => rest,
+        }
+    } else {
+        Box::new(move |service: &Service| match work(service, &who, share, &body)? {
+            Work::Done(answer) => Ok(answer),
+            Work::Blocking(rest) => rest(service),
+        })
+    };
     // The permit and the router's share are held until the work is done, even if the
     // client has gone.
     tokio::task::spawn_blocking(move || {
         let _held = (permit, router_share);
-        work(&service, &who, share, &body)
+        blocking(&service)
     })
     .await
     .map_err(|e| ApiError::internal(format!("the selection thread: {e}")))
@@ -1087,10 +1118,10 @@ async fn put_table(
         Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
     };
     let answer_encoding = answer_encoding(&headers, encoding)?;
-    let answer = hot_path(&http, &headers, body, move |service, who, share, body| {
+    let answer = hot_path(&http, &headers, body, 0, move |service, who, share, body| {
         let _in_flight = entered(service, &tenant, share)?;
         let table_json = decode_table(body, encoding)?;
-        service.put_table(who, &tenant, &table, table_json)
+        service.put_table(who, &tenant, &table, table_json).map(Work::Done)
     })
     .await;
     Ok(answer.map_or_else(|refused| *refused, |answer| encoded_answer(answer_encoding, &answer)))
@@ -1107,10 +1138,10 @@ async fn change_table(
         Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
     };
     let answer_encoding = answer_encoding(&headers, encoding)?;
-    let answer = hot_path(&http, &headers, body, move |service, who, share, body| {
+    let answer = hot_path(&http, &headers, body, 0, move |service, who, share, body| {
         let _in_flight = entered(service, &tenant, share)?;
         let delta = decode_delta(body, encoding)?;
-        service.change_table(who, &tenant, &table, delta)
+        service.change_table(who, &tenant, &table, delta).map(Work::Done)
     })
     .await;
     Ok(answer.map_or_else(|refused| *refused, |answer| encoded_answer(answer_encoding, &answer)))

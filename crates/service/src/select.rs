@@ -4,8 +4,9 @@
 //! (guest calls): run it off the async workers.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 use switchyard::selection::wire::{ClassRoute, DecidedBy, ErrorKind, SelectionAnswer, TenantAnswer};
 
 use axum::http::StatusCode;
@@ -17,7 +18,8 @@ use switchyard::{
 
 use crate::auth::{Principal, require_selector};
 use crate::error::ApiError;
-use crate::state::{Generation, LoadedVersion, Service, Target};
+use crate::state::{Generation, LoadedVersion, Route, Service, Target};
+use switchyard::selection::HeldTable;
 
 /// A selection error: no eligible worker (422), or a fault of a fail-closed policy: 503
 /// while quarantined, overloaded or unavailable (the policy was not called; asking again
@@ -42,6 +44,47 @@ pub fn select_error(e: SelectError) -> ApiError {
     }
 }
 
+/// A selection decoded, validated and routed, ready to run: on the connection's own
+/// thread when [`Prepared::inline`] says it is cheap, else on a blocking thread.
+pub struct Prepared {
+    tenant: String,
+    class: Option<String>,
+    route: Arc<Route>,
+    assigned: bool,
+    in_flight: InFlight,
+    /// The request's own table, or the held one it named.
+    table: Table,
+    request: SelectionRequest,
+    costs: Costs,
+}
+
+enum Table {
+    Owned(WorkerTable),
+    Held(Arc<HeldTable>),
+}
+
+impl Table {
+    fn workers(&self) -> &WorkerTable {
+        match self {
+            Table::Owned(table) => table,
+            Table::Held(held) => held.table(),
+        }
+    }
+}
+
+/// The most CPU time a tenant's guest selection may take and still leave the tenant
+/// trusted to run on a connection's thread: a slower one (or a fault) sends the tenant's
+/// selections to the blocking threads for [`INLINE_DEMOTION`]. A legitimate policy takes
+/// microseconds (~0.1 ms at 10,000 workers), a hostile one up to its fuel (4–25 ms at
+/// the default limits). The thread's CPU clock, not the wall's: a call preempted on a
+/// busy host is not slower for it.
+const INLINE_MAX: Duration = Duration::from_millis(1);
+/// How long a tenant whose guest was slow, or faulted, runs off the connections' threads.
+const INLINE_DEMOTION: Duration = Duration::from_secs(10);
+/// Guest selections a tenant must have run in a row, each within [`INLINE_MAX`] and
+/// without a fault, before its selections run on a connection's thread.
+const INLINE_TRUST: u32 = 64;
+
 impl Service {
     /// One selection for `who`, from the raw body. `share` is the caller's own in-flight
     /// share when the caller is a tenant (taken from its token before the body was read,
@@ -54,6 +97,17 @@ impl Service {
         body: &[u8],
         encoding: Encoding,
     ) -> Result<TenantAnswer, ApiError> {
+        self.prepare(who, share, body, encoding)?.run(self)
+    }
+
+    /// [`Service::select`] up to the policy's call: decoded, checked, routed.
+    pub fn prepare(
+        &self,
+        who: &Principal,
+        share: Option<InFlight>,
+        body: &[u8],
+        encoding: Encoding,
+    ) -> Result<Prepared, ApiError> {
         let invalid = |m: String| ApiError::bad_request(ErrorKind::InvalidInput, m);
         // Straight into the request's own types: no JSON tree (many times the body's size)
         // is ever built from a client's bytes.
@@ -76,14 +130,14 @@ impl Service {
             )?;
         // The tenant's share of the service: its own selections in flight. A tenant's
         // share came with its token (`require_selector` made sure the body names it).
-        let _in_flight = match share {
+        let in_flight = match share {
             Some(share) => share,
             None => self.enter(&tenant)?,
         };
-        let with_costs = request.costs;
+        let costs = Costs(request.costs);
         let limits = self.limits.requests();
         // A held table: this version's state, shared, and the request's own rows over it.
-        let (owned, held, request) = match request.table.clone() {
+        let (table, request) = match request.table.clone() {
             Some(name) => {
                 let held = self.tables.get(&tenant, &name)?;
                 if let Some(asked) = request.table_version
@@ -97,45 +151,73 @@ impl Service {
                     ));
                 }
                 let request = request.into_held_request(&held, limits).map_err(|e| invalid(e.to_string()))?;
-                (None, Some(held), request)
+                (Table::Held(held), request)
             }
             None => {
                 let (table, request) =
                     request.into_parts_within(limits).map_err(|e| invalid(e.to_string()))?;
-                (Some(table), None, request)
+                (Table::Owned(table), request)
             }
         };
-        let table = match (&owned, &held) {
-            (Some(table), _) => table,
-            (None, Some(held)) => held.table(),
-            (None, None) => unreachable!("a request has its own table or a held one"),
-        };
-        let costs = Costs(with_costs);
+        Ok(Prepared { tenant, class, route, assigned, in_flight, table, request, costs })
+    }
+}
 
+impl Prepared {
+    /// Whether the selection is cheap enough to run on the connection's own thread,
+    /// sparing two thread hand-offs: a builtin's native build (linear in the candidates,
+    /// which the limits bound), or a loaded guest version of a tenant whose last
+    /// [`INLINE_TRUST`] guest selections each took at most [`INLINE_MAX`] and none
+    /// slower or faulted within [`INLINE_DEMOTION`]. So a hostile guest holds a
+    /// connection thread at most once per demotion (then it runs where the OS shares the
+    /// cores out), and never before its tenant has shown fast ones.
+    pub fn inline(&self) -> bool {
+        match &self.route.target {
+            Target::Builtin(_) => true,
+            Target::Guest(v) => v.is_loaded() && self.in_flight.0.trusted(),
+        }
+    }
+
+    /// Runs the policy and answers.
+    pub fn run(self, service: &Service) -> Result<TenantAnswer, ApiError> {
+        let Prepared { tenant, class, route, assigned, in_flight, table, request, costs } = self;
+        let table_version = match &table {
+            Table::Held(held) => Some(held.version()),
+            Table::Owned(_) => None,
+        };
+        let table = table.workers();
         let started = Instant::now();
-        let metrics = route.metrics(&tenant, &self.metrics);
+        let metrics = route.metrics(&tenant, &service.metrics);
         let outcome = match &route.target {
             Target::Builtin(b) => native(b, table, &request, costs),
-            Target::Guest(v) => match v.checkout(route.on_fault) {
-                Ok((guarded, generation)) => {
-                    run_guest(&tenant, v, (guarded, generation), table, &request, costs)
+            Target::Guest(v) => {
+                let v: &LoadedVersion = v;
+                match v.checkout(route.on_fault) {
+                    Ok((guarded, generation)) => {
+                        // The guest's own time: its calls, not the instance's making.
+                        let called = thread_cpu();
+                        let outcome = run_guest(&tenant, v, (guarded, generation), table, &request, costs);
+                        let faulted =
+                            !matches!(&outcome, Ok(a) if a.fallback.is_none() && a.commit_fault.is_none());
+                        in_flight.0.ran_guest(thread_cpu().saturating_sub(called), faulted);
+                        outcome
+                    }
+                    Err(reason) => {
+                        let fault = Fault::new(
+                            FaultKind::Unavailable,
+                            format!("`{}` did not load on this replica: {reason}", route.policy),
+                        );
+                        unavailable(fault, route.on_fault, table, &request, costs)
+                    }
                 }
-                Err(reason) => {
-                    let fault = Fault::new(
-                        FaultKind::Unavailable,
-                        format!("`{}` did not load on this replica: {reason}", route.policy),
-                    );
-                    unavailable(fault, route.on_fault, table, &request, costs)
-                }
-            },
+            }
         };
         let answer = outcome?;
         metrics.selected(started.elapsed(), answer.fallback.is_some());
         if class.is_some() && !assigned {
-            self.metrics.unassigned_class(&tenant);
+            service.metrics.unassigned_class(&tenant);
         }
         let class_route = ClassRoute::new(class.as_deref(), assigned);
-        let table_version = held.map(|h| h.version());
         Ok(TenantAnswer { tenant, policy_class: class, class: class_route, table_version, answer })
     }
 }
@@ -225,6 +307,12 @@ fn native(
     Ok(SelectionAnswer::new(selection, by, candidates, None, None))
 }
 
+/// The CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 /// Whether the answer lists every candidate's cost (the request's `costs`).
 #[derive(Clone, Copy)]
 struct Costs(bool);
@@ -271,11 +359,48 @@ fn select_and_commit(
 }
 
 /// One selection in flight for a tenant; the count drops when it ends.
-pub struct InFlight(Arc<AtomicUsize>);
+pub struct InFlight(Arc<TenantShare>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A tenant's selections in flight, and whether its guests have been fast enough to run
+/// on a connection's thread (see [`Prepared::inline`]).
+#[derive(Debug, Default)]
+pub(crate) struct TenantShare {
+    in_flight: AtomicUsize,
+    /// Guest selections in a row within [`INLINE_MAX`], up to [`INLINE_TRUST`].
+    fast: AtomicU32,
+    /// Until when (ms since the share was made) the tenant is off the connections'
+    /// threads after a slow or faulted guest selection.
+    demoted_until_ms: AtomicU64,
+    since: OnceLock<Instant>,
+}
+
+impl TenantShare {
+    fn now_ms(&self) -> u64 {
+        self.since.get_or_init(Instant::now).elapsed().as_millis() as u64
+    }
+
+    fn trusted(&self) -> bool {
+        self.fast.load(Ordering::Relaxed) >= INLINE_TRUST
+            && self.now_ms() >= self.demoted_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// After a guest selection of the tenant's that took `took` of CPU time.
+    fn ran_guest(&self, took: Duration, faulted: bool) {
+        if faulted || took > INLINE_MAX {
+            self.fast.store(0, Ordering::Relaxed);
+            let until = self.now_ms() + INLINE_DEMOTION.as_millis() as u64;
+            self.demoted_until_ms.fetch_max(until, Ordering::Relaxed);
+        } else {
+            let _ = self
+                .fast
+                .try_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < INLINE_TRUST).then_some(n + 1));
+        }
     }
 }
 
@@ -291,13 +416,61 @@ impl Service {
             Arc::clone(map.entry(tenant.to_string()).or_default())
         };
         let max = self.limits.max_in_flight_per_tenant;
-        match counter.try_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)) {
+        match counter
+            .in_flight
+            .try_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+        {
             Ok(_) => Ok(InFlight(counter)),
             Err(n) => Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 ErrorKind::TenantBusy,
                 format!("tenant `{tenant}` has {n} selections in flight (max_in_flight_per_tenant = {max})"),
             )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenant_runs_on_the_connections_thread_only_after_fast_guests_and_not_after_a_slow_one() {
+        let share = TenantShare::default();
+        let fast = Duration::from_micros(5);
+        for _ in 1..INLINE_TRUST {
+            share.ran_guest(fast, false);
+            assert!(!share.trusted(), "not before {INLINE_TRUST} fast selections");
+        }
+        share.ran_guest(fast, false);
+        assert!(share.trusted());
+        // One slow call: off the connections' threads, and fast ones within the window
+        // do not bring it back.
+        share.ran_guest(INLINE_MAX + Duration::from_micros(1), false);
+        for _ in 0..2 * INLINE_TRUST {
+            share.ran_guest(fast, false);
+        }
+        assert!(!share.trusted(), "demoted for {INLINE_DEMOTION:?}");
+        // A fault demotes likewise.
+        let share = TenantShare::default();
+        for _ in 0..INLINE_TRUST {
+            share.ran_guest(fast, false);
+        }
+        share.ran_guest(fast, true);
+        assert!(!share.trusted());
+    }
+
+    #[test]
+    fn the_guests_time_is_the_threads_cpu_not_the_walls() {
+        let before = thread_cpu();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(thread_cpu() - before < Duration::from_millis(5), "sleeping uses no CPU");
+        // Spinning does: the clock moves while the thread runs (however often a busy host
+        // preempts it; the wall-clock bound only keeps a broken clock from hanging).
+        let before = thread_cpu();
+        let start = Instant::now();
+        while thread_cpu() - before < Duration::from_millis(5) {
+            assert!(start.elapsed() < Duration::from_secs(30), "the thread's clock does not move");
         }
     }
 }
