@@ -1020,8 +1020,11 @@ const INLINE_BODY_BYTES: usize = 16 << 10;
 /// What a hot path's first step did: answered, or left work for a blocking thread.
 enum Work<T> {
     Done(T),
-    Blocking(Box<dyn FnOnce(&Service) -> Result<T, ApiError> + Send>),
+    Blocking(Rest<T>),
 }
+
+/// The rest of a hot path's work, for a blocking thread.
+type Rest<T> = Box<dyn FnOnce(&Service) -> Result<T, ApiError> + Send>;
 
 /// The path of selections and table changes: the caller's own share first, before any
 /// server-wide slot (its calls in flight, bodies still arriving included, are at most
