@@ -1,9 +1,12 @@
 //! What a router pays to call `switchyard serve` per request: `POST /v1/select` over
-//! loopback HTTP with the whole request as JSON (every worker and every input column), at
-//! 1,024 and 10,000 workers, the native default against the default policy's guest, beside
-//! `GET /healthz` (the HTTP round trip alone). The real server (this bench's release
-//! build), one tenant; 4 keep-alive connections (as many as `wrk -c4`), each on its own
-//! closed-loop thread, each request's bytes built before the clock starts (`raw_http`).
+//! loopback HTTP at 1,024 and 10,000 workers, three ways: the whole request as JSON (every
+//! worker and every input column), and from a table the server holds (put once, the load
+//! columns in it) with only the request's own facts, 128 prefix hashes and its overlaps on
+//! 32 workers, as JSON and as protobuf; the native default against the default policy's
+//! guest, beside `GET /healthz` (the HTTP round trip alone). The real server (this bench's
+//! release build), one tenant; 4 keep-alive connections on one client thread's event loop
+//! (as `wrk -t1 -c4` runs them), each closed-loop, each request's bytes built before the
+//! clock starts (`raw_http::encoded_request`).
 //!
 //! Each variant runs `WIRE_ROUNDS` (default 5) rounds of `WIRE_ROUND_MS` (default 1,000)
 //! ms, the variants interleaved round by round, so a slow stretch of the machine falls on

@@ -141,6 +141,7 @@ fn a_tiered_upload_serves_on_winch_code_at_once_then_on_cranelift_code() {
     assert_eq!((status, uploaded["compiler"].as_str()), (201, Some("winch")), "{uploaded}");
     c.assigned(&token, "acme", "gold", json!({ "policy": "mine" }));
     let mut body = select_body("acme", Some("gold"));
+    body["costs"] = json!(true);
     let n = 256u64;
     let column = |f: fn(u64) -> u64| json!((0..n).map(f).collect::<Vec<_>>());
     body["workers"] =
@@ -170,6 +171,7 @@ fn a_tiered_upload_serves_on_winch_code_at_once_then_on_cranelift_code() {
         select()
     };
     let (first, first_fuel) = select_twice(&c);
+    assert_eq!(first["costs"].as_array().map(Vec::len), Some(256), "every cost, asked for: {first}");
     let first_on_winch = c.metric("switchyard_tier_ups_total") == 0.0;
     let within = std::time::Duration::from_secs(120);
     assert!(c.wait_for_metric_within("switchyard_tier_ups_total", 1.0, within), "never tiered up");
@@ -280,8 +282,11 @@ fn an_upload_whose_functions_were_compiled_before_compiles_few_of_them_again() {
     let mut answers = Vec::new();
     for (token, tenant) in [(&a, "a"), (&b, "b")] {
         c.assigned(token, tenant, "gold", json!({ "policy": "mine" }));
-        let (status, v) = c.select(token, tenant, Some("gold"));
+        let mut body = select_body(tenant, Some("gold"));
+        body["costs"] = json!(true);
+        let (status, v) = c.call("POST", "/v1/select", Some(token), Body::Json(body));
         assert_eq!((status, v["build"].as_str()), (200, Some("guest")), "{v}");
+        assert!(v["costs"].is_array(), "{v}");
         answers.push((v["worker_id"].clone(), v["costs"].clone()));
     }
     assert_eq!(answers[0], answers[1], "the cached functions decide as the compiled ones");
