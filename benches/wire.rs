@@ -3,7 +3,8 @@
 //! worker and every input column), and from a table the server holds (put once, the load
 //! columns in it) with only the request's own facts, 128 prefix hashes and its overlaps on
 //! 32 workers, as JSON and as protobuf; the native default against the default policy's
-//! guest, beside `GET /healthz` (the HTTP round trip alone). The real server (this bench's
+//! guest, beside `GET /healthz` (the HTTP round trip alone), and the guest's protobuf row
+//! again asking for a route receipt of the 8 cheapest candidates. The real server (this bench's
 //! release build), one tenant; 4 keep-alive connections on one client thread's event loop
 //! (as `wrk -t1 -c4` runs them), each closed-loop, each request's bytes built before the
 //! clock starts (`raw_http::encoded_request`).
@@ -28,7 +29,7 @@ use switchyard_test_util::server::{Body, Client, Server, temp_dir};
 
 use crate::raw_http::{Connection, encoded_request, find, request};
 use crate::stats::quantile;
-use switchyard::selection::wire::RequestJson;
+use switchyard::selection::wire::{ReceiptAsk, RequestJson};
 
 const CONNECTIONS: usize = 4;
 const SIZES: [usize; 2] = [1024, 10_000];
@@ -227,13 +228,16 @@ fn main() {
             ("held table, JSON", "guest", Some("guest")),
             ("held table, protobuf", "native default", None),
             ("held table, protobuf", "guest", Some("guest")),
+            ("held table, protobuf, receipt", "guest", Some("guest")),
         ] {
             let body = match shape {
                 "whole JSON" => select_json(n, class, 7).into_bytes(),
                 "held table, JSON" => held_json(n, &table, class, 7).into_bytes(),
                 _ => {
-                    let json: RequestJson =
+                    let mut json: RequestJson =
                         serde_json::from_str(&held_json(n, &table, class, 7)).expect("a request");
+                    // The receipt row: the same request asking for the 8 cheapest candidates.
+                    json.receipt = shape.ends_with("receipt").then_some(ReceiptAsk { top: 8 });
                     switchyard_proto::encode_request(&json)
                 }
             };

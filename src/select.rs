@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::json;
 use switchyard::selection::wire::ErrorKind;
-use switchyard::selection::wire::{DecidedBy, RequestJson, SAMPLE_REQUEST, SelectionAnswer};
-use switchyard::{FailMode, SelectError};
+use switchyard::selection::wire::{DecidedBy, Receipt, RequestJson, SAMPLE_REQUEST, SelectionAnswer};
+use switchyard::{Decider, FailMode, SelectError};
 
 use super::config::LimitArgs;
 use crate::output::{CliError, print_json};
@@ -65,9 +65,11 @@ pub fn run(args: SelectArgs) -> Result<(), CliError> {
             .map_err(|e| CliError::new(ErrorKind::Io, format!("reading {}: {e}", path.display())))?,
         None => SAMPLE_REQUEST.to_string(),
     };
-    let (table, request) = RequestJson::parse(&text)
-        .and_then(RequestJson::into_parts)
-        .map_err(|e| CliError::new(ErrorKind::InvalidInput, e.to_string()))?;
+    let parsed =
+        RequestJson::parse(&text).map_err(|e| CliError::new(ErrorKind::InvalidInput, e.to_string()))?;
+    let receipt = parsed.receipt;
+    let (table, request) =
+        parsed.into_parts().map_err(|e| CliError::new(ErrorKind::InvalidInput, e.to_string()))?;
     let guard = args.limits.guard()?;
     let built = load_policy(&args.policy, args.guest, &args.params, &mut || args.limits.engine())?;
     let mode = if args.fail_closed { FailMode::Closed } else { FailMode::Open };
@@ -76,18 +78,23 @@ pub fn run(args: SelectArgs) -> Result<(), CliError> {
     let mut last = None;
     for _ in 0..args.repeat.max(1) {
         let decision = selector.select(&table, &request).map_err(select_error)?;
+        // What the scoring spent and read, before the commit's call replaces it.
+        let call = (receipt.is_some() && decision.decided_by == Decider::Policy)
+            .then(|| selector.policy().scorers().find_map(|s| s.last_call()))
+            .flatten();
         // A commit fault is contained like any other: fail-open keeps the pick.
         let commit_fault =
             selector.commit(&table, &request, decision.selection.chosen).map_err(select_error)?;
-        last = Some((decision, commit_fault));
+        last = Some((decision, commit_fault, call));
     }
-    let (decision, commit_fault) = last.expect("at least one selection ran");
+    let (decision, commit_fault, call) = last.expect("at least one selection ran");
     let by = match decision.fallback {
         None => DecidedBy { policy: selector.name().to_string(), build: built.build, version: built.sha256 },
         Some(_) => DecidedBy { policy: selector.fallback_name().to_string(), build: "native", version: None },
     };
-    let costs = selector.last_candidates().zip(selector.last_costs().iter().copied());
-    let answer = SelectionAnswer::new(decision.selection, by, costs, decision.fallback, commit_fault);
+    let costs = || selector.last_candidates().zip(selector.last_costs().iter().copied());
+    let mut answer = SelectionAnswer::new(decision.selection, by, costs(), decision.fallback, commit_fault);
+    answer.receipt = receipt.map(|ask| Receipt::new(&table, &request, costs(), ask.top, call));
     let mut out = serde_json::to_value(answer).expect("an answer always serialises");
     if args.repeat > 1 {
         out["counters"] = json!(selector.counters());

@@ -3,7 +3,7 @@
 
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use switchyard_guest_sdk::{ErrorKind, Facts, InputGroups, PolicyInfo, Pool, WorkerRank};
@@ -13,9 +13,9 @@ use wasmtime::{Store, StoreLimitsBuilder, Trap};
 use crate::component::{ExportIndices, LoadError, LoadErrorKind, PolicyComponent, WORLD};
 use crate::engine::{Limits, PER_COMPONENT, WorkUnits};
 use crate::lists::{EmptyList, PackedColumns};
-use crate::selection::{Call, Fault, FaultKind, Scorer};
+use crate::selection::{Call, CallReport, Fault, FaultKind, Scorer};
 
-use crate::host::{HostState, wit};
+use crate::host::{HostState, IMPORTS, wit};
 
 /// Largest error message (or other string/list answer beyond the costs) lifted from a
 /// guest, bytes: anything longer is refused before it is copied. Messages are then cut to
@@ -115,6 +115,8 @@ pub struct GuestStats {
     instantiations: AtomicU64,
     /// Fuel the last call consumed, import charges included (0 without a fuel budget).
     last_fuel: AtomicU64,
+    /// The imports the last call called, a bit each (`host::IMPORTS`).
+    last_imports: AtomicU8,
     /// How long the latest instantiation took, ns (start function, `configure` and
     /// `describe` included): after a fault, the cost of recovering.
     last_instantiation_ns: AtomicU64,
@@ -238,6 +240,7 @@ impl GuestScorer {
             facts: None,
             candidates: 0,
             engine_limits: engine.shared_limits(),
+            imports_read: 0,
         };
         let mut store = Store::new(engine.engine(), state);
         store.limiter(|s| &mut s.limits);
@@ -306,8 +309,11 @@ impl GuestScorer {
         let state = live.store.data_mut();
         state.facts = Some(ptr);
         state.candidates = call.columns.len();
+        state.imports_read = 0;
         let result = f(live);
-        live.store.data_mut().facts = None;
+        let state = live.store.data_mut();
+        state.facts = None;
+        self.stats.last_imports.store(state.imports_read, Ordering::Relaxed);
         let used = budget.saturating_sub(live.store.get_fuel().unwrap_or(budget));
         self.stats.last_fuel.store(used, Ordering::Relaxed);
         live.saved_fuel =
@@ -468,6 +474,15 @@ impl Scorer for GuestScorer {
 
     fn info(&self) -> PolicyInfo {
         self.info
+    }
+
+    fn last_call(&self) -> Option<CallReport> {
+        let read = self.stats.last_imports.load(Ordering::Relaxed);
+        let imports = IMPORTS.iter().enumerate().filter(|(bit, _)| read & (1 << bit) != 0);
+        Some(CallReport {
+            fuel: self.stats.last_fuel(),
+            imports: imports.map(|(_, name)| name.to_string()).collect(),
+        })
     }
 
     fn score(&mut self, call: &Call<'_>, costs: &mut Vec<f64>) -> Result<(), Fault> {

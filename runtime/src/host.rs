@@ -33,7 +33,14 @@ pub struct HostState {
     pub(crate) candidates: usize,
     /// The engine's limits: what an import costs ([`Limits::import_fuel`]).
     pub(crate) engine_limits: Arc<Limits>,
+    /// The imports the call in progress has called, a bit each ([`IMPORTS`]' order), for
+    /// a route receipt.
+    pub(crate) imports_read: u8,
 }
+
+/// The contract's imports, in the order of [`HostState::imports_read`]'s bits.
+pub(crate) const IMPORTS: [&str; 4] =
+    ["prefix-hashes", "policy-class", "worker-capacity", "candidate-capacities"];
 
 // SAFETY: `facts` is only set for the duration of a call made on the thread that owns
 // the Store (see `GuestScorer::with_live`), and cleared before that call returns, so the
@@ -76,11 +83,13 @@ const CANDIDATE_CAPACITY_BYTES: usize = 16 + 496;
 pub(crate) fn add_imports(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     let mut request = linker.instance(REQUEST_IMPORT)?;
     request.func_wrap("prefix-hashes", |mut store: StoreContextMut<'_, HostState>, (): ()| {
+        store.data_mut().imports_read |= 1 << 0;
         let len = store.data().facts().and_then(|f| f.prefix_hashes().map(|h| h.len()));
         charge(&mut store, len.unwrap_or(0) * HASH_BYTES)?;
         Ok((store.data().facts().and_then(|f| f.prefix_hashes()).map(|h| h.into_owned()),))
     })?;
     request.func_wrap("policy-class", |mut store: StoreContextMut<'_, HostState>, (): ()| {
+        store.data_mut().imports_read |= 1 << 1;
         let len = store.data().facts().and_then(|f| f.policy_class().map(|c| c.len()));
         charge(&mut store, len.unwrap_or(0))?;
         Ok((store.data().facts().and_then(|f| f.policy_class()).map(|c| c.into_owned()),))
@@ -88,11 +97,13 @@ pub(crate) fn add_imports(linker: &mut Linker<HostState>) -> wasmtime::Result<()
     request.func_wrap(
         "worker-capacity",
         |mut store: StoreContextMut<'_, HostState>, (worker_id,): (u64,)| {
+            store.data_mut().imports_read |= 1 << 2;
             charge(&mut store, CAPACITY_BYTES)?;
             Ok((store.data().facts().and_then(|f| f.worker_capacity(worker_id)).map(capacity),))
         },
     )?;
     request.func_wrap("candidate-capacities", |mut store: StoreContextMut<'_, HostState>, (): ()| {
+        store.data_mut().imports_read |= 1 << 3;
         let rows = store.data().candidates;
         charge(&mut store, rows * CANDIDATE_CAPACITY_BYTES)?;
         let answer: Vec<Option<wit::Capacity>> = match store.data().facts() {

@@ -10,6 +10,7 @@ mod dynamo_store;
 mod fleet;
 mod fleet_faults;
 mod guide;
+mod receipts;
 mod replay;
 mod sandbox_cli;
 mod service;

@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde::de::value::{Error as ValueError, StrDeserializer};
 use switchyard_guest_sdk::{Column, Pool};
 use switchyard_selection::wire::{
-    CandidateCost, ClassRoute, RequestJson, SelectionAnswer, TableDelta, TableJson, TableVersion,
-    TenantAnswer, UnroutedClass, WorkerJson, WorkerRankJson,
+    CandidateCost, ClassRoute, Receipt, ReceiptAsk, RequestJson, SelectionAnswer, TableDelta, TableJson,
+    TableVersion, TenantAnswer, UnroutedClass, WorkerJson, WorkerRankJson,
 };
 use switchyard_selection::{Fault, FaultKind, InputError, WorkerInputs};
 
@@ -151,6 +151,12 @@ fn request_from(m: pb::SelectRequest) -> Result<RequestJson, FieldError> {
         table_version: m.table_version,
         inputs: inputs_from(m.inputs),
         costs: m.costs,
+        receipt: m
+            .receipt
+            .map(|r| {
+                Ok::<_, FieldError>(ReceiptAsk { top: r.top.map_or(Ok(8), |t| count("receipt.top", t))? })
+            })
+            .transpose()?,
     })
 }
 
@@ -174,6 +180,7 @@ fn request_to(r: &RequestJson) -> pb::SelectRequest {
         table_version: r.table_version,
         inputs: inputs_present(&r.inputs),
         costs: r.costs,
+        receipt: r.receipt.map(|a| pb::ReceiptAsk { top: Some(a.top as u64) }),
     }
 }
 
@@ -316,8 +323,43 @@ fn answer_from(m: pb::SelectAnswer) -> Result<TenantAnswer, FieldError> {
                 .into_iter()
                 .map(|c| CandidateCost { worker_id: c.worker_id, dp_rank: c.dp_rank, cost: c.cost })
                 .collect(),
+            receipt: m.receipt.map(receipt_from).transpose()?,
         },
     })
+}
+
+fn receipt_from(r: pb::Receipt) -> Result<Receipt, FieldError> {
+    Ok(Receipt {
+        top: r
+            .top
+            .into_iter()
+            .map(|c| CandidateCost { worker_id: c.worker_id, dp_rank: c.dp_rank, cost: c.cost })
+            .collect(),
+        slots: count("receipt.slots", r.slots)?,
+        not_pinned: count("receipt.not_pinned", r.not_pinned)?,
+        not_allowed: count("receipt.not_allowed", r.not_allowed)?,
+        filtered_by_policy: count("receipt.filtered_by_policy", r.filtered_by_policy)?,
+        candidates: count("receipt.candidates", r.candidates)?,
+        fuel: r.fuel,
+        imports: r.imports,
+    })
+}
+
+fn receipt_to(r: &Receipt) -> pb::Receipt {
+    pb::Receipt {
+        top: r
+            .top
+            .iter()
+            .map(|c| pb::CandidateCost { worker_id: c.worker_id, dp_rank: c.dp_rank, cost: c.cost })
+            .collect(),
+        slots: r.slots as u64,
+        not_pinned: r.not_pinned as u64,
+        not_allowed: r.not_allowed as u64,
+        filtered_by_policy: r.filtered_by_policy as u64,
+        candidates: r.candidates as u64,
+        fuel: r.fuel,
+        imports: r.imports.clone(),
+    }
 }
 
 fn answer_to(t: &TenantAnswer) -> pb::SelectAnswer {
@@ -346,6 +388,7 @@ fn answer_to(t: &TenantAnswer) -> pb::SelectAnswer {
             .iter()
             .map(|c| pb::CandidateCost { worker_id: c.worker_id, dp_rank: c.dp_rank, cost: c.cost })
             .collect(),
+        receipt: a.receipt.as_ref().map(receipt_to),
     }
 }
 

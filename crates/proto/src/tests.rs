@@ -78,7 +78,8 @@ fn full_request() -> Value {
         "table": "fleet",
         "table_version": 41,
         "inputs": every_column(&[3, 7, 7]),
-        "costs": true
+        "costs": true,
+        "receipt": { "top": 3 }
     })
 }
 
@@ -179,6 +180,7 @@ fn a_protobuf_request_and_the_same_json_request_are_the_same_request() {
             active_requests: column("active_requests"),
         }),
         costs: true,
+        receipt: Some(pb::ReceiptAsk { top: Some(3) }),
     };
     assert_eq!(decode_request(&message.encode_to_vec()).unwrap(), parsed);
 
@@ -267,8 +269,16 @@ fn answers_round_trip_with_every_fault_kind_and_class_route() {
     full["table_version"] = json!(5);
     full["version"] = json!(null);
     full["costs"] = json!([{ "worker_id": 7, "dp_rank": 0, "cost": 1.0 }, { "worker_id": 7, "dp_rank": 1, "cost": -0.125 }]);
+    full["receipt"] = json!({
+        "top": [{ "worker_id": 7, "dp_rank": 1, "cost": -0.125 }], "slots": 3, "not_pinned": 0, "not_allowed": 1,
+        "filtered_by_policy": 0, "candidates": 2, "fuel": 1234, "imports": ["prefix-hashes", "worker-capacity"]
+    });
     let back = round_trip::<TenantAnswer, _>(full, encode_answer, decode_answer);
     assert_eq!((back.table_version, back.answer.costs.len()), (Some(5), 2));
+    assert_eq!(
+        back.answer.receipt.map(|r| (r.not_allowed, r.fuel, r.imports.len())),
+        Some((1, Some(1234), 2))
+    );
     let plain = round_trip::<TenantAnswer, _>(
         answer(json!(null), json!(null), assigned),
         encode_answer,
@@ -403,8 +413,14 @@ fn the_contract_has_the_json_fields_and_the_columns_in_order() {
         answer(json!({ "kind": "fuel", "message": "m" }), json!(null), json!({ "assigned": true }));
     full["table_version"] = json!(1);
     full["costs"] = json!([{ "worker_id": 1, "dp_rank": 0, "cost": 0.5 }]);
+    full["receipt"] = json!({
+        "top": [], "slots": 1, "not_pinned": 0, "not_allowed": 0, "filtered_by_policy": 0, "candidates": 1,
+        "fuel": 1, "imports": ["policy-class"]
+    });
     let answer: TenantAnswer = from_json(full);
     assert_eq!(names("SelectAnswer"), keys(&answer));
+    assert_eq!(names("Receipt"), keys(answer.answer.receipt.as_ref().unwrap()));
+    assert_eq!(names("ReceiptAsk"), keys(request.receipt.unwrap()));
     assert_eq!(names("ClassRoute"), keys(&answer.class));
     assert_eq!(names("Fault"), keys(answer.answer.fallback.as_ref().unwrap()));
     assert_eq!(names("CandidateCost"), keys(answer.answer.costs[0]));

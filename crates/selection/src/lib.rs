@@ -33,6 +33,6 @@ pub use held::HeldTable;
 pub use native::NativeScorer;
 pub use picker::pick;
 pub use request::{RequestOptions, SelectionRequest, WorkerInputs, hashes_for_pool};
-pub use scorer::{Call, Scorer};
+pub use scorer::{Call, CallReport, Scorer};
 pub use selector::{Selection, Selector};
 pub use workers::{Worker, WorkerTable};

@@ -320,6 +320,17 @@ impl SelectionRequest {
             && self.allowed_workers.is_none()
     }
 
+    /// Slots of `table` the host rules out before any policy sees them: (those not the
+    /// pinned one, when pinned; those of workers not allowed, otherwise).
+    pub fn ruled_out(&self, table: &WorkerTable) -> (usize, usize) {
+        let slots = table.slots();
+        if self.facts.pinned.is_some() {
+            let kept = slots.iter().filter(|&&s| self.eligible(s)).count();
+            return (slots.len() - kept, 0);
+        }
+        (0, slots.iter().filter(|&&s| !self.eligible(s)).count())
+    }
+
     /// Whether `slot` may be chosen: the pinned worker only, else the allowed set.
     pub(super) fn eligible(&self, slot: WorkerRank) -> bool {
         if let Some(pinned) = self.facts.pinned {

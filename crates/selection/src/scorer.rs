@@ -23,6 +23,21 @@ pub trait Scorer: Send {
     /// The host rejected this scorer's output (wrong length, not finite): drop whatever
     /// state produced it. A guest discards its instance; the next call gets a fresh one.
     fn reset(&mut self) {}
+    /// What its last call spent and read, for a route receipt: a guest's; `None` for a
+    /// native policy, which has neither fuel nor imports.
+    fn last_call(&self) -> Option<CallReport> {
+        None
+    }
+}
+
+/// What one guest call spent and read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallReport {
+    /// Fuel consumed, import charges included (0 without a fuel budget).
+    pub fuel: u64,
+    /// The contract's imports it called (`prefix-hashes`, `policy-class`,
+    /// `worker-capacity`, `candidate-capacities`), in that order.
+    pub imports: Vec<String>,
 }
 
 /// Everything one scorer call sees.

@@ -19,7 +19,9 @@ use switchyard::{
 use crate::auth::{Principal, require_selector};
 use crate::error::ApiError;
 use crate::state::{Generation, LoadedVersion, Route, Service, Target};
-use switchyard::selection::HeldTable;
+use switchyard::selection::wire::Receipt;
+use switchyard::selection::{CallReport, HeldTable};
+use switchyard_guest_sdk::WorkerRank;
 
 /// A selection error: no eligible worker (422), or a fault of a fail-closed policy: 503
 /// while quarantined, overloaded or unavailable (the policy was not called; asking again
@@ -134,7 +136,7 @@ impl Service {
             Some(share) => share,
             None => self.enter(&tenant)?,
         };
-        let costs = Costs(request.costs);
+        let costs = Costs { all: request.costs, receipt: request.receipt.map(|r| r.top) };
         let limits = self.limits.requests();
         // A held table: this version's state, shared, and the request's own rows over it.
         let (table, request) = match request.table.clone() {
@@ -235,7 +237,7 @@ fn run_guest(
     costs: Costs,
 ) -> Result<SelectionAnswer, ApiError> {
     let trips = guarded.counters().breaker_trips;
-    let outcome = select_and_commit(&mut guarded, table, request);
+    let outcome = select_and_commit(&mut guarded, table, request, costs.receipt.is_some());
     if guarded.counters().breaker_trips > trips {
         tracing::warn!(
             tenant = %tenant,
@@ -246,7 +248,7 @@ fn run_guest(
         );
     }
     let faults = match &outcome {
-        Ok((decision, commit_fault)) => [decision.fallback.as_ref(), commit_fault.as_ref()],
+        Ok((decision, commit_fault, _)) => [decision.fallback.as_ref(), commit_fault.as_ref()],
         Err(SelectError::Fault { fault, .. }) => [Some(fault), None],
         Err(SelectError::NoEligibleWorker) => [None, None],
     };
@@ -257,8 +259,10 @@ fn run_guest(
             v.metrics().overloaded();
         }
     }
-    let answer = outcome.map(|(decision, commit_fault)| {
-        let candidates = costs.listed(guarded.last_candidates().zip(guarded.last_costs().iter().copied()));
+    let answer = outcome.map(|(decision, commit_fault, call)| {
+        let scored = || guarded.last_candidates().zip(guarded.last_costs().iter().copied());
+        let receipt = costs.receipt(table, request, scored(), call);
+        let candidates = costs.listed(scored());
         let by = match decision.decided_by {
             Decider::Policy => {
                 DecidedBy { policy: v.policy().into(), build: "guest", version: Some(v.version().into()) }
@@ -267,7 +271,10 @@ fn run_guest(
                 DecidedBy { policy: guarded.fallback_name().into(), build: "native", version: None }
             }
         };
-        SelectionAnswer::new(decision.selection, by, candidates, decision.fallback, commit_fault)
+        let mut answer =
+            SelectionAnswer::new(decision.selection, by, candidates, decision.fallback, commit_fault);
+        answer.receipt = receipt;
+        answer
     });
     v.checkin(guarded, generation);
     answer.map_err(select_error)
@@ -302,9 +309,11 @@ fn native(
     let scorer = builtin.native("{}").map_err(|e| ApiError::internal(e.to_string()))?;
     let mut selector = Selector::new(scorer);
     let selection = selector.select(table, request).map_err(select_error)?;
-    let candidates = costs.listed(selector.last_candidates().zip(selector.last_costs().iter().copied()));
+    let scored = || selector.last_candidates().zip(selector.last_costs().iter().copied());
     let by = DecidedBy { policy: builtin.name.into(), build: "native", version: None };
-    Ok(SelectionAnswer::new(selection, by, candidates, None, None))
+    let mut answer = SelectionAnswer::new(selection, by, costs.listed(scored()), None, None);
+    answer.receipt = costs.receipt(table, request, scored(), None);
+    Ok(answer)
 }
 
 /// The CPU time this thread has used.
@@ -313,14 +322,30 @@ fn thread_cpu() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
-/// Whether the answer lists every candidate's cost (the request's `costs`).
+/// What the answer tells beyond the pick: every candidate's cost (the request's `costs`),
+/// a receipt of the cheapest `receipt` (its `receipt.top`).
 #[derive(Clone, Copy)]
-struct Costs(bool);
+struct Costs {
+    all: bool,
+    receipt: Option<usize>,
+}
 
 impl Costs {
     /// `costs`, when asked for; else none.
     fn listed<T>(self, costs: impl Iterator<Item = T>) -> impl Iterator<Item = T> {
-        costs.take(if self.0 { usize::MAX } else { 0 })
+        costs.take(if self.all { usize::MAX } else { 0 })
+    }
+
+    /// The receipt, when asked for: built only then, so a selection without one pays
+    /// nothing for it.
+    fn receipt(
+        self,
+        table: &WorkerTable,
+        request: &SelectionRequest,
+        scored: impl Iterator<Item = (WorkerRank, f64)>,
+        call: Option<CallReport>,
+    ) -> Option<Receipt> {
+        self.receipt.map(|top| Receipt::new(table, request, scored, top, call))
     }
 }
 
@@ -347,15 +372,20 @@ impl Encoding {
     }
 }
 
-/// One guarded selection and its commit.
+/// One guarded selection and its commit; with `report`, what the policy's scoring spent
+/// and read (taken before the commit's call replaces it; none when the fallback decided).
 fn select_and_commit(
     guarded: &mut GuardedSelector,
     table: &WorkerTable,
     request: &SelectionRequest,
-) -> Result<(switchyard::Decision, Option<Fault>), SelectError> {
+    report: bool,
+) -> Result<(switchyard::Decision, Option<Fault>, Option<CallReport>), SelectError> {
     let decision = guarded.select(table, request)?;
+    let call = (report && decision.decided_by == Decider::Policy)
+        .then(|| guarded.policy().scorers().find_map(|s| s.last_call()))
+        .flatten();
     let commit_fault = guarded.commit(table, request, decision.selection.chosen)?;
-    Ok((decision, commit_fault))
+    Ok((decision, commit_fault, call))
 }
 
 /// One selection in flight for a tenant; the count drops when it ends.

@@ -371,6 +371,9 @@ impl Scorer for Metered {
         self.metrics.fuel(self.inner.last_fuel());
         r
     }
+    fn last_call(&self) -> Option<switchyard::selection::CallReport> {
+        self.inner.last_call()
+    }
     fn reset(&mut self) {
         self.inner.reset();
     }

@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 use switchyard_guest_sdk::WorkerRank;
 
 use crate::error::Fault;
+use crate::scorer::CallReport;
 use crate::selector::Selection;
+use crate::{SelectionRequest, WorkerTable};
 
 /// One decided selection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +34,69 @@ pub struct SelectionAnswer {
     /// when the request asks (`"costs": true`), else absent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub costs: Vec<CandidateCost>,
+    /// Why this worker, when the request asked (`"receipt": {"top": k}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<Receipt>,
+}
+
+/// A route receipt: how the pick was come to, from what the picker used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Receipt {
+    /// The candidates of lowest cost, lowest first (ties in row order): at most the `top`
+    /// asked for. The pick is among them unless the picker sampled (`temperature` > 0).
+    pub top: Vec<CandidateCost>,
+    /// The table's (worker, rank) slots.
+    pub slots: usize,
+    /// Slots the host ruled out because the request pinned another.
+    pub not_pinned: usize,
+    /// Slots the host ruled out because their worker is not in `allowed_workers`.
+    pub not_allowed: usize,
+    /// Candidates the policy's own filter removed.
+    pub filtered_by_policy: usize,
+    /// Candidates scored: `slots` less all of the above.
+    pub candidates: usize,
+    /// Fuel the policy's scoring used, import charges included (a guest's; absent for a
+    /// native build, which has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuel: Option<u64>,
+    /// The contract's imports the policy's scoring called (a guest's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub imports: Vec<String>,
+}
+
+impl Receipt {
+    /// The receipt of a selection on `table` for `request` that scored `costs` (the
+    /// candidates in row order), keeping the `top` cheapest; `call`, what the scoring
+    /// spent and read.
+    pub fn new(
+        table: &WorkerTable,
+        request: &SelectionRequest,
+        costs: impl Iterator<Item = (WorkerRank, f64)>,
+        top: usize,
+        call: Option<CallReport>,
+    ) -> Self {
+        let mut scored: Vec<CandidateCost> = costs
+            .map(|(w, cost)| CandidateCost { worker_id: w.worker_id, dp_rank: w.dp_rank, cost })
+            .collect();
+        let candidates = scored.len();
+        // Stable: equal costs keep row order, as the picker breaks ties.
+        scored.sort_by(|a, b| a.cost.total_cmp(&b.cost));
+        scored.truncate(top);
+        let (not_pinned, not_allowed) = request.ruled_out(table);
+        let slots = table.slots().len();
+        let eligible = slots - not_pinned - not_allowed;
+        let (fuel, imports) = call.map_or((None, Vec::new()), |c| (Some(c.fuel), c.imports));
+        Self {
+            top: scored,
+            slots,
+            not_pinned,
+            not_allowed,
+            filtered_by_policy: eligible.saturating_sub(candidates),
+            candidates,
+            fuel,
+            imports,
+        }
+    }
 }
 
 /// One candidate and its cost.
@@ -78,6 +143,7 @@ impl SelectionAnswer {
             costs: costs
                 .map(|(w, cost)| CandidateCost { worker_id: w.worker_id, dp_rank: w.dp_rank, cost })
                 .collect(),
+            receipt: None,
         }
     }
 }

@@ -13,10 +13,12 @@ pub mod error;
 pub mod request;
 pub mod table;
 
-pub use answer::{CandidateCost, ClassRoute, DecidedBy, SelectionAnswer, TenantAnswer, UnroutedClass};
+pub use answer::{
+    CandidateCost, ClassRoute, DecidedBy, Receipt, SelectionAnswer, TenantAnswer, UnroutedClass,
+};
 pub use error::{ErrorBody, ErrorDetail, ErrorKind, UnknownErrorKind};
 pub use request::{
-    MAX_SLOTS_CEILING, RequestJson, RequestLimits, RequestLimitsConfig, SAMPLE_REQUEST, WorkerJson,
-    WorkerRankJson,
+    MAX_RECEIPT_TOP, MAX_SLOTS_CEILING, ReceiptAsk, RequestJson, RequestLimits, RequestLimitsConfig,
+    SAMPLE_REQUEST, WorkerJson, WorkerRankJson,
 };
 pub use table::{TableDelta, TableJson, TableState, TableVersion};

@@ -118,6 +118,11 @@ impl RequestLimits {
                 c.max_workers
             ));
         }
+        if let Some(ask) = request.receipt
+            && ask.top > MAX_RECEIPT_TOP
+        {
+            return refuse(format!("receipt.top {} exceeds {MAX_RECEIPT_TOP}", ask.top));
+        }
         if request.preferred_taints.len() > c.max_preferred_taints {
             return refuse(format!(
                 "preferred_taints: {} entries exceed max_preferred_taints {}",
@@ -288,6 +293,25 @@ pub struct RequestJson {
     /// the pick alone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub costs: bool,
+    /// Asks for a route receipt in the answer: why this worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<ReceiptAsk>,
+}
+
+/// The most candidates a receipt lists.
+pub const MAX_RECEIPT_TOP: usize = 64;
+
+/// What a receipt should hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptAsk {
+    /// How many of the cheapest candidates to list, at most [`MAX_RECEIPT_TOP`]; default 8.
+    #[serde(default = "eight")]
+    pub top: usize,
+}
+
+fn eight() -> usize {
+    8
 }
 
 impl RequestJson {
