@@ -80,7 +80,8 @@ impl HeldTable {
             while from < old.len() && key(old[from]) < key(*slot) {
                 from += 1;
             }
-            if from < old.len() && old[from] == *slot {
+            // A worker removed and added again in this delta is a new worker: zeros.
+            if from < old.len() && old[from] == *slot && removed.binary_search(&slot.worker_id).is_err() {
                 for column in Column::ALL {
                     dense[column][to] = self.inputs[column][from];
                 }
@@ -98,7 +99,7 @@ impl HeldTable {
         options: RequestOptions,
         rows: WorkerInputs,
     ) -> Result<SelectionRequest, InputError> {
-        let inputs = if rows.is_empty() {
+        let inputs = if rows.is_empty() && Column::ALL.iter().all(|&c| rows[c].is_empty()) {
             Arc::clone(&self.inputs)
         } else {
             let mut dense = WorkerInputs::clone(&self.inputs);
@@ -158,9 +159,8 @@ fn zeros(table: &WorkerTable) -> WorkerInputs {
 /// Sets, in `dense` (a row per slot of `table`), each column `rows` gives for the slots it
 /// lists. Rows naming a slot the table does not have, or one slot twice, are refused.
 fn overlay(table: &WorkerTable, dense: &mut WorkerInputs, mut rows: WorkerInputs) -> Result<(), InputError> {
-    if rows.is_empty() {
-        return Ok(());
-    }
+    // No early return for no rows: a column given without `worker_id` is refused, as a
+    // whole request's is.
     let given: Vec<Column> =
         Column::ALL.into_iter().filter(|&c| c != Column::DpRank && !rows[c].is_empty()).collect();
     rows.normalise(table)?;
@@ -187,5 +187,64 @@ impl WorkerJson {
             max_num_batched_tokens: capacity.and_then(|c| c.max_num_batched_tokens),
             taints: worker.taints().to_vec(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workers(ids: &[(u64, u32)]) -> Vec<WorkerJson> {
+        ids.iter()
+            .map(|&(id, dp_size)| WorkerJson {
+                id,
+                dp_size,
+                total_kv_blocks: 0,
+                max_num_batched_tokens: None,
+                taints: Vec::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_worker_removed_and_added_in_one_delta_starts_at_zeros() {
+        let limits = RequestLimits::default();
+        let rows = WorkerInputs::new(vec![10, 10])
+            .with(Column::DpRank, vec![0, 1])
+            .with(Column::CachedTokens, vec![5, 7]);
+        let held = HeldTable::new(workers(&[(10, 2), (11, 1)]), rows, 1, &limits).unwrap();
+        let delta =
+            TableDelta { base_version: 1, remove: vec![10], add: workers(&[(10, 3)]), ..Default::default() };
+        let replaced = held.apply(delta, 2, &limits).unwrap();
+        assert_eq!(replaced.table().slots().len(), 4);
+        assert_eq!(
+            replaced.inputs()[Column::CachedTokens],
+            vec![0, 0, 0, 0],
+            "a new worker's rows are zeros"
+        );
+        // Kept workers keep theirs.
+        let delta = TableDelta { base_version: 1, add: workers(&[(12, 1)]), ..Default::default() };
+        assert_eq!(held.apply(delta, 2, &limits).unwrap().inputs()[Column::CachedTokens], vec![5, 7, 0, 0]);
+    }
+
+    #[test]
+    fn a_column_without_worker_ids_is_refused_as_a_whole_requests_is() {
+        let limits = RequestLimits::default();
+        let held = HeldTable::new(workers(&[(1, 1)]), WorkerInputs::default(), 1, &limits).unwrap();
+        let stray = WorkerInputs::default().with(Column::CachedTokens, vec![5]);
+        let delta = TableDelta { base_version: 1, inputs: stray.clone(), ..Default::default() };
+        let e = held.apply(delta, 2, &limits).unwrap_err();
+        assert!(e.to_string().contains("`cached_tokens` has 1 rows but `worker_id` has 0"), "{e}");
+        let facts = RequestFacts {
+            prompt_tokens: 16,
+            block_size: 16,
+            request_blocks: 1,
+            expected_output_tokens: None,
+            pinned: None,
+            pool: Default::default(),
+            seed: 0,
+        };
+        let e = held.request(facts, RequestOptions::default(), stray).unwrap_err();
+        assert!(e.to_string().contains("has 0"), "{e}");
     }
 }
