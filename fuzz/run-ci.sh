@@ -2,7 +2,7 @@
 # CI's fuzz step (docs/fuzzing.md): installs nightly and cargo-fuzz, then runs each
 # target for a fixed time on its committed seeds, so a regression that makes one of them
 # crash (a panic, a 500, a guest/native difference) fails CI. FUZZ_SECONDS (default 45)
-# is the time per target; the whole step takes ~5 × that plus one build of the fuzz
+# is the time per target; the whole step takes ~6 × that plus one build of the fuzz
 # workspace (wasmtime, Cranelift and the builtins' guests again, instrumented: the longer
 # part on a 2-core machine), within CI's 90 minutes.
 set -euo pipefail
@@ -24,7 +24,7 @@ fi
 # forbids `unsafe`) plus wasmtime, which OSS-Fuzz runs under ASan; an ASan build of
 # wasmtime and Cranelift takes several times as long to build and run on 2 cores.
 cargo "+$nightly" fuzz build -s none
-for target in request differential upload api proto; do
+for target in request differential upload api proto table; do
   mkdir -p "corpus/$target"
   echo "fuzz: $target for ${seconds}s"
   # A fresh corpus dir first (new inputs go there, not into the committed seeds).

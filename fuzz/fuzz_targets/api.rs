@@ -94,8 +94,9 @@ async fn listing(router: &axum::Router, tenant: &str) -> Value {
 async fn run(u: &mut Unstructured<'_>, dir: &Path) -> arbitrary::Result<()> {
     let router = http::router(open(dir));
     let (mut tenants, mut router_token, mut versions) = (Vec::<(String, String)>::new(), None, Vec::new());
+    let mut tables = Vec::new();
     for _ in 0..u.int_in_range(1..=12)? {
-        let c = call(u, &versions)?;
+        let c = call(u, &versions, &tables)?;
         let token = match c.token {
             Token::Admin => Some(ADMIN.to_string()),
             Token::Tenant(i) if !tenants.is_empty() => {
@@ -120,6 +121,13 @@ async fn run(u: &mut Unstructured<'_>, dir: &Path) -> arbitrary::Result<()> {
                 c.method,
                 c.path
             );
+        }
+        // A table's put, delta or state (JSON): its version, for the next delta to name.
+        if status == StatusCode::OK
+            && let Ok(v) = serde_json::from_slice::<Value>(&body)
+            && let (Value::String(_), Some(version)) = (&v["table"], v["version"].as_u64())
+        {
+            tables.push(version);
         }
         if status == StatusCode::CREATED {
             let v: Value = serde_json::from_slice(&body).expect("a JSON answer");

@@ -1,10 +1,12 @@
 //! Calls on the service's API, generated: the documented routes with real and wrong
-//! tokens, bodies of real components, requests and assignments, and raw requests of any
-//! method, path, headers and body.
+//! tokens, bodies of real components, requests, assignments and held tables (JSON or
+//! protobuf), and raw requests of any method, path, headers and body.
 
 use arbitrary::{Arbitrary, Unstructured};
-use serde_json::json;
+use serde_json::{Value, json};
+use switchyard::selection::wire::{TableDelta, TableJson};
 use switchyard_builtins::BUILTINS;
+use switchyard_proto::{CONTENT_TYPE, encode_delta, encode_table};
 
 use crate::params::params;
 use crate::request::{Shape, request};
@@ -62,6 +64,43 @@ fn name(u: &mut Unstructured<'_>) -> arbitrary::Result<String> {
     })
 }
 
+/// A held table's name: from a few, or anything.
+fn table(u: &mut Unstructured<'_>) -> arbitrary::Result<String> {
+    Ok(match u.int_in_range(0..=5)? {
+        0..=3 => "fleet".into(),
+        4 => "other".into(),
+        _ => String::arbitrary(u)?,
+    })
+}
+
+/// A table version: mostly the last one answered (a delta on another is refused with
+/// `table-version`; versions start from the clock, so a guess never names one), or any.
+fn table_version(u: &mut Unstructured<'_>, tables: &[u64]) -> arbitrary::Result<u64> {
+    Ok(match tables.last() {
+        Some(&v) if u.ratio(3, 4)? => v,
+        _ if !tables.is_empty() && bool::arbitrary(u)? => tables[u.choose_index(tables.len())?],
+        _ => u64::arbitrary(u)?,
+    })
+}
+
+/// `value` as the body: JSON, or sometimes protobuf (what `protobuf` makes of it, when it
+/// is a value of the wire type).
+fn body(
+    u: &mut Unstructured<'_>,
+    c: &mut Call,
+    value: Value,
+    protobuf: impl FnOnce(Value) -> Option<Vec<u8>>,
+) -> arbitrary::Result<()> {
+    match u.ratio(1, 4)?.then(|| protobuf(value.clone())).flatten() {
+        Some(bytes) => {
+            c.headers.push(("content-type".into(), CONTENT_TYPE.into()));
+            c.body = bytes;
+        }
+        None => c.body = value.to_string().into_bytes(),
+    }
+    Ok(())
+}
+
 /// Percent-encodes everything but unreserved characters, so any name makes a valid URI.
 pub fn encode(text: &str) -> String {
     text.bytes()
@@ -82,11 +121,15 @@ fn component(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<u8>> {
     })
 }
 
-/// The next call, given the versions uploaded so far (for assignments that pin one).
-pub fn call(u: &mut Unstructured<'_>, versions: &[String]) -> arbitrary::Result<Call> {
+/// The next call, given the versions uploaded so far (for assignments that pin one) and
+/// the table versions answered so far (for deltas and selections that name one).
+pub fn call(u: &mut Unstructured<'_>, versions: &[String], tables: &[u64]) -> arbitrary::Result<Call> {
     let token = Token::arbitrary(u)?;
     let mut c = Call { method: "GET", path: String::new(), token, headers: Vec::new(), body: Vec::new() };
-    match u.int_in_range(0..=9)? {
+    // One shape for requests, tables and deltas: the generator's ids (0, 1, 2, …) meet.
+    let shape = Shape { max_workers: 16, max_dp: 4, max_hashes: 32 };
+    let kind = u.int_in_range(0..=13)?;
+    match kind {
         0 => {
             c.method = "POST";
             c.path = "/v1/tenants".into();
@@ -128,11 +171,52 @@ pub fn call(u: &mut Unstructured<'_>, versions: &[String]) -> arbitrary::Result<
         7 => {
             c.method = "POST";
             c.path = "/v1/select".into();
-            let shape = Shape { max_workers: 16, max_dp: 4, max_hashes: 32 };
             let tenant = tenant(u)?;
             c.body = request(u, shape, Some(&tenant))?.to_string().into_bytes();
         }
         8 => c.path = ["/metrics", "/healthz"][u.choose_index(2)?].into(),
+        9 => {
+            c.method = "PUT";
+            c.path = format!("/v1/tenants/{}/tables/{}", encode(&tenant(u)?), encode(&table(u)?));
+            let r = request(u, shape, None)?;
+            let put = json!({"workers": r["workers"], "inputs": r.get("inputs").unwrap_or(&json!({}))});
+            body(u, &mut c, put, |v| serde_json::from_value::<TableJson>(v).ok().map(|t| encode_table(&t)))?;
+        }
+        10 => {
+            c.method = "POST";
+            c.path = format!("/v1/tenants/{}/tables/{}/deltas", encode(&tenant(u)?), encode(&table(u)?));
+            let r = request(u, Shape { max_workers: 3, ..shape }, None)?;
+            let remove: Vec<u64> =
+                (0..u.int_in_range(0..=2)?).map(|_| u.int_in_range(0..=16)).collect::<Result<_, _>>()?;
+            let delta = json!({
+                "base_version": table_version(u, tables)?,
+                "remove": remove,
+                "add": r["workers"],
+                "inputs": r.get("inputs").unwrap_or(&json!({})),
+            });
+            body(u, &mut c, delta, |v| {
+                serde_json::from_value::<TableDelta>(v).ok().map(|d| encode_delta(&d))
+            })?;
+        }
+        11 => {
+            c.method = ["GET", "DELETE"][u.choose_index(2)?];
+            c.path = format!("/v1/tenants/{}/tables/{}", encode(&tenant(u)?), encode(&table(u)?));
+        }
+        12 => {
+            c.method = "POST";
+            c.path = "/v1/select".into();
+            let tenant = tenant(u)?;
+            // Its workers' ids and rows are those the puts and deltas use.
+            let mut r = request(u, shape, Some(&tenant))?;
+            if let Value::Object(m) = &mut r {
+                m.remove("workers");
+                m.insert("table".into(), json!(table(u)?));
+                if bool::arbitrary(u)? {
+                    m.insert("table_version".into(), json!(table_version(u, tables)?));
+                }
+            }
+            c.body = r.to_string().into_bytes();
+        }
         _ => {
             c.method = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"][u.choose_index(7)?];
             c.path = String::arbitrary(u)?;
@@ -141,6 +225,11 @@ pub fn call(u: &mut Unstructured<'_>, versions: &[String]) -> arbitrary::Result<
             }
             c.body = Vec::<u8>::arbitrary(u)?;
         }
+    }
+    // A table call needs a tenant's, a router's or the admin's token, several in a row to
+    // reach a delta on a put table: the admin's half the time.
+    if (9..=12).contains(&kind) && bool::arbitrary(u)? {
+        c.token = Token::Admin;
     }
     if u.ratio(1, 8)? {
         let header = ["content-type", "content-length", "transfer-encoding", "authorization"];

@@ -32,7 +32,7 @@ pub struct Shape {
 }
 
 /// A u32 the way a hostile caller picks one: small, at an edge, or anything.
-fn number(u: &mut Unstructured<'_>) -> arbitrary::Result<u32> {
+pub fn number(u: &mut Unstructured<'_>) -> arbitrary::Result<u32> {
     Ok(match u.int_in_range(0..=7)? {
         0 => 0,
         1 => u32::MAX,
@@ -44,7 +44,7 @@ fn number(u: &mut Unstructured<'_>) -> arbitrary::Result<u32> {
 
 /// An f64 for a weight or a temperature: ordinary, extreme, or not finite (which JSON
 /// cannot carry: serde_json writes `null` for it).
-fn float(u: &mut Unstructured<'_>) -> arbitrary::Result<f64> {
+pub fn float(u: &mut Unstructured<'_>) -> arbitrary::Result<f64> {
     Ok(match u.int_in_range(0..=5)? {
         0 => 0.0,
         1 => f64::arbitrary(u)?,
@@ -54,7 +54,7 @@ fn float(u: &mut Unstructured<'_>) -> arbitrary::Result<f64> {
 }
 
 /// A short label (taint, class): from a few, so that taints and preferences meet.
-fn label(u: &mut Unstructured<'_>) -> arbitrary::Result<String> {
+pub fn label(u: &mut Unstructured<'_>) -> arbitrary::Result<String> {
     Ok(match u.int_in_range(0..=5)? {
         0 => "h100".into(),
         1 => "a100".into(),
