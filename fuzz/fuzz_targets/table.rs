@@ -117,11 +117,6 @@ impl Model {
             return None;
         }
         let mut rows = self.rows.clone();
-        // No rows set nothing, whatever the columns hold: the held path stops there, before
-        // the lengths are checked.
-        if n == 0 {
-            return Some(rows);
-        }
         if Column::ALL.iter().any(|&c| !inputs[c].is_empty() && inputs[c].len() != n) {
             return None;
         }
@@ -308,6 +303,7 @@ fn request(u: &mut Unstructured<'_>, model: &Model) -> arbitrary::Result<Request
         table: None,
         table_version: None,
         inputs: WorkerInputs::default(),
+        receipt: None,
         costs: false,
     })
 }
