@@ -196,13 +196,7 @@ impl Prepared {
                 let v: &LoadedVersion = v;
                 match v.checkout(route.on_fault) {
                     Ok((guarded, generation)) => {
-                        // The guest's own time: its calls, not the instance's making.
-                        let called = thread_cpu();
-                        let outcome = run_guest(&tenant, v, (guarded, generation), table, &request, costs);
-                        let faulted =
-                            !matches!(&outcome, Ok(a) if a.fallback.is_none() && a.commit_fault.is_none());
-                        in_flight.0.ran_guest(thread_cpu().saturating_sub(called), faulted);
-                        outcome
+                        run_guest(&tenant, v, (guarded, generation), table, &request, costs, &in_flight.0)
                     }
                     Err(reason) => {
                         let fault = Fault::new(
@@ -235,9 +229,19 @@ fn run_guest(
     table: &WorkerTable,
     request: &SelectionRequest,
     costs: Costs,
+    share: &TenantShare,
 ) -> Result<SelectionAnswer, ApiError> {
     let trips = guarded.counters().breaker_trips;
+    // The guest's own time: its calls, not the instance's making nor the answer's.
+    let called = thread_cpu();
     let outcome = select_and_commit(&mut guarded, table, request, costs.receipt.is_some());
+    // No eligible worker is the request's doing, not the guest's.
+    let faulted = match &outcome {
+        Ok((decision, commit_fault, _)) => decision.fallback.is_some() || commit_fault.is_some(),
+        Err(SelectError::Fault { .. }) => true,
+        Err(SelectError::NoEligibleWorker) => false,
+    };
+    share.ran_guest(thread_cpu().saturating_sub(called), faulted);
     if guarded.counters().breaker_trips > trips {
         tracing::warn!(
             tenant = %tenant,

@@ -75,13 +75,23 @@ impl Receipt {
         top: usize,
         call: Option<CallReport>,
     ) -> Self {
-        let mut scored: Vec<CandidateCost> = costs
-            .map(|(w, cost)| CandidateCost { worker_id: w.worker_id, dp_rank: w.dp_rank, cost })
-            .collect();
+        // (cost, row): equal costs keep row order, as the picker breaks ties. The `top`
+        // are selected first, in linear time, and only they are sorted.
+        let mut scored: Vec<(f64, usize, WorkerRank)> =
+            costs.enumerate().map(|(row, (w, cost))| (cost, row, w)).collect();
         let candidates = scored.len();
-        // Stable: equal costs keep row order, as the picker breaks ties.
-        scored.sort_by(|a, b| a.cost.total_cmp(&b.cost));
-        scored.truncate(top);
+        let order = |a: &(f64, usize, WorkerRank), b: &(f64, usize, WorkerRank)| {
+            a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+        };
+        if top < scored.len() {
+            scored.select_nth_unstable_by(top, order);
+            scored.truncate(top);
+        }
+        scored.sort_unstable_by(order);
+        let scored = scored
+            .into_iter()
+            .map(|(cost, _, w)| CandidateCost { worker_id: w.worker_id, dp_rank: w.dp_rank, cost })
+            .collect();
         let (not_pinned, not_allowed) = request.ruled_out(table);
         let slots = table.slots().len();
         let eligible = slots - not_pinned - not_allowed;
