@@ -930,18 +930,35 @@ async fn assign(
 }
 
 async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
-    let encoding = match body_encoding(&headers) {
-        Ok(encoding) => encoding,
-        Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
-    };
-    let answer_encoding = answer_encoding(&headers, encoding)?;
-    let answer = hot_path(&http, &headers, body, INLINE_BODY_BYTES, move |service, who, share, body| {
+    encoded(&http, &headers, body, INLINE_BODY_BYTES, move |service, who, share, body, encoding| {
         let prepared = service.prepare(who, share, body, encoding)?;
         Ok(if prepared.inline() {
             Work::Done(prepared.run(service)?)
         } else {
             Work::Blocking(Box::new(move |service| prepared.run(service)))
         })
+    })
+    .await
+}
+
+/// A hot path in either encoding: the body's by its `Content-Type` (another is refused
+/// unread), the answer's by `Accept`; `work` is told the body's.
+async fn encoded<T: serde::Serialize + Encode + Send + 'static>(
+    http: &Http,
+    headers: &HeaderMap,
+    body: Body,
+    inline_bytes: usize,
+    work: impl FnOnce(&Service, &Principal, Option<InFlight>, &[u8], Encoding) -> Result<Work<T>, ApiError>
+    + Send
+    + 'static,
+) -> Answer {
+    let encoding = match body_encoding(headers) {
+        Ok(encoding) => encoding,
+        Err(refusal) => return Err(http.refuse(refusal, headers, body, Limit::Select).await),
+    };
+    let answer_encoding = answer_encoding(headers, encoding)?;
+    let answer = hot_path(http, headers, body, inline_bytes, move |service, who, share, body| {
+        work(service, who, share, body, encoding)
     })
     .await;
     Ok(answer.map_or_else(|refused| *refused, |answer| encoded_answer(answer_encoding, &answer)))
@@ -1116,18 +1133,12 @@ async fn put_table(
     Path((tenant, table)): Path<(String, String)>,
     body: Body,
 ) -> Answer {
-    let encoding = match body_encoding(&headers) {
-        Ok(encoding) => encoding,
-        Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
-    };
-    let answer_encoding = answer_encoding(&headers, encoding)?;
-    let answer = hot_path(&http, &headers, body, 0, move |service, who, share, body| {
+    encoded(&http, &headers, body, 0, move |service, who, share, body, encoding| {
         let _in_flight = entered(service, &tenant, share)?;
         let table_json = decode_table(body, encoding)?;
         service.put_table(who, &tenant, &table, table_json).map(Work::Done)
     })
-    .await;
-    Ok(answer.map_or_else(|refused| *refused, |answer| encoded_answer(answer_encoding, &answer)))
+    .await
 }
 
 async fn change_table(
@@ -1136,18 +1147,12 @@ async fn change_table(
     Path((tenant, table)): Path<(String, String)>,
     body: Body,
 ) -> Answer {
-    let encoding = match body_encoding(&headers) {
-        Ok(encoding) => encoding,
-        Err(refusal) => return Err(http.refuse(refusal, &headers, body, Limit::Select).await),
-    };
-    let answer_encoding = answer_encoding(&headers, encoding)?;
-    let answer = hot_path(&http, &headers, body, 0, move |service, who, share, body| {
+    encoded(&http, &headers, body, 0, move |service, who, share, body, encoding| {
         let _in_flight = entered(service, &tenant, share)?;
         let delta = decode_delta(body, encoding)?;
         service.change_table(who, &tenant, &table, delta).map(Work::Done)
     })
-    .await;
-    Ok(answer.map_or_else(|refused| *refused, |answer| encoded_answer(answer_encoding, &answer)))
+    .await
 }
 
 async fn table_state(
