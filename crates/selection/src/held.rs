@@ -11,7 +11,7 @@ use switchyard_guest_sdk::{Column, RequestFacts, WorkerRank};
 
 use crate::error::InputError;
 use crate::request::{RequestOptions, SelectionRequest, WorkerInputs};
-use crate::wire::request::{RequestLimits, WorkerJson};
+use crate::wire::request::{RequestJson, RequestLimits, WorkerJson};
 use crate::wire::table::TableDelta;
 use crate::workers::{Worker, WorkerTable};
 
@@ -187,6 +187,27 @@ impl WorkerJson {
             max_num_batched_tokens: capacity.and_then(|c| c.max_num_batched_tokens),
             taints: worker.taints().to_vec(),
         }
+    }
+}
+
+impl RequestJson {
+    /// The validated request against a table the service holds: `inputs` are the rows the
+    /// request changes. `limits` are checked first.
+    pub fn into_held_request(
+        mut self,
+        held: &HeldTable,
+        limits: &RequestLimits,
+    ) -> Result<SelectionRequest, InputError> {
+        if !self.workers.is_empty() {
+            return Err(InputError::new("give `workers` or a held `table`, not both"));
+        }
+        if self.block_size == 0 {
+            return Err(InputError::new("block_size must be at least 1 token"));
+        }
+        limits.check(&self)?;
+        let rows = std::mem::take(&mut self.inputs);
+        let (facts, options) = self.into_facts();
+        held.request(facts, options, rows)
     }
 }
 

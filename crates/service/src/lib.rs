@@ -35,6 +35,7 @@ mod params;
 mod rates;
 pub mod registry;
 pub mod select;
+mod share;
 mod snapshot;
 pub mod state;
 pub mod tables;

@@ -15,10 +15,13 @@ use sha2::{Digest, Sha256};
 use switchyard::GuestScorer;
 use switchyard_builtins as builtin;
 
-use crate::auth::{Principal, hash_token, new_token, require_admin, require_tenant};
+use crate::auth::{Principal, hash_token, new_token, require_admin, require_selector, require_tenant};
 use crate::error::ApiError;
 use crate::rates::WriteKind;
 use crate::state::{Service, Writer};
+use crate::tables;
+use switchyard::selection::HeldTable;
+use switchyard::selection::wire::{TableDelta, TableJson, TableState, TableVersion};
 use switchyard_registry_nats::Key;
 
 use crate::store::{Assignment, PolicyRecord, TenantRecord, VersionRecord};
@@ -101,7 +104,7 @@ fn short(version: &str) -> &str {
 
 /// Names of tenants, routers, policies and classes: `[a-z0-9_-]`, 1–64 characters, so
 /// they are safe in paths, file names and metric labels.
-pub(crate) fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
+fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
@@ -728,6 +731,123 @@ impl Service {
 enum Step {
     Back,
     Forward,
+}
+
+// Held worker tables (`tables`): put, changed, read, deleted; selections read them.
+
+fn table_version(tenant: &str, table: &str, held: &HeldTable) -> TableVersion {
+    TableVersion {
+        tenant: tenant.to_string(),
+        table: table.to_string(),
+        version: held.version(),
+        workers: held.table().workers().len(),
+        slots: held.table().slots().len(),
+    }
+}
+
+impl Service {
+    /// The caller may act for `tenant`'s tables (the tenant, a router, the admin), and
+    /// the tenant exists.
+    fn table_owner(&self, who: &Principal, tenant: &str) -> Result<(), ApiError> {
+        require_selector(who, tenant)?;
+        if self.snapshot().route(tenant, None).is_none() {
+            return Err(ApiError::not_found(ErrorKind::UnknownTenant, format!("no tenant `{tenant}`")));
+        }
+        Ok(())
+    }
+
+    /// `PUT …/tables/{table}`: the table, whole, as a new version.
+    pub fn put_table(
+        &self,
+        who: &Principal,
+        tenant: &str,
+        table: &str,
+        body: TableJson,
+    ) -> Result<TableVersion, ApiError> {
+        check_name("table", table)?;
+        self.table_owner(who, tenant)?;
+        let invalid = |e: switchyard::selection::InputError| {
+            ApiError::bad_request(ErrorKind::InvalidInput, e.to_string())
+        };
+        let held = HeldTable::new(body.workers, body.inputs, self.tables.version(), self.limits.requests())
+            .map_err(invalid)?;
+        let tables = self.tables.tenant_or_new(tenant);
+        let mut tables = tables::lock(&tables);
+        let max = self.limits.max_tables_per_tenant;
+        if !tables.contains_key(table) && tables.len() >= max {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorKind::TooManyTables,
+                format!(
+                    "tenant `{tenant}` has {} tables; the limit is {max} (`max_tables_per_tenant`): delete one first",
+                    tables.len()
+                ),
+            ));
+        }
+        let answer = table_version(tenant, table, &held);
+        tables.insert(table.to_string(), Arc::new(held));
+        Ok(answer)
+    }
+
+    /// `POST …/tables/{table}/deltas`: the change, on the version it names only.
+    pub fn change_table(
+        &self,
+        who: &Principal,
+        tenant: &str,
+        table: &str,
+        delta: TableDelta,
+    ) -> Result<TableVersion, ApiError> {
+        self.table_owner(who, tenant)?;
+        let current = self.tables.get(tenant, table)?;
+        let base = delta.base_version;
+        if base != current.version() {
+            return Err(tables::wrong_version(table, base, current.version(), "the delta is based on"));
+        }
+        let changed = current
+            .apply(delta, self.tables.version(), self.limits.requests())
+            .map_err(|e| ApiError::bad_request(ErrorKind::InvalidInput, e.to_string()))?;
+        let tables = self.tables.tenant_or_new(tenant);
+        let mut tables = tables::lock(&tables);
+        // Another change of the same version may have landed while this one was built.
+        match tables.get(table) {
+            Some(now) if now.version() == base => {}
+            Some(now) => {
+                return Err(tables::wrong_version(table, base, now.version(), "the delta is based on"));
+            }
+            None => return Err(tables::unknown_table(tenant, table)),
+        }
+        let answer = table_version(tenant, table, &changed);
+        tables.insert(table.to_string(), Arc::new(changed));
+        Ok(answer)
+    }
+
+    /// `GET …/tables/{table}`: the current version, whole.
+    pub fn table_state(&self, who: &Principal, tenant: &str, table: &str) -> Result<TableState, ApiError> {
+        self.table_owner(who, tenant)?;
+        let held = self.tables.get(tenant, table)?;
+        Ok(TableState {
+            tenant: tenant.to_string(),
+            table: table.to_string(),
+            version: held.version(),
+            workers: held.workers_json(),
+            inputs: held.inputs().clone(),
+        })
+    }
+
+    /// `DELETE …/tables/{table}`.
+    pub fn delete_table(
+        &self,
+        who: &Principal,
+        tenant: &str,
+        table: &str,
+    ) -> Result<serde_json::Value, ApiError> {
+        self.table_owner(who, tenant)?;
+        let removed = self.tables.tenant(tenant).and_then(|tables| tables::lock(&tables).remove(table));
+        match removed {
+            Some(_) => Ok(serde_json::json!({ "tenant": tenant, "table": table, "deleted": true })),
+            None => Err(tables::unknown_table(tenant, table)),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -90,7 +90,7 @@ pub struct Service {
     /// Idle instances across all versions (`max_idle_instances`).
     pub(crate) idle_slots: Arc<IdleSlots>,
     /// Each tenant's selections in flight (`max_in_flight_per_tenant`).
-    pub(crate) in_flight: Mutex<HashMap<String, Arc<crate::select::TenantShare>>>,
+    pub(crate) in_flight: Mutex<HashMap<String, Arc<crate::share::TenantShare>>>,
     /// Each tenant's uploads and writes in the last minute (`uploads_per_minute`,
     /// `writes_per_minute`).
     pub(crate) rates: WriteRates,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use switchyard_guest_sdk::{Pool, RequestFacts, WorkerRank};
 
-use crate::{HeldTable, InputError, RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable};
+use crate::{InputError, RequestOptions, SelectionRequest, Worker, WorkerInputs, WorkerTable};
 
 /// The most slots a configuration may allow one request: past this, one request's
 /// columns alone take hundreds of megabytes.
@@ -350,27 +350,8 @@ impl RequestJson {
         Ok((table, request))
     }
 
-    /// The validated request against a table the service holds: `inputs` are the rows the
-    /// request changes. `limits` are checked first.
-    pub fn into_held_request(
-        mut self,
-        held: &HeldTable,
-        limits: &RequestLimits,
-    ) -> Result<SelectionRequest, InputError> {
-        if !self.workers.is_empty() {
-            return Err(InputError::new("give `workers` or a held `table`, not both"));
-        }
-        if self.block_size == 0 {
-            return Err(InputError::new("block_size must be at least 1 token"));
-        }
-        limits.check(&self)?;
-        let rows = std::mem::take(&mut self.inputs);
-        let (facts, options) = self.into_facts();
-        held.request(facts, options, rows)
-    }
-
     /// The request's facts and options (everything but the table and the inputs).
-    fn into_facts(self) -> (RequestFacts, RequestOptions) {
+    pub(crate) fn into_facts(self) -> (RequestFacts, RequestOptions) {
         let facts = RequestFacts {
             prompt_tokens: self.prompt_tokens,
             block_size: self.block_size,
