@@ -512,3 +512,26 @@ fn protobuf_bodies_answer_what_json_answers_and_broken_ones_are_refused_by_field
     assert_eq!(status, 400, "{error}");
     assert!(message(&error).contains("`pool`"), "{error}");
 }
+
+/// The tables' tenant is in the path: another tenant's put or delta is refused from its
+/// headers, before its body (here one that never finishes arriving) is waited for.
+#[test]
+fn another_tenants_table_write_is_refused_before_its_body_is_read() {
+    let dir = temp_dir("tables-unread");
+    let server = Server::with_config(&dir, "");
+    let c = Client::new(&server);
+    let (_a, b) = (c.add_tenant("a"), c.add_tenant("b"));
+    for (method, path) in [("PUT", "/v1/tenants/a/tables/pool"), ("POST", "/v1/tenants/a/tables/pool/deltas")]
+    {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {b}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+        );
+        let mut stream = switchyard_test_util::server::send_head(&server.addr(), &head, b"{\"workers\": [");
+        let answer =
+            switchyard_test_util::server::read_response(&mut stream, std::time::Duration::from_secs(5));
+        let (status, text) =
+            answer.unwrap_or_else(|e| panic!("{method} {path}: no answer before the body: {e}"));
+        assert_eq!(status, 403, "{method} {path}: {text}");
+        assert!(text.contains("forbidden"), "{text}");
+    }
+}

@@ -53,7 +53,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore, watch};
 
-use crate::auth::{Principal, identify, require_admin, require_tenant};
+use crate::auth::{Principal, identify, require_admin, require_selector, require_tenant};
 use crate::config::ServiceLimits;
 use crate::error::ApiError;
 use crate::metrics;
@@ -930,14 +930,22 @@ async fn assign(
 }
 
 async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {
-    encoded(&http, &headers, body, INLINE_BODY_BYTES, move |service, who, share, body, encoding| {
-        let prepared = service.prepare(who, share, body, encoding)?;
-        Ok(if prepared.inline() {
-            Work::Done(prepared.run(service)?)
-        } else {
-            Work::Blocking(Box::new(move |service| prepared.run(service)))
-        })
-    })
+    // The tenant is in the body: only the token is checked before it is read.
+    encoded(
+        &http,
+        &headers,
+        body,
+        INLINE_BODY_BYTES,
+        |_| Ok(()),
+        move |service, who, share, body, encoding| {
+            let prepared = service.prepare(who, share, body, encoding)?;
+            Ok(if prepared.inline() {
+                Work::Done(prepared.run(service)?)
+            } else {
+                Work::Blocking(Box::new(move |service| prepared.run(service)))
+            })
+        },
+    )
     .await
 }
 
@@ -948,6 +956,7 @@ async fn encoded<T: serde::Serialize + Encode + Send + 'static>(
     headers: &HeaderMap,
     body: Body,
     inline_bytes: usize,
+    allowed: impl FnOnce(&Principal) -> Result<(), ApiError>,
     work: impl FnOnce(&Service, &Principal, Option<InFlight>, &[u8], Encoding) -> Result<Work<T>, ApiError>
     + Send
     + 'static,
@@ -957,7 +966,7 @@ async fn encoded<T: serde::Serialize + Encode + Send + 'static>(
         Err(refusal) => return Err(http.refuse(refusal, headers, body, Limit::Select).await),
     };
     let answer_encoding = answer_encoding(headers, encoding)?;
-    let answer = hot_path(http, headers, body, inline_bytes, move |service, who, share, body| {
+    let answer = hot_path(http, headers, body, inline_bytes, allowed, move |service, who, share, body| {
         work(service, who, share, body, encoding)
     })
     .await;
@@ -1058,10 +1067,12 @@ async fn hot_path<T: Send + 'static>(
     headers: &HeaderMap,
     body: Body,
     inline_bytes: usize,
+    allowed: impl FnOnce(&Principal) -> Result<(), ApiError>,
     work: impl FnOnce(&Service, &Principal, Option<InFlight>, &[u8]) -> Result<Work<T>, ApiError> + Send + 'static,
 ) -> Result<T, Box<Response>> {
-    // Whether the caller is anyone at all is in the headers, and is settled first.
-    let (who, body) = http.authorize(headers, body, Limit::Select, |_| Ok(())).await.map_err(boxed)?;
+    // Who the caller is, and whether it may act for a tenant the path names, is in the
+    // headers, and is settled before a byte of the body is read.
+    let (who, body) = http.authorize(headers, body, Limit::Select, allowed).await.map_err(boxed)?;
     let (share, router_share) = match &who {
         Principal::Tenant(tenant) => match http.service.enter(tenant) {
             Ok(share) => (Some(share), None),
@@ -1133,7 +1144,9 @@ async fn put_table(
     Path((tenant, table)): Path<(String, String)>,
     body: Body,
 ) -> Answer {
-    encoded(&http, &headers, body, 0, move |service, who, share, body, encoding| {
+    let owner = tenant.clone();
+    let allowed = move |w: &Principal| require_selector(w, &owner);
+    encoded(&http, &headers, body, 0, allowed, move |service, who, share, body, encoding| {
         let _in_flight = entered(service, &tenant, share)?;
         let table_json = decode_table(body, encoding)?;
         service.put_table(who, &tenant, &table, table_json).map(Work::Done)
@@ -1147,7 +1160,9 @@ async fn change_table(
     Path((tenant, table)): Path<(String, String)>,
     body: Body,
 ) -> Answer {
-    encoded(&http, &headers, body, 0, move |service, who, share, body, encoding| {
+    let owner = tenant.clone();
+    let allowed = move |w: &Principal| require_selector(w, &owner);
+    encoded(&http, &headers, body, 0, allowed, move |service, who, share, body, encoding| {
         let _in_flight = entered(service, &tenant, share)?;
         let delta = decode_delta(body, encoding)?;
         service.change_table(who, &tenant, &table, delta).map(Work::Done)
