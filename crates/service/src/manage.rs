@@ -1,7 +1,7 @@
 //! The management API: tenants, routers, uploads, assignments, rollback, listing.
 //! Every change is committed to the manifest before it is answered (see `state`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use switchyard::selection::wire::ErrorKind;
 use switchyard::selection::wire::api::{
@@ -769,20 +769,30 @@ impl Service {
         let invalid = |e: switchyard::selection::InputError| {
             ApiError::bad_request(ErrorKind::InvalidInput, e.to_string())
         };
+        let tables = self.tables.tenant_or_new(tenant);
+        let max = self.limits.max_tables_per_tenant;
+        let over = |tables: &HashMap<String, Arc<HeldTable>>| {
+            (!tables.contains_key(table) && tables.len() >= max).then(|| {
+                ApiError::new(
+                    StatusCode::CONFLICT,
+                    ErrorKind::TooManyTables,
+                    format!(
+                        "tenant `{tenant}` has {} tables; the limit is {max} (`max_tables_per_tenant`): delete one first",
+                        tables.len()
+                    ),
+                )
+            })
+        };
+        // Refused before the table is built (no work for a put that cannot land), and
+        // again under the lock it is inserted under.
+        if let Some(refusal) = over(&tables::lock(&tables)) {
+            return Err(refusal);
+        }
         let held = HeldTable::new(body.workers, body.inputs, self.tables.version(), self.limits.requests())
             .map_err(invalid)?;
-        let tables = self.tables.tenant_or_new(tenant);
         let mut tables = tables::lock(&tables);
-        let max = self.limits.max_tables_per_tenant;
-        if !tables.contains_key(table) && tables.len() >= max {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                ErrorKind::TooManyTables,
-                format!(
-                    "tenant `{tenant}` has {} tables; the limit is {max} (`max_tables_per_tenant`): delete one first",
-                    tables.len()
-                ),
-            ));
+        if let Some(refusal) = over(&tables) {
+            return Err(refusal);
         }
         let answer = table_version(tenant, table, &held);
         tables.insert(table.to_string(), Arc::new(held));
