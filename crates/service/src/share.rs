@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 /// The most CPU time a tenant's guest selection may take and still leave the tenant
 /// trusted to run on a connection's thread: a slower one (or a fault) sends the tenant's
-/// selections to the blocking threads for [`INLINE_DEMOTION`]. A legitimate policy takes
-/// microseconds (~0.1 ms at 10,000 workers), a hostile one up to its fuel (4–25 ms at
-/// the default limits). The thread's CPU clock, not the wall's: a call preempted on a
-/// busy host is not slower for it.
+/// selections to the blocking threads for [`INLINE_DEMOTION`]. Well above a legitimate
+/// policy's call at `max_slots` candidates, well below what a guest spending its whole
+/// fuel takes (BENCHMARKS.md, "Hostile guests"). The thread's CPU clock, not the wall's:
+/// a call preempted on a busy host is not slower for it.
 const INLINE_MAX: Duration = Duration::from_millis(1);
 /// How long a tenant whose guest was slow, or faulted, runs off the connections' threads.
 const INLINE_DEMOTION: Duration = Duration::from_secs(10);
