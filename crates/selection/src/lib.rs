@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 mod columns;
+pub mod compare;
 mod containment;
 mod error;
 mod facts;
