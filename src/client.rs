@@ -57,6 +57,26 @@ impl ServerArgs {
     /// Sends `body` to `path` and returns the JSON answer; an error answer becomes its
     /// `kind` and `message`.
     pub fn call(&self, method: Method, path: &str, body: Option<&[u8]>) -> Result<Value, CliError> {
+        let (status, text) = self.exchange(method, path, body)?;
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|_| CliError::new(ErrorKind::Server, format!("{status}: {}", text.trim())))?;
+        if status.is_success() { Ok(value) } else { Err(self.refusal(status, &text)) }
+    }
+
+    /// `GET path`'s answer as text (a captured trace's JSON Lines, say); an error answer
+    /// becomes its `kind` and `message`.
+    pub fn get_text(&self, path: &str) -> Result<String, CliError> {
+        let (status, text) = self.exchange(Method::Get, path, None)?;
+        if status.is_success() { Ok(text) } else { Err(self.refusal(status, &text)) }
+    }
+
+    /// Sends the request: the answer's status and body.
+    fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<(ureq::http::StatusCode, String), CliError> {
         let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
         let url = format!("{}{path}", self.base_url()?);
         let auth = self.token.as_ref().map(|t| format!("Bearer {}", t.trim()));
@@ -81,15 +101,15 @@ impl ServerArgs {
             .body_mut()
             .read_to_string()
             .map_err(|e| CliError::new(ErrorKind::Connect, format!("reading the answer from {url}: {e}")))?;
-        let value: Value = serde_json::from_str(&text)
-            .map_err(|_| CliError::new(ErrorKind::Server, format!("{status}: {}", text.trim())))?;
-        if status.is_success() {
-            return Ok(value);
-        }
+        Ok((status, text))
+    }
+
+    /// The error an answer of `status` with body `text` is.
+    fn refusal(&self, status: ureq::http::StatusCode, text: &str) -> CliError {
         // The service's error shape; a kind this CLI does not know (a newer server's) is
         // reported as `server`, with the server's own words.
-        let Ok(ErrorBody { error }) = serde_json::from_value::<ErrorBody>(value) else {
-            return Err(CliError::new(ErrorKind::Server, format!("{status}: {}", text.trim())));
+        let Ok(ErrorBody { error }) = serde_json::from_str::<ErrorBody>(text) else {
+            return CliError::new(ErrorKind::Server, format!("{status}: {}", text.trim()));
         };
         // The server names its header; a CLI user sets the token with a flag or variable.
         let hint = match (error.kind, &self.token) {
@@ -101,7 +121,7 @@ impl ServerArgs {
             }
             _ => "",
         };
-        Err(CliError::new(error.kind, format!("{} (HTTP {}){hint}", error.message, status.as_u16())))
+        CliError::new(error.kind, format!("{} (HTTP {}){hint}", error.message, status.as_u16()))
     }
 }
 

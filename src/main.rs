@@ -10,6 +10,7 @@ mod config;
 mod output;
 mod policy;
 mod replay;
+mod rollout;
 mod select;
 mod serve;
 mod source;
@@ -52,6 +53,9 @@ enum Command {
     Table(table::TableCommand),
     /// Replay a request trace through a simulated cluster: routing quality per policy.
     Replay(replay::ReplayArgs),
+    /// Capture a class's last selections on a running server, and read them as a trace
+    /// for `switchyard replay`.
+    Capture(rollout::CaptureArgs),
     /// Compiles components for `switchyard serve`, which starts it, on standard input and
     /// output (not for people).
     #[command(hide = true)]
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Command::Tenant(command) => tenant::run(command),
         Command::Table(command) => table::run(command),
         Command::Replay(args) => replay::run(args),
+        Command::Capture(args) => rollout::capture(args),
         Command::CompileWorker => switchyard::compile_worker_main::serve_worker().map_err(|e| {
             output::CliError::new(
                 switchyard::selection::wire::ErrorKind::Serve,

@@ -77,6 +77,16 @@ pub enum PolicyCommand {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Run a policy beside a class's on a share of its selections, after each is answered,
+    /// and report how they compare (--report), or stop it (--off).
+    Shadow(Box<crate::rollout::ShadowArgs>),
+    /// Route a share of a class's selections to a policy, rolled back by itself when it
+    /// faults; --status reports it.
+    Canary(Box<crate::rollout::CanaryArgs>),
+    /// Make a class's canary its own policy (pinned), ending the canary.
+    Promote(crate::rollout::ClassArgs),
+    /// End a class's canary: its own policy decides all of it again.
+    Abort(crate::rollout::ClassArgs),
     /// Validate a component: world, imports, exports, size; configure it with --params.
     Check {
         /// The component file.
@@ -116,6 +126,10 @@ pub enum PolicyCommand {
 
 pub fn run(command: PolicyCommand) -> Result<(), CliError> {
     match command {
+        PolicyCommand::Shadow(args) => crate::rollout::shadow(*args),
+        PolicyCommand::Canary(args) => crate::rollout::canary(*args),
+        PolicyCommand::Promote(class) => crate::rollout::end_canary(class, "promote"),
+        PolicyCommand::Abort(class) => crate::rollout::end_canary(class, "abort"),
         PolicyCommand::List { tenant: Some(tenant), server } => {
             print_json(&server.call(Method::Get, &format!("/v1/tenants/{tenant}/policies"), None)?);
             Ok(())

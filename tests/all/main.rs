@@ -12,6 +12,7 @@ mod fleet_faults;
 mod guide;
 mod receipts;
 mod replay;
+mod rollout;
 mod sandbox_cli;
 mod service;
 mod service_answers;

@@ -286,7 +286,7 @@ fn serve_refuses_limits_whose_instances_in_flight_and_idle_do_not_fit_the_pool()
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains(
-            "max_inflight_selections (64) + max_idle_instances (64) + compile_concurrency (1) + 1 (the service's own loads) = 130 exceed [limits] max_instances (100)"
+            "max_inflight_selections (64) + max_idle_instances (64) + compile_concurrency (1) + shadow_threads (1) + 1 (the service's own loads) = 131 exceed [limits] max_instances (100)"
         ),
         "{stderr}"
     );

@@ -157,6 +157,7 @@ fn request_from(m: pb::SelectRequest) -> Result<RequestJson, FieldError> {
                 Ok::<_, FieldError>(ReceiptAsk { top: r.top.map_or(Ok(8), |t| count("receipt.top", t))? })
             })
             .transpose()?,
+        session: m.session,
     })
 }
 
@@ -181,6 +182,7 @@ fn request_to(r: &RequestJson) -> pb::SelectRequest {
         inputs: inputs_present(&r.inputs),
         costs: r.costs,
         receipt: r.receipt.map(|a| pb::ReceiptAsk { top: Some(a.top as u64) }),
+        session: r.session.clone(),
     }
 }
 

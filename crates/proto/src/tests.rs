@@ -77,6 +77,7 @@ fn full_request() -> Value {
         ],
         "table": "fleet",
         "table_version": 41,
+        "session": "conversation-9",
         "inputs": every_column(&[3, 7, 7]),
         "costs": true,
         "receipt": { "top": 3 }
@@ -181,6 +182,7 @@ fn a_protobuf_request_and_the_same_json_request_are_the_same_request() {
         }),
         costs: true,
         receipt: Some(pb::ReceiptAsk { top: Some(3) }),
+        session: Some("conversation-9".into()),
     };
     assert_eq!(decode_request(&message.encode_to_vec()).unwrap(), parsed);
 

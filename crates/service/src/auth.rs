@@ -21,6 +21,17 @@ pub enum Principal {
     Router(String),
 }
 
+impl Principal {
+    /// Who, in a record or a log line: `the admin`, `tenant acme`, `router edge`.
+    pub fn describe(&self) -> String {
+        match self {
+            Principal::Admin => "the admin".into(),
+            Principal::Tenant(name) => format!("tenant {name}"),
+            Principal::Router(name) => format!("router {name}"),
+        }
+    }
+}
+
 /// A fresh token: 32 random bytes, hex, with a prefix that makes it recognisable in a
 /// leaked log.
 pub fn new_token() -> Result<String, ApiError> {

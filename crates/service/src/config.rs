@@ -95,6 +95,22 @@ pub struct ServiceConfig {
     /// table is a router's pool of workers (one per model, a prefill and a decode pool),
     /// each at most the request limits' `max_workers` and `max_slots`; held in memory.
     pub max_tables_per_tenant: usize,
+    /// Shadow runs waiting, across tenants; a sampled selection finding the queue full is
+    /// not shadowed (counted `queue-full`). 256: shadows run on `shadow_threads` at the
+    /// lowest CPU priority, so under load the queue fills and samples are dropped rather
+    /// than live selections slowed.
+    pub shadow_queue: usize,
+    /// Shadow runs one tenant may have waiting or running (counted `tenant-full` past it):
+    /// its share of the queue. 4.
+    pub max_shadows_per_tenant: usize,
+    /// Threads running shadows, each at the lowest CPU priority (nice 19). 1.
+    pub shadow_threads: usize,
+    /// Bytes of captured selections one tenant's classes hold together; past it a class
+    /// drops its oldest. 16 MiB: a class's 1,024 selections at 1,024 workers are ~50 MiB,
+    /// so a capture of a large table keeps its most recent few hundred.
+    pub max_capture_bytes_per_tenant: usize,
+    /// Selections one class may capture (`PUT …/capture {"selections"}`). 100,000.
+    pub max_capture_selections: usize,
     /// Compilations at once, each with its upload's configure check (an upload of bytes
     /// compiled before takes a permit for its check too: the check's instance is one of
     /// the engine's pool slots this many are set aside for). 1: compiling is CPU-bound;
@@ -205,6 +221,11 @@ impl Default for ServiceConfig {
             max_versions_per_policy: 16,
             max_classes_per_tenant: 64,
             max_tables_per_tenant: 8,
+            shadow_queue: 256,
+            max_shadows_per_tenant: 4,
+            shadow_threads: 1,
+            max_capture_bytes_per_tenant: 16 << 20,
+            max_capture_selections: 100_000,
             compile_concurrency: 1,
             idle_instances_per_version: 8,
             max_idle_instances: 10_240,
@@ -248,8 +269,13 @@ impl ServiceLimits {
     /// idle instances, uploads' configure checks and the service's own loads'
     /// (`[limits] max_instances` must be at least this, so the pool never runs out).
     pub fn instances_needed(&self) -> usize {
-        // The last one: the service's own loads' configure checks (one at a time).
-        self.max_inflight_selections + self.max_idle_instances + self.compile_concurrency + 1
+        // The last one: the service's own loads' configure checks (one at a time). Each
+        // shadow thread runs one guest at a time, beside the selections.
+        self.max_inflight_selections
+            + self.max_idle_instances
+            + self.compile_concurrency
+            + self.shadow_threads
+            + 1
     }
 
     /// What one selection request may ask for (→ 400 `invalid-input` naming the limit).
@@ -291,6 +317,11 @@ impl TryFrom<ServiceConfig> for ServiceLimits {
             ("max_versions_per_policy", c.max_versions_per_policy as u64),
             ("max_classes_per_tenant", c.max_classes_per_tenant as u64),
             ("max_tables_per_tenant", c.max_tables_per_tenant as u64),
+            ("shadow_queue", c.shadow_queue as u64),
+            ("max_shadows_per_tenant", c.max_shadows_per_tenant as u64),
+            ("shadow_threads", c.shadow_threads as u64),
+            ("max_capture_bytes_per_tenant", c.max_capture_bytes_per_tenant as u64),
+            ("max_capture_selections", c.max_capture_selections as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("[service] {name} must be at least 1"));

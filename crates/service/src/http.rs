@@ -375,6 +375,17 @@ fn app(service: Arc<Service>, gate: Arc<Gate>) -> Router {
         .route("/v1/tenants/{tenant}/policies/{name}/rollback", post(rollback))
         .route("/v1/tenants/{tenant}/policies/{name}/rollforward", post(rollforward))
         .route("/v1/tenants/{tenant}/classes/{class}", put(assign))
+        .route(
+            "/v1/tenants/{tenant}/classes/{class}/shadow",
+            put(set_shadow).get(shadow_report).delete(clear_shadow),
+        )
+        .route("/v1/tenants/{tenant}/classes/{class}/canary", put(set_canary).get(canary_status))
+        .route("/v1/tenants/{tenant}/classes/{class}/canary/promote", post(promote))
+        .route("/v1/tenants/{tenant}/classes/{class}/canary/abort", post(abort))
+        .route(
+            "/v1/tenants/{tenant}/classes/{class}/capture",
+            put(set_capture).get(captured).delete(clear_capture),
+        )
         .route("/v1/tenants/{tenant}/tables/{table}", put(put_table).get(table_state).delete(delete_table))
         .route("/v1/tenants/{tenant}/tables/{table}/deltas", post(change_table))
         .route("/v1/select", post(select))
@@ -927,6 +938,114 @@ async fn assign(
         http.authorize(&headers, body, Limit::Management, |w| require_tenant(w, &tenant)).await?;
     let body = http.read_body(&headers, body, Limit::Management, 0).await?;
     Ok(json_answer(StatusCode::OK, http.service.assign(&who, &tenant, &class, &body).await?))
+}
+
+// A class's rollout (`rollout`): its shadow, canary and capture.
+
+/// A rollout write's body, read once the caller may act for the tenant.
+async fn rollout_body(
+    http: &Http,
+    headers: &HeaderMap,
+    body: Body,
+    tenant: &str,
+) -> Result<(Principal, Vec<u8>), ApiError> {
+    let (who, body) = http.authorize(headers, body, Limit::Management, |w| require_tenant(w, tenant)).await?;
+    Ok((who, http.read_body(headers, body, Limit::Management, 0).await?))
+}
+
+async fn set_shadow(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, class)): Path<(String, String)>,
+    body: Body,
+) -> Answer {
+    let (who, body) = rollout_body(&http, &headers, body, &tenant).await?;
+    Ok(json_answer(StatusCode::OK, http.service.set_shadow(&who, &tenant, &class, &body).await?))
+}
+
+async fn clear_shadow(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, class)): Path<(String, String)>,
+) -> Answer {
+    let who = http.who(&headers)?;
+    Ok(json_answer(StatusCode::OK, http.service.clear_shadow(&who, &tenant, &class).await?))
+}
+
+async fn shadow_report(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, class)): Path<(String, String)>,
+) -> Answer {
+    let who = http.who(&headers)?;
+    Ok(json_answer(StatusCode::OK, http.service.shadow_report(&who, &tenant, &class)?))
+}
+
+async fn set_canary(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, class)): Path<(String, String)>,
+    body: Body,
+) -> Answer {
+    let (who, body) = rollout_body(&http, &headers, body, &tenant).await?;
+    Ok(json_answer(StatusCode::OK, http.service.set_canary(&who, &tenant, &class, &body).await?))
+}
+
+async fn canary_status(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, class)): Path<(String, String)>,
+) -> Answer {
+    let who = http.who(&headers)?;
+    Ok(json_answer(StatusCode::OK, http.service.canary_status(&who, &tenant, &class)?))
+}
+
+async fn promote(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, class)): Path<(String, String)>,
+) -> Answer {
+    let who = http.who(&headers)?;
+    Ok(json_answer(StatusCode::OK, http.service.promote(&who, &tenant, &class).await?))
+}
+
+async fn abort(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, class)): Path<(String, String)>,
+) -> Answer {
+    let who = http.who(&headers)?;
+    Ok(json_answer(StatusCode::OK, http.service.abort(&who, &tenant, &class).await?))
+}
+
+async fn set_capture(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, class)): Path<(String, String)>,
+    body: Body,
+) -> Answer {
+    let (who, body) = rollout_body(&http, &headers, body, &tenant).await?;
+    Ok(json_answer(StatusCode::OK, http.service.set_capture(&who, &tenant, &class, &body).await?))
+}
+
+async fn clear_capture(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, class)): Path<(String, String)>,
+) -> Answer {
+    let who = http.who(&headers)?;
+    Ok(json_answer(StatusCode::OK, http.service.clear_capture(&who, &tenant, &class).await?))
+}
+
+/// The captured selections as JSON Lines (a trace `switchyard replay` reads).
+async fn captured(
+    State(http): Svc,
+    headers: HeaderMap,
+    Path((tenant, class)): Path<(String, String)>,
+) -> Answer {
+    let who = http.who(&headers)?;
+    let lines = http.service.captured(&who, &tenant, &class)?;
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/jsonl")], lines).into_response())
 }
 
 async fn select(State(http): Svc, headers: HeaderMap, body: Body) -> Answer {

@@ -34,11 +34,13 @@ pub mod metrics;
 mod params;
 mod rates;
 pub mod registry;
+pub mod rollout;
 pub mod select;
 mod share;
 mod snapshot;
 pub mod state;
 pub mod tables;
+mod trials;
 mod version;
 /// The data directory, a crate of its own (`switchyard-store`) so that a router's
 /// adapter can follow it without the service.

@@ -42,16 +42,22 @@ fn kept_versions(
     std::iter::once(&policy.active).chain(history).chain(pinned(name, classes)).cloned().collect()
 }
 
-/// The versions of policy `name` that `classes` pin.
+/// The versions of policy `name` that `classes` pin, as the version they route to or as
+/// their shadow or canary.
 fn pinned<'a>(name: &'a str, classes: &'a BTreeMap<String, Assignment>) -> impl Iterator<Item = &'a String> {
-    classes.values().filter(move |a| a.policy == name).filter_map(|a| a.version.as_ref())
+    classes.values().flat_map(move |a| {
+        let routed = (a.policy == name).then_some(a.version.as_ref()).flatten();
+        let shadow = a.shadow.as_ref().filter(|s| s.policy == name).and_then(|s| s.version.as_ref());
+        let canary = a.canary.as_ref().filter(|c| c.policy == name).and_then(|c| c.version.as_ref());
+        routed.into_iter().chain(shadow).chain(canary)
+    })
 }
 
 /// Garbage collection of one tenant's manifest record: every version that is neither a
 /// policy's active one, nor in its histories, nor pinned by a class goes. (A class that
 /// follows a policy routes to its active version.) The commit then releases the loaded
 /// versions, components and blobs nothing names any more. The versions it removed.
-fn collect(record: &mut TenantRecord) -> Vec<CollectedVersion> {
+pub(crate) fn collect(record: &mut TenantRecord) -> Vec<CollectedVersion> {
     let TenantRecord { policies, classes, .. } = record;
     let mut collected = Vec::new();
     for (name, policy) in policies.iter_mut() {
@@ -91,7 +97,7 @@ fn compile_ms(source: CompileSource, component: &switchyard::PolicyComponent) ->
 }
 
 /// Logs the versions a write of `tenant`'s collected (the metric counts them at commit).
-fn log_collected(tenant: &str, collected: &[CollectedVersion]) {
+pub(crate) fn log_collected(tenant: &str, collected: &[CollectedVersion]) {
     for c in collected {
         tracing::info!(tenant, policy = %c.policy, version = %c.version, "version collected");
     }
@@ -104,7 +110,7 @@ fn short(version: &str) -> &str {
 
 /// Names of tenants, routers, policies and classes: `[a-z0-9_-]`, 1–64 characters, so
 /// they are safe in paths, file names and metric labels.
-fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
+pub(crate) fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
@@ -118,7 +124,7 @@ fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
     }
 }
 
-fn unknown_tenant(tenant: &str) -> ApiError {
+pub(crate) fn unknown_tenant(tenant: &str) -> ApiError {
     ApiError::not_found(ErrorKind::UnknownTenant, format!("no tenant `{tenant}`"))
 }
 
@@ -135,7 +141,7 @@ pub fn version_of(blob_sha256: &str, params: Option<&str>) -> String {
     }
 }
 
-fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
+pub(crate) fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(ErrorKind::InvalidInput, format!("body: {e}")))
 }
@@ -184,7 +190,7 @@ impl Service {
     }
 
     /// The tenant's record in the current snapshot exists (404 `unknown-tenant` if not).
-    fn check_tenant(&self, tenant: &str) -> Result<(), ApiError> {
+    pub(crate) fn check_tenant(&self, tenant: &str) -> Result<(), ApiError> {
         match self.snapshot().manifest().tenants.contains_key(tenant) {
             true => Ok(()),
             false => Err(unknown_tenant(tenant)),
@@ -556,9 +562,11 @@ impl Service {
                 ),
             ));
         };
+        // A class's trials (its shadow, canary, capture) stay with it as it is reassigned.
+        let trials = record.classes.remove(class).unwrap_or_default();
         record.classes.insert(
             class.to_string(),
-            Assignment { policy: policy.clone(), version: version.clone(), on_fault },
+            Assignment { policy: policy.clone(), version: version.clone(), on_fault, ..trials },
         );
         let collected = collect(record);
         self.commit(&mut writer, manifest, Key::Tenant(tenant.to_string()))?;
@@ -887,6 +895,7 @@ mod tests {
             policy: policy.into(),
             version: v.map(str::to_string),
             on_fault: FailMode::Open,
+            ..Assignment::default()
         };
         record.classes.insert("pinned".into(), pin(Some("c"), "p"));
         record.classes.insert("follows".into(), pin(None, "p"));

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use switchyard::selection::wire::{ClassRoute, DecidedBy, ErrorKind, SelectionAnswer, TenantAnswer};
 
 use axum::http::StatusCode;
@@ -19,6 +19,10 @@ use crate::auth::{Principal, require_selector};
 use crate::error::ApiError;
 use crate::share::{TenantShare, thread_cpu};
 use crate::state::{Generation, LoadedVersion, Route, Service, Target};
+use crate::store::Shadow;
+use crate::trials::{CanaryKey, ClassTrials, ShadowRun, captured_line};
+use switchyard::selection::compare::compare;
+use switchyard::selection::wire::CandidateCost;
 use switchyard::selection::wire::Receipt;
 use switchyard::selection::{CallReport, HeldTable};
 use switchyard_guest_sdk::WorkerRank;
@@ -58,6 +62,10 @@ pub struct Prepared {
     table: Table,
     request: SelectionRequest,
     costs: Costs,
+    /// The request's own facts (no workers, no rows), when its class captures.
+    facts: Option<RequestJson>,
+    /// What keeps the request on one version while its class's canary runs.
+    session: Option<String>,
 }
 
 enum Table {
@@ -123,7 +131,11 @@ impl Service {
             Some(share) => share,
             None => self.enter(&tenant)?,
         };
+        let mut request = request;
         let costs = Costs { all: request.costs, receipt: request.receipt.map(|r| r.top) };
+        let session = request.session.take();
+        let captures = route.trials.as_ref().is_some_and(|t| t.capture.is_some());
+        let facts = captures.then(|| facts_of(&mut request));
         let limits = self.limits.requests();
         // A held table: this version's state, shared, and the request's own rows over it.
         let (table, request) = match request.table.clone() {
@@ -148,8 +160,20 @@ impl Service {
                 (Table::Owned(table), request)
             }
         };
-        Ok(Prepared { tenant, class, route, assigned, in_flight, table, request, costs })
+        Ok(Prepared { tenant, class, route, assigned, in_flight, table, request, costs, facts, session })
     }
+}
+
+/// A copy of `request`'s facts: everything but its workers and rows (the policy's view
+/// of those is captured from the table and request it ran on).
+fn facts_of(request: &mut RequestJson) -> RequestJson {
+    let workers = std::mem::take(&mut request.workers);
+    let inputs = std::mem::take(&mut request.inputs);
+    let mut facts = request.clone();
+    (request.workers, request.inputs) = (workers, inputs);
+    (facts.tenant, facts.table, facts.table_version, facts.costs, facts.receipt) =
+        (None, None, None, false, None);
+    facts
 }
 
 impl Prepared {
@@ -167,41 +191,229 @@ impl Prepared {
         }
     }
 
-    /// Runs the policy and answers.
+    /// Runs the policy and answers; then, for a class with trials, keeps the selection
+    /// (capture) and queues its shadow run.
     pub fn run(self, service: &Service) -> Result<TenantAnswer, ApiError> {
-        let Prepared { tenant, class, route, assigned, in_flight, table, request, costs } = self;
+        let Prepared { tenant, class, route, assigned, in_flight, table, request, costs, facts, session } =
+            self;
         let table_version = match &table {
             Table::Held(held) => Some(held.version()),
             Table::Owned(_) => None,
         };
-        let table = table.workers();
         let started = Instant::now();
-        let metrics = route.metrics(&tenant, &service.metrics);
-        let outcome = match &route.target {
-            Target::Builtin(b) => native(b, table, &request, costs),
-            Target::Guest(v) => {
-                let v: &LoadedVersion = v;
-                match v.checkout(route.on_fault) {
-                    Ok((guarded, generation)) => {
-                        run_guest(&tenant, v, (guarded, generation), table, &request, costs, &in_flight.0)
-                    }
-                    Err(reason) => {
-                        let fault = Fault::new(
-                            FaultKind::Unavailable,
-                            format!("`{}` did not load on this replica: {reason}", route.policy),
-                        );
-                        unavailable(fault, route.on_fault, table, &request, costs)
-                    }
+        let trials = route.trials.as_ref().map(|t| (t, service.trials.of(&tenant, &t.class)));
+        // Sampled before the live run: the comparison needs every live cost.
+        let shadow = trials.as_ref().and_then(|(t, state)| {
+            t.shadow.as_ref().filter(|(s, _)| state.sample(s.rate)).map(|s| (s, state))
+        });
+        let live_costs = Costs { all: costs.all || shadow.is_some(), ..costs };
+        let share = &in_flight.0;
+        let canary = trials.as_ref().and_then(|(t, state)| {
+            let (setting, canary) = t.canary.as_ref()?;
+            let key = match &session {
+                Some(s) => CanaryKey::Session(s),
+                None => CanaryKey::Seed(request.facts().seed),
+            };
+            state.to_canary(setting, key).then_some((setting, canary, state))
+        });
+        let (decided, outcome) = match canary {
+            Some((setting, canary, state)) => {
+                let outcome = decide(&tenant, canary, table.workers(), &request, live_costs, share);
+                let faulted = match &outcome {
+                    Ok(answer) => answer.fallback.is_some() || answer.commit_fault.is_some(),
+                    Err(e) => e.status() != StatusCode::UNPROCESSABLE_ENTITY,
+                };
+                let breaker_open =
+                    matches!(&canary.target, Target::Guest(v) if v.breaker().state().is_quarantined());
+                if let Some(reason) = state.canary_ran(setting, faulted, breaker_open) {
+                    service.roll_back_canary(&tenant, &route, setting, reason);
+                }
+                // A canary's fault never fails a selection: the stable version answers it.
+                match faulted {
+                    true => (&route, decide(&tenant, &route, table.workers(), &request, live_costs, share)),
+                    false => (canary, outcome),
                 }
             }
+            None => (&route, decide(&tenant, &route, table.workers(), &request, live_costs, share)),
         };
-        let answer = outcome?;
-        metrics.selected(started.elapsed(), answer.fallback.is_some());
+        let mut answer = outcome?;
+        let took = started.elapsed();
+        decided.metrics(&tenant, &service.metrics).selected(took, answer.fallback.is_some());
         if class.is_some() && !assigned {
             service.metrics.unassigned_class(&tenant);
         }
+        let chosen = WorkerRank { worker_id: answer.worker_id, dp_rank: answer.dp_rank };
+        if let Some((t, state)) = &trials
+            && let (Some(keep), Some(facts)) = (t.capture, facts)
+        {
+            let answered = serde_json::json!({
+                "worker_id": answer.worker_id,
+                "dp_rank": answer.dp_rank,
+                "policy": answer.policy,
+                "version": answer.version,
+                "fallback": answer.fallback.is_some(),
+            });
+            let max = service.limits.max_capture_bytes_per_tenant;
+            state.capture(keep, max, |ms| {
+                captured_line(ms, facts, table.workers(), request.inputs(), answered)
+            });
+        }
+        if let Some(((setting, shadow), state)) = shadow {
+            let live_costs = match costs.all {
+                true => answer.costs.clone(),
+                false => std::mem::take(&mut answer.costs),
+            };
+            let live =
+                CandidateCost { worker_id: chosen.worker_id, dp_rank: chosen.dp_rank, cost: answer.cost };
+            state.shadow_sampled(setting);
+            let job = ShadowJob {
+                setting: setting.clone(),
+                route: Arc::clone(shadow),
+                state: Arc::clone(state),
+                table,
+                request,
+                live,
+                live_costs,
+                took,
+            };
+            if let Err(why) = service.shadows.push(&tenant, move || job.run()) {
+                state.shadow_dropped(why);
+            }
+        }
         let class_route = ClassRoute::new(class.as_deref(), assigned);
         Ok(TenantAnswer { tenant, policy_class: class, class: class_route, table_version, answer })
+    }
+}
+
+/// `route`'s policy decides one selection: a builtin natively, a version as a guest (or,
+/// not loaded, as its fail mode says).
+fn decide(
+    tenant: &str,
+    route: &Route,
+    table: &WorkerTable,
+    request: &SelectionRequest,
+    costs: Costs,
+    share: &TenantShare,
+) -> Result<SelectionAnswer, ApiError> {
+    match &route.target {
+        Target::Builtin(b) => native(b, table, request, costs),
+        Target::Guest(v) => {
+            let v: &LoadedVersion = v;
+            match v.checkout(route.on_fault) {
+                Ok((guarded, generation)) => {
+                    run_guest(tenant, v, (guarded, generation), table, request, costs, share)
+                }
+                Err(reason) => {
+                    let fault = Fault::new(
+                        FaultKind::Unavailable,
+                        format!("`{}` did not load on this replica: {reason}", route.policy),
+                    );
+                    unavailable(fault, route.on_fault, table, request, costs)
+                }
+            }
+        }
+    }
+}
+
+/// A sampled selection's shadow run, queued after the live answer.
+struct ShadowJob {
+    setting: Shadow,
+    route: Arc<Route>,
+    state: Arc<ClassTrials>,
+    table: Table,
+    request: SelectionRequest,
+    /// The live pick, at the live policy's cost, and every live candidate's cost.
+    live: CandidateCost,
+    live_costs: Vec<CandidateCost>,
+    /// The live selection's time.
+    took: Duration,
+}
+
+impl ShadowJob {
+    /// Runs the shadow on the live selection's table and request, tells it the live pick
+    /// (its commit: it learns what was really routed, as a live policy does), and tallies
+    /// the comparison. A fault is counted by kind, against the shadow's version too; the
+    /// live class never sees it.
+    fn run(self) {
+        let ShadowJob { setting, route, state, table, request, live, live_costs, took } = self;
+        let table = table.workers();
+        let all = Costs { all: true, receipt: None };
+        let live_rank = WorkerRank { worker_id: live.worker_id, dp_rank: live.dp_rank };
+        let started = Instant::now();
+        let ran: Result<(CandidateCost, Vec<CandidateCost>), String> = match &route.target {
+            Target::Builtin(b) => native(b, table, &request, all)
+                .map(|a| {
+                    (CandidateCost { worker_id: a.worker_id, dp_rank: a.dp_rank, cost: a.cost }, a.costs)
+                })
+                .map_err(|e| e.kind().to_string()),
+            Target::Guest(v) => match v.checkout(FailMode::Closed) {
+                Ok((mut guarded, generation)) => {
+                    let ran = shadow_guest(&mut guarded, table, &request, live_rank);
+                    match &ran {
+                        Err(Some(fault)) if fault.kind.is_policy_fault() => v.metrics().fault(fault.kind),
+                        Err(Some(_)) => v.metrics().overloaded(),
+                        _ => {}
+                    }
+                    v.checkin(guarded, generation);
+                    ran.map_err(|f| {
+                        f.map_or_else(|| "no-eligible-worker".to_string(), |f| f.kind.to_string())
+                    })
+                }
+                Err(_) => return state.shadow_dropped("unavailable"),
+            },
+        };
+        let took_shadow = started.elapsed();
+        match ran {
+            Ok((pick, shadow_costs)) => {
+                let rank = WorkerRank { worker_id: pick.worker_id, dp_rank: pick.dp_rank };
+                let compared = compare(
+                    live_costs
+                        .iter()
+                        .map(|c| (WorkerRank { worker_id: c.worker_id, dp_rank: c.dp_rank }, c.cost)),
+                    live_rank,
+                    rank,
+                );
+                let run = ShadowRun {
+                    seed: request.facts().seed,
+                    compared,
+                    live_pick: live,
+                    shadow_pick: pick,
+                    live_costs,
+                    shadow_costs,
+                    live: took,
+                    took: took_shadow,
+                };
+                state.shadow_ran(&setting, run);
+            }
+            Err(kind) => state.shadow_fault(&setting, kind),
+        }
+    }
+}
+
+/// A shadow guest's selection (fail-closed: a fault is its own, never the fallback's
+/// pick) and its commit of the live pick. `Err(None)`: its filter left no candidate.
+fn shadow_guest(
+    guarded: &mut GuardedSelector,
+    table: &WorkerTable,
+    request: &SelectionRequest,
+    live: WorkerRank,
+) -> Result<(CandidateCost, Vec<CandidateCost>), Option<Fault>> {
+    let decision = match guarded.select(table, request) {
+        Ok(decision) => decision,
+        Err(SelectError::Fault { fault, .. }) => return Err(Some(fault)),
+        Err(SelectError::NoEligibleWorker) => return Err(None),
+    };
+    let costs = guarded
+        .last_candidates()
+        .zip(guarded.last_costs().iter().copied())
+        .map(|(w, cost)| CandidateCost { worker_id: w.worker_id, dp_rank: w.dp_rank, cost })
+        .collect();
+    let chosen = decision.selection.chosen;
+    let pick =
+        CandidateCost { worker_id: chosen.worker_id, dp_rank: chosen.dp_rank, cost: decision.selection.cost };
+    match guarded.commit(table, request, live) {
+        Ok(None) | Err(SelectError::NoEligibleWorker) => Ok((pick, costs)),
+        Ok(Some(fault)) | Err(SelectError::Fault { fault, .. }) => Err(Some(fault)),
     }
 }
 

@@ -12,7 +12,7 @@ use switchyard_registry_nats::Key;
 
 use crate::auth::{Principal, Tokens};
 use crate::metrics::{Metrics, PolicyMetrics, TenantVersions};
-use crate::store::{Manifest, TenantRecord};
+use crate::store::{Canary, Manifest, Shadow, TenantRecord};
 use crate::version::LoadedVersion;
 use crate::version::{VersionKey, Versions, tenant_range};
 
@@ -36,15 +36,39 @@ pub struct Route {
     pub target: Target,
     /// What a fault of the policy does to the selection.
     pub on_fault: FailMode,
+    /// The class's shadow, canary and capture, if it has any.
+    pub trials: Option<RouteTrials>,
     /// The counters of a builtin's route, from the service's
     /// metrics on its first selection through this snapshot (so a series still appears
     /// on a policy's first selection, and later ones take no lock).
     metrics: OnceLock<Arc<PolicyMetrics>>,
 }
 
+/// A class's trials: a version run beside its own, one deciding a share of it, its
+/// selections kept.
+#[derive(Clone)]
+pub struct RouteTrials {
+    /// The class.
+    pub class: String,
+    /// The shadow's setting and what runs it.
+    pub shadow: Option<(Shadow, Arc<Route>)>,
+    /// The canary's setting and its route (the class's `on_fault`).
+    pub canary: Option<(Canary, Arc<Route>)>,
+    /// Selections captured.
+    pub capture: Option<usize>,
+}
+
 impl Route {
     fn new(policy: String, target: Target, on_fault: FailMode) -> Self {
-        Self { policy, target, on_fault, metrics: OnceLock::new() }
+        Self { policy, target, on_fault, trials: None, metrics: OnceLock::new() }
+    }
+
+    /// The version it runs (`None` for a builtin).
+    pub fn version(&self) -> Option<&str> {
+        match &self.target {
+            Target::Guest(v) => Some(v.version()),
+            Target::Builtin(_) => None,
+        }
     }
 
     /// The counters the route's selections count into: a guest version's own, else
@@ -209,6 +233,12 @@ impl Snapshot {
             .get(tenant)
             .into_iter()
             .flat_map(|routes| routes.classes.values())
+            .flat_map(|r| {
+                let trials = r.trials.iter();
+                let shadow = trials.clone().flat_map(|t| t.shadow.iter().map(|(_, r)| r));
+                let canary = trials.flat_map(|t| t.canary.iter().map(|(_, r)| r));
+                std::iter::once(r).chain(shadow).chain(canary)
+            })
             .filter_map(|r| match &r.target {
                 Target::Guest(v) => Some(Arc::as_ptr(v)),
                 Target::Builtin(_) => None,
@@ -224,19 +254,34 @@ impl Snapshot {
 /// policies (pinned version, or the policy's active one).
 fn tenant_routes(loaded: &Versions, tenant: &str, record: &TenantRecord) -> TenantRoutes {
     let mut classes = HashMap::new();
-    for (class, a) in &record.classes {
-        let target = if let Some(policy) = record.policies.get(&a.policy) {
-            let key = (tenant.to_string(), a.policy.clone(), a.version_in(policy).to_string());
-            match loaded.get(&key) {
-                Some(v) => Target::Guest(v.clone()),
-                None => continue,
-            }
-        } else if let Some(b) = builtin::find(&a.policy) {
-            Target::Builtin(b)
+    // A builtin, or one of the tenant's versions (the one named, else the active one).
+    let target = |policy: &str, version: Option<&str>| {
+        if let Some(p) = record.policies.get(policy) {
+            let version = version.unwrap_or(&p.active);
+            loaded
+                .get(&(tenant.to_string(), policy.to_string(), version.to_string()))
+                .cloned()
+                .map(Target::Guest)
         } else {
-            continue;
-        };
-        classes.insert(class.clone(), Arc::new(Route::new(a.policy.clone(), target, a.on_fault)));
+            builtin::find(policy).map(Target::Builtin)
+        }
+    };
+    for (class, a) in &record.classes {
+        let Some(live) = target(&a.policy, a.version.as_deref()) else { continue };
+        let mut route = Route::new(a.policy.clone(), live, a.on_fault);
+        let shadow = a.shadow.as_ref().and_then(|s| {
+            let t = target(&s.policy, s.version.as_deref())?;
+            Some((s.clone(), Arc::new(Route::new(s.policy.clone(), t, FailMode::Closed))))
+        });
+        let canary = a.canary.as_ref().and_then(|c| {
+            let t = target(&c.policy, c.version.as_deref())?;
+            Some((c.clone(), Arc::new(Route::new(c.policy.clone(), t, a.on_fault))))
+        });
+        let capture = a.capture.map(|n| n as usize);
+        if shadow.is_some() || canary.is_some() || capture.is_some() {
+            route.trials = Some(RouteTrials { class: class.clone(), shadow, canary, capture });
+        }
+        classes.insert(class.clone(), Arc::new(route));
     }
     let default = Arc::new(Route::new(
         "default".into(),

@@ -96,6 +96,14 @@ pub struct Service {
     pub(crate) rates: WriteRates,
     /// The worker tables held for routers, per tenant (in memory only).
     pub(crate) tables: crate::tables::Tables,
+    /// Each class's shadow comparison, canary count and captured selections (this
+    /// replica's, in memory).
+    pub(crate) trials: crate::trials::Trials,
+    /// The shadow runs waiting, and the threads that run them.
+    pub(crate) shadows: crate::trials::ShadowQueue,
+    /// The service itself, for work a selection starts that outlives it (a canary's
+    /// rollback, committed in the background).
+    pub(crate) me: std::sync::Weak<Service>,
 }
 
 /// The engine a [`Service`] compiles and runs policies with.
@@ -136,10 +144,11 @@ impl Service {
         let needed = limits.instances_needed();
         if needed > engine_limits.max_instances as usize {
             anyhow::bail!(
-                "[service] max_inflight_selections ({}) + max_idle_instances ({}) + compile_concurrency ({}) + 1 (the service's own loads) = {needed} exceed [limits] max_instances ({})",
+                "[service] max_inflight_selections ({}) + max_idle_instances ({}) + compile_concurrency ({}) + shadow_threads ({}) + 1 (the service's own loads) = {needed} exceed [limits] max_instances ({})",
                 limits.max_inflight_selections,
                 limits.max_idle_instances,
                 limits.compile_concurrency,
+                limits.shadow_threads,
                 engine_limits.max_instances
             );
         }
@@ -192,7 +201,15 @@ impl Service {
         add_versions(&mut writer, &ctx, None);
         sweep_orphan_blobs(&loader, &writer);
         let snapshot = Snapshot::build(&writer.manifest, &writer.loaded);
-        let service = Arc::new(Self {
+        let shadows = crate::trials::ShadowQueue::start(
+            limits.shadow_queue,
+            limits.max_shadows_per_tenant,
+            limits.shadow_threads,
+        );
+        let service = Arc::new_cyclic(|me| Self {
+            me: me.clone(),
+            trials: Default::default(),
+            shadows,
             system_compile_permits,
             tier_up_permits: Arc::new(Semaphore::new(1)),
             limits,
@@ -237,6 +254,7 @@ impl Service {
             compile_workers: self.loader.engine.compile_workers().map(|w| w.stats()),
         };
         self.metrics.register(registry, &state);
+        self.trials.register_metrics(registry);
         registry.register(
             "switchyard_idle_instances",
             "Idle guest instances kept for reuse, across every version (at most max_idle_instances)",

@@ -35,8 +35,8 @@ mod records;
 
 pub use dir::{ManifestStamp, Store, StoreReader};
 pub use records::{
-    Assignment, Holds, Manifest, PolicyRecord, Routed, TenantRecord, UnknownFields, Unreadable,
-    VersionRecord, valid_name,
+    Assignment, Canary, CanaryEnd, Holds, Manifest, PolicyRecord, Routed, Shadow, TenantRecord,
+    UnknownFields, Unreadable, VersionRecord, valid_name,
 };
 
 #[cfg(test)]

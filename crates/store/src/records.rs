@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use switchyard_selection::FailMode;
+pub use switchyard_selection::wire::api::{Canary, CanaryEnd, Shadow};
 
 /// Everything committed: the only state that survives a restart.
 ///
@@ -139,7 +140,7 @@ pub struct VersionRecord {
 
 /// A class's policy: a builtin name or one of the tenant's; `version` pins one, absent
 /// follows the policy's active version.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Assignment {
     /// A builtin's name or one of the tenant's policies.
     pub policy: String,
@@ -149,6 +150,20 @@ pub struct Assignment {
     #[serde(default)]
     /// What a policy fault does to the class's selections.
     pub on_fault: FailMode,
+    /// A version run beside the class's on a sample of its selections, after each is
+    /// answered, and compared with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<Shadow>,
+    /// A version deciding a share of the class's selections, rolled back by itself when
+    /// it faults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Canary>,
+    /// How many of the class's last selections to keep, as a trace to replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<u32>,
+    /// How the class's last canary ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_canary: Option<CanaryEnd>,
 }
 
 impl Assignment {

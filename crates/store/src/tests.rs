@@ -189,7 +189,12 @@ fn fields_a_newer_build_added_are_read_and_written_back() {
     // This build's own changes go in beside them; what it removes takes its fields along.
     record.classes.insert(
         "batch".into(),
-        Assignment { policy: "mine".into(), version: None, on_fault: FailMode::Open },
+        Assignment {
+            policy: "mine".into(),
+            version: None,
+            on_fault: FailMode::Open,
+            ..Assignment::default()
+        },
     );
     let policy = record.policies.get_mut("mine").unwrap();
     policy.active = "v1".into();
@@ -284,6 +289,7 @@ fn a_reader_follows_a_locked_store_and_resolves_its_routes() {
         policy: policy.into(),
         version: version.map(Into::into),
         on_fault: FailMode::Closed,
+        ..Assignment::default()
     };
     tenant.classes.insert("follows".into(), assign("mine", None));
     tenant.classes.insert("pinned".into(), assign("mine", Some("v1")));
@@ -406,7 +412,12 @@ fn a_record_round_trips_through_its_file_unchanged() {
     let mut record = tenant("aa");
     record.classes.insert(
         "gold".into(),
-        Assignment { policy: "lmetric".into(), version: None, on_fault: FailMode::Closed },
+        Assignment {
+            policy: "lmetric".into(),
+            version: None,
+            on_fault: FailMode::Closed,
+            ..Assignment::default()
+        },
     );
     store.write_tenant("acme", Some(&record)).unwrap();
     let read = StoreReader::new(&dir).unwrap().load_tenant("acme").unwrap();

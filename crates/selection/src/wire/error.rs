@@ -87,6 +87,12 @@ error_kinds! {
     /// A delta or a selection based on a version of a held table other than its current
     /// one (the answer names both).
     TableVersion => "table-version",
+    /// A rollout setting for a class the tenant has not assigned (a shadow, canary or
+    /// capture belongs to an assigned class).
+    UnknownClass => "unknown-class",
+    /// A promote or abort of a class with no canary (none set, or it ended: the class's
+    /// `last_canary` says how).
+    NoCanary => "no-canary",
 
     // Quotas and shares.
     /// More versions than `max_versions_per_policy`.

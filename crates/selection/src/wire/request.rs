@@ -296,6 +296,10 @@ pub struct RequestJson {
     /// Asks for a route receipt in the answer: why this worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<ReceiptAsk>,
+    /// The conversation (or user) the request belongs to: keeps it on one version while a
+    /// class's canary runs (else its `seed` does). The service's only; no policy reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// The most candidates a receipt lists.

@@ -49,7 +49,12 @@ impl Writer {
         let policy =
             PolicyRecord { versions: vec![record], active: version.clone(), previous: vec![], next: vec![] };
         tenant_record.policies.insert("mine".into(), policy);
-        let assignment = Assignment { policy: "mine".into(), version: None, on_fault: FailMode::Closed };
+        let assignment = Assignment {
+            policy: "mine".into(),
+            version: None,
+            on_fault: FailMode::Closed,
+            ..Assignment::default()
+        };
         tenant_record.classes.insert("latency".into(), assignment);
         let expected = self.revisions.get(tenant).map_or(Expected::Absent, |r| Expected::Revision(*r));
         let revision = self.runtime.block_on(async {

@@ -28,7 +28,12 @@ pub fn manifest(blobs: &[(&str, &(String, usize))], active: &str) -> Manifest {
         "mine".into(),
         PolicyRecord { versions, active: active.into(), previous: vec![], next: vec![] },
     );
-    let assignment = Assignment { policy: "mine".into(), version: None, on_fault: FailMode::Closed };
+    let assignment = Assignment {
+        policy: "mine".into(),
+        version: None,
+        on_fault: FailMode::Closed,
+        ..Assignment::default()
+    };
     tenant.classes.insert("latency".into(), assignment);
     let mut manifest = Manifest::default();
     manifest.tenants.insert("acme".into(), std::sync::Arc::new(tenant));
