@@ -23,7 +23,7 @@ const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/convers
 
 #[derive(Args)]
 pub struct ReplayArgs {
-    /// A Mooncake-format JSONL trace [default: the shipped
+    /// A Mooncake-format JSONL trace, or one the service captured [default: the shipped
     /// traces/conversation_trace.jsonl].
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -55,9 +55,10 @@ pub struct ReplayArgs {
     /// KV blocks per worker (of --block-size tokens): the prefix cache's capacity.
     #[arg(long, default_value_t = 2048)]
     kv_blocks: u32,
-    /// Tokens per hash_ids block in the trace (Mooncake: 512).
-    #[arg(long, default_value_t = 512)]
-    block_size: u32,
+    /// Tokens per hash_ids block in the trace [default: a captured trace's requests' block
+    /// size, else Mooncake's 512].
+    #[arg(long)]
+    block_size: Option<u32>,
     /// Write the canonical JSON report here (with --compare: {"reports": [...]}).
     #[arg(long)]
     report: Option<PathBuf>,

@@ -29,7 +29,7 @@ fn trace_path() -> PathBuf {
 }
 
 fn trace(limit: usize) -> Trace {
-    Trace::parse(&std::fs::read(trace_path()).unwrap(), 512, Some(limit)).expect("the trace parses")
+    Trace::parse(&std::fs::read(trace_path()).unwrap(), Some(512), Some(limit)).expect("the trace parses")
 }
 
 fn temp_dir() -> PathBuf {
@@ -181,7 +181,7 @@ fn malformed_trace_lines_are_reported_with_their_line_number() {
     for (name, text, line) in cases {
         let path = dir.join(format!("{name}.jsonl"));
         std::fs::write(&path, &text).unwrap();
-        let err = Trace::parse(text.as_bytes(), 512, None).unwrap_err();
+        let err = Trace::parse(text.as_bytes(), Some(512), None).unwrap_err();
         assert_eq!(err.line(), line, "{name}: {err}");
         let out = switchyard(&["replay", "--trace", &path.display().to_string()]).wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

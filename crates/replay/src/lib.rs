@@ -34,7 +34,7 @@ pub use cache::PrefixCache;
 pub use config::{Mode, PolicyLabel, ReplayConfig, ReplayError};
 pub use report::{Distribution, Faults, PoolLoad, Report, ReportError, canonical_json};
 pub use timing::TimingModel;
-pub use trace::{Trace, TraceError, TraceRow};
+pub use trace::{Captured, RecordedAnswer, Trace, TraceError, TraceRow};
 
 use switchyard::guard::GuardedSelector;
 
