@@ -319,7 +319,9 @@ fn legend_labels(runs: &[Run]) -> Vec<String> {
 fn replay_error(e: ReplayError) -> CliError {
     match e {
         ReplayError::Config(m) => CliError::new(ErrorKind::InvalidConfig, m),
-        e @ ReplayError::Selection { .. } => CliError::new(ErrorKind::SelectionFailed, e.to_string()),
+        e @ (ReplayError::Selection { .. } | ReplayError::Recorded { .. }) => {
+            CliError::new(ErrorKind::SelectionFailed, e.to_string())
+        }
     }
 }
 
