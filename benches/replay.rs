@@ -13,7 +13,7 @@ fn trace() -> Trace {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/conversation_trace.jsonl");
     let bytes = std::fs::read(&path)
         .unwrap_or_else(|e| panic!("the benchmark needs the conversation trace at {}: {e}", path.display()));
-    Trace::parse(&bytes, 512, None).expect("the conversation trace parses")
+    Trace::parse(&bytes, Some(512), None).expect("the conversation trace parses")
 }
 
 fn full_trace(c: &mut Criterion) {

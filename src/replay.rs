@@ -11,19 +11,21 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 use switchyard::selection::wire::ErrorKind;
 use switchyard::{FailMode, PolicyEngine};
-use switchyard_replay::{Mode, PolicyLabel, ReplayConfig, ReplayError, Report, Trace, canonical_json};
+use switchyard_replay::{
+    Mode, PolicyLabel, ReplayConfig, ReplayError, Report, Shadow, ShadowReport, Trace, canonical_json,
+};
 
 use super::chart;
 use super::config::LimitArgs;
 use crate::output::{CliError, read_file, write_file};
-use crate::source::load_policy;
+use crate::source::{Loaded, load_policy};
 
 /// The conversation trace the project ships (`traces/`, see its README).
 const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/conversation_trace.jsonl");
 
 #[derive(Args)]
 pub struct ReplayArgs {
-    /// A Mooncake-format JSONL trace [default: the shipped
+    /// A Mooncake-format JSONL trace, or one the service captured [default: the shipped
     /// traces/conversation_trace.jsonl].
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -55,9 +57,10 @@ pub struct ReplayArgs {
     /// KV blocks per worker (of --block-size tokens): the prefix cache's capacity.
     #[arg(long, default_value_t = 2048)]
     kv_blocks: u32,
-    /// Tokens per hash_ids block in the trace (Mooncake: 512).
-    #[arg(long, default_value_t = 512)]
-    block_size: u32,
+    /// Tokens per hash_ids block in the trace [default: a captured trace's requests' block
+    /// size, else Mooncake's 512].
+    #[arg(long)]
+    block_size: Option<u32>,
     /// Write the canonical JSON report here (with --compare: {"reports": [...]}).
     #[arg(long)]
     report: Option<PathBuf>,
@@ -65,6 +68,12 @@ pub struct ReplayArgs {
     /// parameters if any: default,chwbl@{"load_factor":1.5},mine.wasm@{"a":1,"b":2}.
     #[arg(long, value_name = "POLICY[@{JSON}],...")]
     compare: Option<String>,
+    /// Another policy shadowing --policy, with its own parameters if any (POLICY[@{JSON}]):
+    /// both replayed, and on every selection --policy makes this one is asked too and told
+    /// --policy's pick; their agreement and --policy's regret are reported. On a captured
+    /// trace the shadow pass runs the recorded requests instead of the simulated cluster.
+    #[arg(long, value_name = "POLICY[@{JSON}]", conflicts_with = "compare")]
+    against: Option<String>,
     /// Write an SVG chart of the TTFT distribution (CDF) per policy here.
     #[arg(long)]
     svg: Option<PathBuf>,
@@ -86,6 +95,8 @@ struct Run {
     label: String,
     /// `native` or `guest`.
     build: &'static str,
+    /// What the report names.
+    policy: PolicyLabel,
     report: Report,
     wall_s: f64,
 }
@@ -102,6 +113,23 @@ struct Entry {
 /// (nesting and strings followed), so their commas stay theirs; a path containing `@{` cannot
 /// be compared (give it another name).
 fn parse_compare(list: &str) -> Result<Vec<Entry>, String> {
+    parse_policies("--compare", list)
+}
+
+/// `--against`'s one policy, `POLICY` or `POLICY@{JSON}` as in `--compare`.
+fn parse_against(value: &str) -> Result<Entry, String> {
+    let mut entries = parse_policies("--against", value)?;
+    if entries.len() > 1 {
+        return Err(format!(
+            "--against takes one policy, got {}; compare several with --compare",
+            entries.len()
+        ));
+    }
+    Ok(entries.remove(0))
+}
+
+/// [`parse_compare`] for the flag `flag` (which its errors name).
+fn parse_policies(flag: &str, list: &str) -> Result<Vec<Entry>, String> {
     let mut entries = Vec::new();
     let mut rest = list;
     loop {
@@ -112,7 +140,7 @@ fn parse_compare(list: &str) -> Result<Vec<Entry>, String> {
                 let json = &rest[at + 1..];
                 let close = object_end(json).ok_or_else(|| {
                     format!(
-                        "--compare policy {n} (`{}`): its parameters never close (a `}}` is missing)",
+                        "{flag} policy {n} (`{}`): its parameters never close (a `}}` is missing)",
                         &rest[..at]
                     )
                 })?;
@@ -122,7 +150,7 @@ fn parse_compare(list: &str) -> Result<Vec<Entry>, String> {
         };
         if spec.trim().is_empty() {
             return Err(format!(
-                "--compare policy {n} is empty: give POLICY or POLICY@{{JSON}}, comma-separated"
+                "{flag} policy {n} is empty: give POLICY or POLICY@{{JSON}}, comma-separated"
             ));
         }
         entries.push(Entry { spec: spec.trim().to_string(), params });
@@ -131,7 +159,7 @@ fn parse_compare(list: &str) -> Result<Vec<Entry>, String> {
             None if after.is_empty() => return Ok(entries),
             None => {
                 return Err(format!(
-                    "--compare policy {n} (`{}`): `{after}` follows its parameters; separate policies with commas",
+                    "{flag} policy {n} (`{}`): `{after}` follows its parameters; separate policies with commas",
                     spec.trim()
                 ));
             }
@@ -196,21 +224,29 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         }
     };
     let bytes = read_file(&path)?;
-    let trace = Trace::parse(&bytes, args.block_size, args.limit)
-        .map_err(|e| CliError::new(ErrorKind::InvalidTrace, format!("{}: {e}", path.display())))?;
-    let entries = match &args.compare {
-        None => vec![Entry { spec: args.policy.clone(), params: args.params.clone() }],
+    let invalid_trace = |e: switchyard_replay::TraceError| {
+        CliError::new(ErrorKind::InvalidTrace, format!("{}: {e}", path.display()))
+    };
+    let trace = Trace::parse(&bytes, args.block_size, args.limit).map_err(invalid_trace)?;
+    let entries = match (&args.compare, &args.against) {
+        (None, None) => vec![Entry { spec: args.policy.clone(), params: args.params.clone() }],
         // One set of parameters rarely suits several policies (another's unknown field fails
         // it), so each gives its own.
-        Some(_) if args.params.is_some() => {
+        (Some(_), _) if args.params.is_some() => {
             return Err(CliError::new(
                 ErrorKind::InvalidParams,
                 "--params configures --policy; with --compare give each policy its own, as \
                  --compare default,mine.wasm@'{\"overlap_bonus\":2}'",
             ));
         }
-        Some(list) => parse_compare(list).map_err(|m| CliError::new(ErrorKind::InvalidParams, m))?,
+        (Some(list), _) => parse_compare(list).map_err(|m| CliError::new(ErrorKind::InvalidParams, m))?,
+        (None, Some(against)) => vec![
+            Entry { spec: args.policy.clone(), params: args.params.clone() },
+            parse_against(against).map_err(|m| CliError::new(ErrorKind::InvalidParams, m))?,
+        ],
     };
+    // With --against on a captured trace the shadow pass runs the recorded requests.
+    let recorded = args.against.is_some() && trace.is_captured().map_err(invalid_trace)?;
     let config = ReplayConfig {
         workers: args.workers,
         mode: args.mode,
@@ -221,12 +257,10 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
     };
     config.validate().map_err(|e| CliError::new(ErrorKind::InvalidConfig, e.to_string()))?;
     let guard = args.limits.guard()?;
+    let mode = if args.fail_closed { FailMode::Closed } else { FailMode::Open };
     let mut engine: Option<PolicyEngine> = None;
-    // Every policy is loaded and configured before any runs, so a mistake in the last of
-    // several is reported at once, not after the others' replays.
-    let mut loaded = Vec::new();
-    for entry in &entries {
-        // One engine for every policy compared, made when a component first needs it.
+    // One engine for every policy, made when a component first needs it.
+    let mut load = |entry: &Entry| -> Result<(Value, Loaded), CliError> {
         let mut shared_engine = || -> Result<PolicyEngine, CliError> {
             if engine.is_none() {
                 engine = Some(args.limits.engine()?);
@@ -242,10 +276,35 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         })?;
         let policy = load_policy(&entry.spec, args.guest, params, &mut shared_engine)
             .map_err(|e| from_policy(&entry.spec, e))?;
-        loaded.push((entry, parameters, policy));
+        Ok((parameters, policy))
+    };
+    // Every policy is loaded and configured before any runs, so a mistake in the last of
+    // several is reported at once, not after the others' replays.
+    let mut loaded = Vec::new();
+    for entry in &entries {
+        loaded.push((entry, load(entry)?));
     }
+    // The shadow pass's instances are their own: the shadow's state must not come from
+    // its own replay, nor (on recorded requests) the driver's from the simulation.
+    let shadow_pass = match &args.against {
+        None => None,
+        Some(_) => {
+            let (driver, shadow) = (&entries[0], &entries[1]);
+            let shadow = load(shadow).map(|(_, l)| {
+                Shadow::new(switchyard_builtins::guarded(l.scorer, FailMode::Open, guard.clone()))
+            })?;
+            let driver = if recorded {
+                Some(switchyard_builtins::guarded(load(driver)?.1.scorer, mode, guard.clone()))
+            } else {
+                None
+            };
+            Some((shadow, driver))
+        }
+    };
+    let (mut shadow, recorded_driver) = shadow_pass.unzip();
+    let recorded_driver = recorded_driver.flatten();
     let mut runs = Vec::new();
-    for (entry, parameters, loaded) in loaded {
+    for (index, (entry, (parameters, loaded))) in loaded.into_iter().enumerate() {
         let run_label = run_label(&loaded.name, &parameters);
         let label = PolicyLabel {
             name: loaded.name,
@@ -254,18 +313,40 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
             component_sha256: loaded.sha256.filter(|_| loaded.from_file),
         };
         let build = loaded.build;
-        let mode = if args.fail_closed { FailMode::Closed } else { FailMode::Open };
         // As production runs it: faults contained by the runtime's guard.
         let mut selector = switchyard_builtins::guarded(loaded.scorer, mode, guard.clone());
         let bar = progress(format!("{run_label} ({build})"), trace.rows().len());
         let started = Instant::now();
-        let report = switchyard_replay::replay(&trace, &mut selector, &label, &config, &mut |done| {
-            bar.set_position(done as u64)
-        })
+        let mut tick = |done: usize| bar.set_position(done as u64);
+        let report = match shadow.as_mut() {
+            // The driver of a simulated shadow pass: its own replay, the shadow asked alongside.
+            Some(shadow) if index == 0 && !recorded => {
+                switchyard_replay::replay_shadowed(&trace, &mut selector, shadow, &label, &config, &mut tick)
+            }
+            _ => switchyard_replay::replay(&trace, &mut selector, &label, &config, &mut tick),
+        }
         .map_err(|e| from_policy(&entry.spec, replay_error(e)))?;
         bar.finish();
-        runs.push(Run { label: run_label, build, report, wall_s: started.elapsed().as_secs_f64() });
+        runs.push(Run {
+            label: run_label,
+            build,
+            policy: label,
+            report,
+            wall_s: started.elapsed().as_secs_f64(),
+        });
     }
+    if let (Some(shadow), Some(mut driver)) = (shadow.as_mut(), recorded_driver) {
+        let bar = progress(
+            format!("{} shadowing {} on the recorded requests", runs[1].label, runs[0].label),
+            trace.rows().len(),
+        );
+        switchyard_replay::replay_recorded(&trace, &mut driver, shadow, &mut |done| {
+            bar.set_position(done as u64)
+        })
+        .map_err(|e| from_policy(&entries[0].spec, replay_error(e)))?;
+        bar.finish();
+    }
+    let against = shadow.map(Shadow::finish);
     let name =
         path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     if runs.len() == 1 {
@@ -273,14 +354,20 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
     } else {
         print_table(&runs, &name, &config);
     }
+    if let Some(against) = &against {
+        print_against(&runs[0], &runs[1], against);
+    }
     if let Some(out) = &args.report {
         let text = if runs.len() == 1 {
             runs[0].report.canonical()
         } else {
-            runs.iter()
-                .map(|r| r.report.to_json())
-                .collect::<Result<Vec<_>, _>>()
-                .and_then(|reports| canonical_json(&json!({ "reports": reports })))
+            runs.iter().map(|r| r.report.to_json()).collect::<Result<Vec<_>, _>>().and_then(|reports| {
+                let mut doc = json!({ "reports": reports });
+                if let Some(against) = &against {
+                    doc["against"] = against_json(&runs[1].policy, against);
+                }
+                canonical_json(&doc)
+            })
         }
         .map_err(|e| CliError::new(ErrorKind::Report, e.to_string()))?;
         write_file(out, text.as_bytes())?;
@@ -318,7 +405,9 @@ fn legend_labels(runs: &[Run]) -> Vec<String> {
 fn replay_error(e: ReplayError) -> CliError {
     match e {
         ReplayError::Config(m) => CliError::new(ErrorKind::InvalidConfig, m),
-        e @ ReplayError::Selection { .. } => CliError::new(ErrorKind::SelectionFailed, e.to_string()),
+        e @ (ReplayError::Selection { .. } | ReplayError::Recorded { .. }) => {
+            CliError::new(ErrorKind::SelectionFailed, e.to_string())
+        }
     }
 }
 
@@ -426,6 +515,53 @@ fn print_table(runs: &[Run], trace: &str, config: &ReplayConfig) {
     }
 }
 
+/// The shadow pass's lines under the table: `driver` drove, `shadow` shadowed.
+fn print_against(driver: &Run, shadow: &Run, against: &ShadowReport) {
+    let a = &against.agreement;
+    let source = if against.recorded.is_some() { "the recorded requests" } else { "the simulated cluster" };
+    outln!("{} shadowing {} on {source}:", shadow.label, driver.label);
+    match a.agreement {
+        Some(share) => outln!("  agreement with {}  {share:.3} ({}/{})", driver.label, a.agreed, a.compared),
+        None => outln!("  agreement with {}  - (nothing compared)", driver.label),
+    }
+    match &a.regret {
+        Some(r) => outln!(
+            "  regret ({}'s cost)  p50 {:.3}  p99 {:.3}  max {:.3}  over {}, {} unscored",
+            driver.label,
+            r.p50,
+            r.p99,
+            r.max,
+            r.over,
+            a.unscored
+        ),
+        None => outln!("  regret ({}'s cost)  - ({} unscored)", driver.label, a.unscored),
+    }
+    let faults = &against.faults;
+    outln!(
+        "  shadow faults: {} answered by the fallback{}, {} commits faulted{}; {} with no eligible worker (neither compared)",
+        faults.fallback_count(),
+        by_kind(&faults.fallbacks),
+        faults.commit_count(),
+        by_kind(&faults.commits),
+        against.no_eligible
+    );
+    if let Some(recorded) = against.recorded {
+        outln!("  {} matches the recorded answers: {}/{}", driver.label, recorded.matched, recorded.compared);
+    }
+}
+
+/// The report's `against`: the shadowing policy as a report names one, and the pass.
+fn against_json(shadow: &PolicyLabel, against: &ShadowReport) -> Value {
+    let mut value = against.to_json();
+    value["policy"] = json!({
+        "name": shadow.name,
+        "parameters": shadow.parameters,
+        "component_sha256": shadow.component_sha256,
+    });
+    value["source"] = json!(if against.recorded.is_some() { "recorded" } else { "simulated" });
+    value
+}
+
 /// The progress bar of one policy's run, on stderr; hidden unless stderr is a terminal, so
 /// scripts and tests that capture stderr see only errors there. (indicatif hides itself off a
 /// terminal too; asking first states the contract here rather than relying on its detection.)
@@ -475,5 +611,16 @@ mod tests {
             let err = parse_compare(list).unwrap_err();
             assert!(err.contains(needle), "{list}: {err}");
         }
+    }
+
+    #[test]
+    fn against_takes_one_policy_with_its_parameters() {
+        assert_eq!(
+            parse_against(r#"chwbl@{"a":1,"b":2}"#).unwrap(),
+            entry("chwbl", Some(r#"{"a":1,"b":2}"#))
+        );
+        assert_eq!(parse_against("dir/mine.wasm").unwrap(), entry("dir/mine.wasm", None));
+        assert!(parse_against("default,chwbl").unwrap_err().contains("--against takes one policy, got 2"));
+        assert!(parse_against("").unwrap_err().contains("--against policy 1 is empty"));
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use switchyard::selection::{Call, Fault, Scorer};
-use switchyard::{FailMode, GuardConfig, GuardedSelector, GuestScorer};
+use switchyard::{FailMode, GuardConfig, GuardedSelector, GuestScorer, Selector};
 use switchyard_guest_sdk::{Facts, PolicyInfo, Pool, WorkerRank};
 use switchyard_replay::{Mode, PolicyLabel, ReplayConfig, Trace, replay};
 
@@ -29,7 +29,7 @@ fn trace_path() -> PathBuf {
 }
 
 fn trace(limit: usize) -> Trace {
-    Trace::parse(&std::fs::read(trace_path()).unwrap(), 512, Some(limit)).expect("the trace parses")
+    Trace::parse(&std::fs::read(trace_path()).unwrap(), Some(512), Some(limit)).expect("the trace parses")
 }
 
 fn temp_dir() -> PathBuf {
@@ -181,7 +181,7 @@ fn malformed_trace_lines_are_reported_with_their_line_number() {
     for (name, text, line) in cases {
         let path = dir.join(format!("{name}.jsonl"));
         std::fs::write(&path, &text).unwrap();
-        let err = Trace::parse(text.as_bytes(), 512, None).unwrap_err();
+        let err = Trace::parse(text.as_bytes(), Some(512), None).unwrap_err();
         assert_eq!(err.line(), line, "{name}: {err}");
         let out = switchyard(&["replay", "--trace", &path.display().to_string()]).wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -644,4 +644,280 @@ fn a_ten_policy_chart_has_ten_distinct_colours_a_legend_clear_of_the_curves_and_
         }
     }
     assert!(in_plot > 10 * 500, "the curves are drawn: {in_plot} pixels");
+}
+
+/// The `against` part of a `--report` written by `extra` (with `--report` appended).
+fn against_report(name: &str, extra: &[&str]) -> (String, Value) {
+    let report = temp_dir().join(format!("{name}.json"));
+    let report_arg = report.display().to_string();
+    let stdout = succeeded(replay_300(&[extra, &["--report", &report_arg]].concat()));
+    (stdout, serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap())
+}
+
+/// The agreement's counts agree with each other: every comparison either agreed, has a
+/// regret, or was unscored; and `agreement` is `agreed / compared`.
+fn consistent(agreement: &Value) {
+    let n = |key: &str| agreement[key].as_u64().unwrap();
+    let over = agreement["regret"]["over"].as_u64().unwrap_or(0);
+    assert_eq!(over + n("unscored"), n("compared"), "{agreement}");
+    assert!(n("agreed") <= over, "an agreement is a regret of 0: {agreement}");
+    let share = n("agreed") as f64 / n("compared") as f64;
+    assert_eq!(agreement["agreement"].as_f64().unwrap(), share, "{agreement}");
+}
+
+#[test]
+fn against_shadows_every_selection_and_reports_agreement_and_regret_beside_both_replays() {
+    // A policy shadowing itself agrees on every pick.
+    let (stdout, same) = against_report("against-self", &["--policy", "default", "--against", "default"]);
+    let against = &same["against"];
+    assert_eq!(against["source"], "simulated");
+    assert_eq!(against["policy"]["name"], "default");
+    let agreement = &against["agreement"];
+    assert_eq!((agreement["compared"].as_u64(), agreement["agreed"].as_u64()), (Some(300), Some(300)));
+    assert_eq!(agreement["agreement"], 1.0);
+    assert_eq!(agreement["regret"], serde_json::json!({"over": 300, "p50": 0.0, "p99": 0.0, "max": 0.0}));
+    assert_eq!(against["faults"]["fallbacks"], 0);
+    assert!(stdout.contains("default shadowing default on the simulated cluster:"), "{stdout}");
+    assert!(stdout.contains("agreement with default  1.000 (300/300)"), "{stdout}");
+    assert!(stdout.contains("regret (default's cost)  p50 0.000  p99 0.000  max 0.000"), "{stdout}");
+    // Both replays, side by side as --compare shows them, each the policy's own report.
+    assert!(stdout.contains("TTFT mean"), "{stdout}");
+    let reports = same["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), 2);
+    assert_eq!(reports[0], reports[1]);
+
+    // Two policies: they part ways, and the shadow pass never changes the driver's replay.
+    let (stdout, other) = against_report("against-chwbl", &["--policy", "default", "--against", "chwbl"]);
+    let (_, alone) = against_report("against-none", &["--compare", "default,chwbl"]);
+    assert_eq!(other["reports"], alone["reports"], "each policy's replay as --compare runs it");
+    let agreement = &other["against"]["agreement"];
+    assert_eq!(agreement["compared"], 300, "every decision compared");
+    assert!(agreement["agreement"].as_f64().unwrap() < 1.0, "{agreement}");
+    assert!(agreement["regret"]["max"].as_f64().unwrap() > 0.0, "{agreement}");
+    consistent(agreement);
+    assert_eq!(other["against"]["policy"]["name"], "chwbl");
+    let line = format!("agreement with default  {:.3} (", agreement["agreement"].as_f64().unwrap());
+    assert!(stdout.contains(&line), "{stdout}");
+    assert!(stdout.contains("chwbl (native)") && stdout.contains("default (native)"), "{stdout}");
+
+    // Disaggregated: both decisions of every request compared.
+    let (_, disaggregated) =
+        against_report("against-disaggregated", &["--mode", "disaggregated", "--against", "chwbl"]);
+    assert_eq!(disaggregated["against"]["agreement"]["compared"], 600);
+
+    // Parameters as --compare takes them; --against excludes --compare; one policy only.
+    let (_, tuned) = against_report("against-tuned", &["--against", r#"chwbl@{"load_factor":1.5}"#]);
+    assert_eq!(tuned["against"]["policy"]["parameters"], serde_json::json!({"load_factor": 1.5}));
+    assert_eq!(
+        tuned["reports"][1]["metadata"]["policy"]["parameters"],
+        serde_json::json!({"load_factor": 1.5})
+    );
+    let err = failed(replay_300(&["--against", "default,chwbl"]), "invalid-params");
+    assert!(err.contains("--against takes one policy, got 2"), "{err}");
+    let err = failed(replay_300(&["--against", r#"chwbl@{"load_factor":1.5"#]), "invalid-params");
+    assert!(err.contains("--against policy 1 (`chwbl`): its parameters never close"), "{err}");
+    let out = replay_300(&["--against", "chwbl", "--compare", "default,chwbl"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"), "{out:?}");
+
+    // A faulting shadow is counted by kind, never changes the driver's run, and is not compared.
+    let panic = temp_dir().join("shadow-panic-every-7.wasm");
+    std::fs::write(&panic, switchyard_test_util::fixtures::hostile::PANIC).unwrap();
+    let spec = format!(r#"{}@{{"every":7}}"#, panic.display());
+    let (stdout, faulty) = against_report("against-faulty", &["--against", &spec]);
+    assert_eq!(faulty["reports"][0], same["reports"][0], "the driver's replay, untouched");
+    let faults = &faulty["against"]["faults"];
+    assert_eq!(faults["fallbacks"], 300 / 7, "{faults}");
+    assert_eq!(faults["fallbacks_by_kind"]["trap"], 300 / 7, "{faults}");
+    assert_eq!(faulty["against"]["agreement"]["compared"], 300 - 300 / 7);
+    assert!(stdout.contains("shadow faults: 42 answered by the fallback (trap 42)"), "{stdout}");
+}
+
+/// `count` variations of the sample request (seeds, temperatures, loads), each answered
+/// by `switchyard select --policy default`, as the service's capture writes them.
+fn captured_trace(count: u64) -> String {
+    let dir = temp_dir().join("captured");
+    std::fs::create_dir_all(&dir).unwrap();
+    let sample = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/selection/sample-request.json"),
+    )
+    .unwrap();
+    let requests: Vec<Value> = (0..count)
+        .map(|i| {
+            let mut request: Value = serde_json::from_str(&sample).unwrap();
+            request["tenant"] = "acme".into();
+            request["seed"] = i.into();
+            request["temperature"] = if i % 3 == 0 { 0.5 } else { 0.0 }.into();
+            let row = (i % 9) as usize;
+            let load = &mut request["inputs"]["active_prefill_tokens"][row];
+            *load = (load.as_u64().unwrap() + 500 * (i % 7)).into();
+            request["inputs"]["device_overlap_blocks"][(row + 4) % 9] = (i % 40).into();
+            request["prefix_hashes"] = (0..8 + i % 5).map(|h| h + 100 * i).collect::<Vec<u64>>().into();
+            request
+        })
+        .collect();
+    let children: Vec<std::process::Child> = requests
+        .iter()
+        .enumerate()
+        .map(|(i, request)| {
+            let path = dir.join(format!("request-{i}.json"));
+            std::fs::write(&path, request.to_string()).unwrap();
+            switchyard(&["select", "--policy", "default", "--input", &path.display().to_string()])
+        })
+        .collect();
+    let mut lines = String::new();
+    for (i, (request, child)) in requests.iter().zip(children).enumerate() {
+        let answer: Value = serde_json::from_str(&succeeded(child.wait_with_output().unwrap())).unwrap();
+        let line = serde_json::json!({
+            "timestamp": 25 * i,
+            "input_length": request["prompt_tokens"],
+            "output_length": request["expected_output_tokens"],
+            "hash_ids": request["prefix_hashes"],
+            "request": request,
+            "answer": {
+                "worker_id": answer["worker_id"],
+                "dp_rank": answer["dp_rank"],
+                "policy": answer["policy"],
+                "version": answer["version"],
+                "fallback": !answer["fallback"].is_null(),
+            },
+        });
+        lines.push_str(&format!("{line}\n"));
+    }
+    lines
+}
+
+/// Agreement and regret recounted on a captured trace's requests, outside the replay: each
+/// built from its line, `first` and `other` (native builtins) select, `other` is told
+/// `first`'s pick, and [`compare`] tallies.
+fn recount(captured: &str, first: &str, other: &str) -> Value {
+    use switchyard::selection::compare::{Tally, compare};
+    use switchyard::selection::wire::RequestJson;
+    let selector = |name: &str| Selector::new(switchyard_builtins::find(name).unwrap().native("{}").unwrap());
+    let (mut a, mut b) = (selector(first), selector(other));
+    let mut tally = Tally::new(usize::MAX);
+    for line in captured.lines() {
+        let line: Value = serde_json::from_str(line).unwrap();
+        let request: RequestJson = serde_json::from_value(line["request"].clone()).unwrap();
+        let (table, request) = request.into_parts().unwrap();
+        let first_pick = a.select(&table, &request).unwrap().chosen;
+        a.commit(&table, &request, first_pick).unwrap();
+        let other_pick = b.select(&table, &request).unwrap().chosen;
+        b.commit(&table, &request, first_pick).unwrap();
+        let costs = a.last_candidates().zip(a.last_costs().iter().copied());
+        tally.add(compare(costs, first_pick, other_pick));
+    }
+    serde_json::to_value(tally.summary()).unwrap()
+}
+
+#[test]
+fn a_captured_trace_replays_plainly_and_against_runs_its_recorded_requests() {
+    let text = captured_trace(50);
+    let dir = temp_dir();
+    let path = dir.join("captured.jsonl");
+    std::fs::write(&path, &text).unwrap();
+    let trace = path.display().to_string();
+    let run = |extra: &[&str]| {
+        switchyard(&[&["replay", "--trace", &trace, "--workers", "4"][..], extra].concat())
+            .wait_with_output()
+            .unwrap()
+    };
+
+    // Plainly: the simulation reads the Mooncake keys, the block size the requests'.
+    let report = dir.join("captured-plain.json");
+    let stdout = succeeded(run(&["--report", &report.display().to_string()]));
+    assert!(stdout.contains("replay of captured.jsonl: 50 requests"), "{stdout}");
+    let plain: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(plain["metadata"]["trace"]["block_size"], 16);
+    assert_eq!(plain["decisions"]["count"], 50);
+
+    // Against: the recorded requests, selected again; default was the live policy.
+    for other in ["chwbl", "default", "two-choice"] {
+        let report = dir.join(format!("captured-against-{other}.json"));
+        let stdout = succeeded(run(&["--against", other, "--report", &report.display().to_string()]));
+        let json: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let against = &json["against"];
+        assert_eq!(against["source"], "recorded", "{other}");
+        assert_eq!(
+            against["recorded_answers"],
+            serde_json::json!({"compared": 50, "matched": 50}),
+            "{other}"
+        );
+        assert!(stdout.contains("default matches the recorded answers: 50/50"), "{other}: {stdout}");
+        assert!(stdout.contains(&format!("{other} shadowing default on the recorded requests:")), "{stdout}");
+        assert_eq!(against["agreement"], recount(&text, "default", other), "{other}");
+        if other == "default" {
+            assert_eq!(against["agreement"]["agreement"], 1.0);
+        } else {
+            assert!(against["agreement"]["agreement"].as_f64().unwrap() < 1.0, "{other}: {against}");
+        }
+        // Each policy's own replay too, as plainly.
+        assert_eq!(json["reports"][0], plain, "{other}");
+    }
+    // Another policy than the live one does not match the answers.
+    let stdout = succeeded(run(&["--policy", "chwbl", "--against", "default"]));
+    assert!(!stdout.contains("matches the recorded answers: 50/50"), "{stdout}");
+    assert!(stdout.contains("chwbl matches the recorded answers: "), "{stdout}");
+
+    // A block size other than the requests' is refused, naming the line.
+    let err = failed(run(&["--block-size", "512"]), "invalid-trace");
+    assert!(err.contains("captured.jsonl: line 1: the request's block_size 16 differs"), "{err}");
+}
+
+#[test]
+fn malformed_captured_lines_fail_naming_the_line() {
+    let text = captured_trace(4);
+    let lines: Vec<&str> = text.lines().collect();
+    let dir = temp_dir();
+    let third: Value = serde_json::from_str(lines[2]).unwrap();
+    let edit = |change: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+        let mut line = third.clone();
+        change(line.as_object_mut().unwrap());
+        line.to_string()
+    };
+    let cases = [
+        (
+            "bad-request",
+            edit(&|l| l["request"]["prompt_tokenz"] = 1.into()),
+            "line 3: request: unknown field",
+        ),
+        (
+            "held-table",
+            edit(&|l| l["request"]["table"] = "t".into()),
+            "line 3: request: the request names a held table",
+        ),
+        ("bad-answer", edit(&|l| l["answer"]["fallback"] = "no".into()), "line 3: answer: "),
+        ("wrong-length", edit(&|l| l["input_length"] = 2047.into()), "line 3: input_length 2047"),
+        (
+            "unanswered",
+            edit(&|l| {
+                l.remove("answer");
+            }),
+            "line 3: a `request` without its `answer`",
+        ),
+        ("not-json", "{\"timestamp\": 3, \"request\": {".into(), "line 3: "),
+    ];
+    let request_less = edit(&|l| {
+        l.remove("request");
+        l.remove("answer");
+        l.insert("hash_ids".into(), (0..128).collect::<Vec<u64>>().into());
+    });
+    for (name, third, needle) in cases {
+        let path = dir.join(format!("captured-{name}.jsonl"));
+        std::fs::write(&path, format!("{}\n{}\n{third}\n{}\n", lines[0], lines[1], lines[3])).unwrap();
+        let out = switchyard(&["replay", "--trace", &path.display().to_string(), "--workers", "4"])
+            .wait_with_output()
+            .unwrap();
+        let err = failed(out, "invalid-trace");
+        assert!(err.contains(needle), "{name}: {err}");
+    }
+    // A plain row among captured ones replays, but cannot be shadowed on recorded requests.
+    let path = dir.join("captured-mixed.jsonl");
+    std::fs::write(&path, format!("{}\n{}\n{request_less}\n{}\n", lines[0], lines[1], lines[3])).unwrap();
+    let trace = path.display().to_string();
+    let base = ["replay", "--trace", &trace, "--workers", "4"];
+    succeeded(switchyard(&base).wait_with_output().unwrap());
+    let out = switchyard(&[&base[..], &["--against", "chwbl"]].concat()).wait_with_output().unwrap();
+    let err = failed(out, "invalid-trace");
+    assert!(err.contains("line 3: carries no recorded request, unlike line 1"), "{err}");
 }

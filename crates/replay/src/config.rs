@@ -110,4 +110,12 @@ pub enum ReplayError {
         /// Why its selection failed.
         message: String,
     },
+    /// A captured trace's recorded selection could not be run again.
+    #[error("trace line {line}: {message}")]
+    Recorded {
+        /// The line of the captured trace, 1-based.
+        line: usize,
+        /// Why.
+        message: String,
+    },
 }

@@ -19,6 +19,7 @@
 //! - [`timing`]: the documented timing model.
 //! - `sim`: the event-driven, deterministic simulation.
 //! - [`report`]: statistics and the canonical JSON.
+//! - [`shadow`]: a second policy shadowing the driving one, compared pick by pick.
 
 #![forbid(unsafe_code)]
 
@@ -26,6 +27,7 @@ mod cache;
 mod cluster;
 mod config;
 pub mod report;
+pub mod shadow;
 mod sim;
 pub mod timing;
 pub mod trace;
@@ -33,8 +35,9 @@ pub mod trace;
 pub use cache::PrefixCache;
 pub use config::{Mode, PolicyLabel, ReplayConfig, ReplayError};
 pub use report::{Distribution, Faults, PoolLoad, Report, ReportError, canonical_json};
+pub use shadow::{Recorded, Shadow, ShadowReport, replay_recorded};
 pub use timing::TimingModel;
-pub use trace::{Trace, TraceError, TraceRow};
+pub use trace::{Captured, RecordedAnswer, Trace, TraceError, TraceRow};
 
 use switchyard::guard::GuardedSelector;
 
@@ -48,5 +51,20 @@ pub fn replay(
     progress: &mut dyn FnMut(usize),
 ) -> Result<Report, ReplayError> {
     config.validate()?;
-    sim::Simulation::new(trace, selector, config)?.run(policy, progress)
+    sim::Simulation::new(trace, selector, None, config)?.run(policy, progress)
+}
+
+/// [`replay`], with `shadow` asked on every routing decision as well: it selects on what
+/// `selector` saw and is told its pick. The report is `selector`'s alone, the same as
+/// without the shadow.
+pub fn replay_shadowed(
+    trace: &Trace,
+    selector: &mut GuardedSelector,
+    shadow: &mut Shadow,
+    policy: &PolicyLabel,
+    config: &ReplayConfig,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Report, ReplayError> {
+    config.validate()?;
+    sim::Simulation::new(trace, selector, Some(shadow), config)?.run(policy, progress)
 }

@@ -129,7 +129,7 @@ impl Faults {
         self.commits.values().sum()
     }
 
-    fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let by_kind = |m: &BTreeMap<FaultKind, u64>| -> Map<String, Value> {
             m.iter().map(|(k, n)| (k.as_str().to_string(), json!(n))).collect()
         };

@@ -15,6 +15,7 @@ use switchyard_guest_sdk::{Pool, RequestFacts};
 use super::cluster::PoolState;
 use super::config::{Mode, PolicyLabel, ReplayConfig, ReplayError};
 use super::report::{Faults, Outcomes, Report};
+use super::shadow::Shadow;
 use super::trace::{Trace, TraceRow};
 use switchyard::guard::GuardedSelector;
 use switchyard::selection::{RequestOptions, SelectionRequest, hashes_for_pool};
@@ -68,6 +69,8 @@ impl Ord for Event {
 pub(super) struct Simulation<'a> {
     trace: &'a Trace,
     selector: &'a mut GuardedSelector,
+    /// Asked on every decision too; never changes the run.
+    shadow: Option<&'a mut Shadow>,
     config: &'a ReplayConfig,
     /// The aggregated pool, or the prefill pool.
     front: PoolState,
@@ -86,6 +89,7 @@ impl<'a> Simulation<'a> {
     pub fn new(
         trace: &'a Trace,
         selector: &'a mut GuardedSelector,
+        shadow: Option<&'a mut Shadow>,
         config: &'a ReplayConfig,
     ) -> Result<Self, ReplayError> {
         let (front_pool, front_count, decode_count) = match config.mode {
@@ -108,6 +112,7 @@ impl<'a> Simulation<'a> {
         Ok(Self {
             trace,
             selector,
+            shadow,
             config,
             front,
             decode,
@@ -291,6 +296,9 @@ impl<'a> Simulation<'a> {
             .map_err(|e| fail(e.to_string()))?;
         if let Some(fault) = commit_fault {
             self.faults.commit(fault.kind);
+        }
+        if let Some(shadow) = self.shadow.as_deref_mut() {
+            shadow.observe(&state.table, &selection_request, self.selector, selection.chosen);
         }
         let index = state.index(selection.chosen.worker_id).ok_or_else(|| {
             fail(format!(
