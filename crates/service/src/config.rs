@@ -103,8 +103,14 @@ pub struct ServiceConfig {
     /// Shadow runs one tenant may have waiting or running (counted `tenant-full` past it):
     /// its share of the queue. 4.
     pub max_shadows_per_tenant: usize,
-    /// Threads running shadows, each at the lowest CPU priority (nice 19). 1.
+    /// Threads running shadows, each at the lowest CPU priority (`SCHED_IDLE`). 1.
     pub shadow_threads: usize,
+    /// The most of one core each shadow thread may use, percent: after a run it rests
+    /// until its CPU time is within this share of the time passed. 10: a core's idle time
+    /// is not free (a sibling hyperthread, the caches: BENCHMARKS.md, "The service over
+    /// HTTP"), so shadows take a small part of it, and the samples past it are dropped,
+    /// counted.
+    pub shadow_cpu_percent: usize,
     /// Bytes of captured selections one tenant's classes hold together; past it a class
     /// drops its oldest. 16 MiB: a class's 1,024 selections at 1,024 workers are ~50 MiB,
     /// so a capture of a large table keeps its most recent few hundred.
@@ -224,6 +230,7 @@ impl Default for ServiceConfig {
             shadow_queue: 256,
             max_shadows_per_tenant: 4,
             shadow_threads: 1,
+            shadow_cpu_percent: 10,
             max_capture_bytes_per_tenant: 16 << 20,
             max_capture_selections: 100_000,
             compile_concurrency: 1,
@@ -320,6 +327,7 @@ impl TryFrom<ServiceConfig> for ServiceLimits {
             ("shadow_queue", c.shadow_queue as u64),
             ("max_shadows_per_tenant", c.max_shadows_per_tenant as u64),
             ("shadow_threads", c.shadow_threads as u64),
+            ("shadow_cpu_percent", c.shadow_cpu_percent as u64),
             ("max_capture_bytes_per_tenant", c.max_capture_bytes_per_tenant as u64),
             ("max_capture_selections", c.max_capture_selections as u64),
         ];

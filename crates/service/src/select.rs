@@ -202,9 +202,18 @@ impl Prepared {
         };
         let started = Instant::now();
         let trials = route.trials.as_ref().map(|t| (t, service.trials.of(&tenant, &t.class)));
-        // Sampled before the live run: the comparison needs every live cost.
+        // Sampled, and its place in the queue taken, before the live run: the comparison
+        // needs every live cost, and a sample with no room costs the live run nothing.
         let shadow = trials.as_ref().and_then(|(t, state)| {
-            t.shadow.as_ref().filter(|(s, _)| state.sample(s.rate)).map(|s| (s, state))
+            let (setting, route) = t.shadow.as_ref().filter(|(s, _)| state.sample(s.rate))?;
+            state.shadow_sampled(setting);
+            match service.shadows.reserve(&tenant) {
+                Ok(place) => Some((setting, route, state, place)),
+                Err(why) => {
+                    state.shadow_dropped(why);
+                    None
+                }
+            }
         });
         let live_costs = Costs { all: costs.all || shadow.is_some(), ..costs };
         let share = &in_flight.0;
@@ -258,14 +267,13 @@ impl Prepared {
                 captured_line(ms, facts, table.workers(), request.inputs(), answered)
             });
         }
-        if let Some(((setting, shadow), state)) = shadow {
+        if let Some((setting, shadow, state, place)) = shadow {
             let live_costs = match costs.all {
                 true => answer.costs.clone(),
                 false => std::mem::take(&mut answer.costs),
             };
             let live =
                 CandidateCost { worker_id: chosen.worker_id, dp_rank: chosen.dp_rank, cost: answer.cost };
-            state.shadow_sampled(setting);
             let job = ShadowJob {
                 setting: setting.clone(),
                 route: Arc::clone(shadow),
@@ -276,7 +284,7 @@ impl Prepared {
                 live_costs,
                 took,
             };
-            if let Err(why) = service.shadows.push(&tenant, move || job.run()) {
+            if let Err(why) = service.shadows.push(place, move || job.run()) {
                 state.shadow_dropped(why);
             }
         }

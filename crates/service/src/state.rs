@@ -205,6 +205,7 @@ impl Service {
             limits.shadow_queue,
             limits.max_shadows_per_tenant,
             limits.shadow_threads,
+            limits.shadow_cpu_percent,
         );
         let service = Arc::new_cyclic(|me| Self {
             me: me.clone(),

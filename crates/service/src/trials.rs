@@ -158,7 +158,9 @@ impl ClassTrials {
     /// is not the one it counted.
     pub(crate) fn shadow_sampled(&self, shadow: &Shadow) {
         let mut s = lock(&self.shadow);
-        s.reset_unless(shadow);
+        if s.of.as_ref() != Some(shadow) {
+            s.reset_unless(shadow);
+        }
         s.sampled += 1;
     }
 
@@ -177,6 +179,15 @@ impl ClassTrials {
 
     /// A shadow run compared with the live one.
     pub(crate) fn shadow_ran(&self, shadow: &Shadow, run: ShadowRun) {
+        // Built before the lock: the live selections take it too.
+        let disagreement = (!run.compared.agree).then(|| Disagreement {
+            seed: run.seed,
+            live: run.live_pick,
+            shadow: run.shadow_pick,
+            regret: run.compared.regret,
+            live_top: cheapest(run.live_costs),
+            shadow_top: cheapest(run.shadow_costs),
+        });
         let mut s = lock(&self.shadow);
         if s.of.as_ref() != Some(shadow) {
             return;
@@ -184,15 +195,7 @@ impl ClassTrials {
         s.tally.add(run.compared);
         push(&mut s.live_us, run.live.as_secs_f64() * 1e6, KEEP);
         push(&mut s.shadow_us, run.took.as_secs_f64() * 1e6, KEEP);
-        if !run.compared.agree {
-            let disagreement = Disagreement {
-                seed: run.seed,
-                live: run.live_pick,
-                shadow: run.shadow_pick,
-                regret: run.compared.regret,
-                live_top: cheapest(run.live_costs),
-                shadow_top: cheapest(run.shadow_costs),
-            };
+        if let Some(disagreement) = disagreement {
             push(&mut s.disagreements, disagreement, DISAGREEMENTS);
         }
     }
@@ -441,10 +444,14 @@ fn push<T>(ring: &mut VecDeque<T>, value: T, keep: usize) {
     ring.push_back(value);
 }
 
-/// The `TOP` cheapest of `costs`, cheapest first (ties in row order).
+/// The `TOP` cheapest of `costs`, cheapest first (selected in linear time, then sorted).
 fn cheapest(mut costs: Vec<CandidateCost>) -> Vec<CandidateCost> {
-    costs.sort_by(|a, b| a.cost.total_cmp(&b.cost));
-    costs.truncate(TOP);
+    let order = |a: &CandidateCost, b: &CandidateCost| a.cost.total_cmp(&b.cost);
+    if costs.len() > TOP {
+        costs.select_nth_unstable_by(TOP, order);
+        costs.truncate(TOP);
+    }
+    costs.sort_by(order);
     costs
 }
 
@@ -494,17 +501,17 @@ pub(crate) struct ShadowQueue {
 type Job = Box<dyn FnOnce() + Send>;
 
 impl ShadowQueue {
-    /// A queue of `capacity` runs, `max_per_tenant` of one tenant's, and `threads` to run them.
-    pub(crate) fn start(capacity: usize, max_per_tenant: usize, threads: usize) -> Self {
+    /// A queue of `capacity` runs, `max_per_tenant` of one tenant's, and `threads` to run
+    /// them, each within `cpu_percent` of a core.
+    pub(crate) fn start(capacity: usize, max_per_tenant: usize, threads: usize, cpu_percent: usize) -> Self {
+        let share = (cpu_percent.clamp(1, 100)) as f64 / 100.0;
         let (jobs, queued) = std::sync::mpsc::sync_channel::<Job>(capacity);
         let queued = Arc::new(Mutex::new(queued));
         for n in 0..threads {
             let queued = Arc::clone(&queued);
             let spawned = std::thread::Builder::new().name(format!("shadow-{n}")).spawn(move || {
-                // The lowest priority (the thread's own nice value on Linux): what CPU the
-                // live selections leave.
-                let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
-                run_jobs(&queued);
+                lowest_priority();
+                run_jobs(&queued, share);
             });
             if let Err(e) = spawned {
                 tracing::warn!(error = %e, "starting a shadow thread");
@@ -513,19 +520,26 @@ impl ShadowQueue {
         Self { jobs, _queued: queued, per_tenant: Arc::default(), max_per_tenant }
     }
 
-    /// Queues `job`, a shadow run of `tenant`'s, unless the tenant has its share of the
-    /// queue waiting or running (`Err("tenant-full")`) or the queue is full
-    /// (`Err("queue-full")`). Never blocks.
-    pub(crate) fn push(&self, tenant: &str, job: impl FnOnce() + Send + 'static) -> Result<(), &'static str> {
-        {
-            let mut counts = lock(&self.per_tenant);
-            let n = counts.entry(tenant.to_string()).or_default();
-            if *n >= self.max_per_tenant {
-                return Err("tenant-full");
-            }
-            *n += 1;
+    /// A place for one of `tenant`'s shadow runs, unless it has its share of the queue
+    /// waiting or running (`Err("tenant-full")`). Given back when the run ends, or when
+    /// the place is dropped unused.
+    pub(crate) fn reserve(&self, tenant: &str) -> Result<Release, &'static str> {
+        let mut counts = lock(&self.per_tenant);
+        let n = counts.entry(tenant.to_string()).or_default();
+        if *n >= self.max_per_tenant {
+            return Err("tenant-full");
         }
-        let release = Release { per_tenant: Arc::clone(&self.per_tenant), tenant: tenant.to_string() };
+        *n += 1;
+        Ok(Release { per_tenant: Arc::clone(&self.per_tenant), tenant: tenant.to_string() })
+    }
+
+    /// Queues `job` in its reserved place, unless the queue is full (`Err("queue-full")`).
+    /// Never blocks.
+    pub(crate) fn push(
+        &self,
+        release: Release,
+        job: impl FnOnce() + Send + 'static,
+    ) -> Result<(), &'static str> {
         let job: Job = Box::new(move || {
             let _release = release;
             job();
@@ -538,19 +552,39 @@ impl ShadowQueue {
     }
 }
 
-fn run_jobs(queued: &Mutex<Receiver<Job>>) {
+/// Puts this thread at the lowest CPU priority: Linux's `SCHED_IDLE` (it runs only on a
+/// core nothing else wants, and any other thread waking preempts it at once), else nice 19.
+fn lowest_priority() {
+    use thread_priority::unix::{
+        NormalThreadSchedulePolicy, ThreadSchedulePolicy, set_thread_priority_and_policy, thread_native_id,
+    };
+    let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+    if let Err(e) =
+        set_thread_priority_and_policy(thread_native_id(), thread_priority::ThreadPriority::Min, idle)
+    {
+        tracing::debug!(error = ?e, "SCHED_IDLE refused: nice 19 instead");
+        let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
+    }
+}
+
+/// Runs queued jobs until the queue closes, resting after each so that the thread's CPU
+/// time stays within `share` of the time passed.
+fn run_jobs(queued: &Mutex<Receiver<Job>>, share: f64) {
     loop {
         let job = match lock(queued).recv() {
             Ok(job) => job,
             Err(_) => return,
         };
+        let before = crate::share::thread_cpu();
         // A panic in one run (a bug of ours) must not end the thread.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+        let used = crate::share::thread_cpu().saturating_sub(before);
+        std::thread::sleep(used.mul_f64((1.0 - share) / share));
     }
 }
 
-/// Gives a tenant's share of the shadow queue back when its run ends (or is dropped).
-struct Release {
+/// A tenant's place in the shadow queue, given back when its run ends (or is dropped).
+pub(crate) struct Release {
     per_tenant: Arc<Mutex<HashMap<String, usize>>>,
     tenant: String,
 }
@@ -646,14 +680,15 @@ mod tests {
 
     #[test]
     fn a_tenant_has_its_share_of_the_shadow_queue() {
-        let queue = ShadowQueue::start(8, 2, 0);
-        assert_eq!(queue.push("a", || ()), Ok(()));
-        assert_eq!(queue.push("a", || ()), Ok(()));
-        assert_eq!(queue.push("a", || ()), Err("tenant-full"));
+        let queue = ShadowQueue::start(8, 2, 0, 25);
+        let push = |tenant: &str| queue.reserve(tenant).and_then(|place| queue.push(place, || ()));
+        assert_eq!(push("a"), Ok(()));
+        assert_eq!(push("a"), Ok(()));
+        assert_eq!(push("a").unwrap_err(), "tenant-full");
         for n in 0..6 {
-            assert_eq!(queue.push(&format!("t{n}"), || ()), Ok(()));
+            assert_eq!(push(&format!("t{n}")), Ok(()));
         }
-        assert_eq!(queue.push("c", || ()), Err("queue-full"));
+        assert_eq!(push("c"), Err("queue-full"));
         assert_eq!(lock(&queue.per_tenant).get("c"), None, "a dropped run gives its share back");
     }
 }
