@@ -4,7 +4,9 @@
 //! columns in it) with only the request's own facts, 128 prefix hashes and its overlaps on
 //! 32 workers, as JSON and as protobuf; the native default against the default policy's
 //! guest, beside `GET /healthz` (the HTTP round trip alone), and the guest's protobuf row
-//! again asking for a route receipt of the 8 cheapest candidates. The real server (this bench's
+//! again asking for a route receipt of the 8 cheapest candidates, and for classes with a
+//! shadow (another copy of the guest) on 0 %, 10 % and 100 % of their selections (at 1,024
+//! workers; what the shadows ran and dropped is printed under the table). The real server (this bench's
 //! release build), one tenant; 4 keep-alive connections on one client thread's event loop
 //! (as `wrk -t1 -c4` runs them), each closed-loop, each request's bytes built before the
 //! clock starts (`raw_http::encoded_request`).
@@ -201,6 +203,14 @@ fn main() {
     let token = client.add_tenant("acme");
     client.uploaded(&token, "acme", "mine", DEFAULT_POLICY, None);
     client.assigned(&token, "acme", "guest", json!({ "policy": "mine" }));
+    client.uploaded(&token, "acme", "next", DEFAULT_POLICY, None);
+    for (class, rate) in [("shadow-0", 0.0), ("shadow-10", 0.1), ("shadow-100", 1.0)] {
+        client.assigned(&token, "acme", class, json!({ "policy": "mine" }));
+        let path = format!("/v1/tenants/acme/classes/{class}/shadow");
+        let (status, v) =
+            client.call("PUT", &path, Some(&token), Body::Json(json!({ "policy": "next", "rate": rate })));
+        assert_eq!(status, 200, "{v}");
+    }
 
     let addr = server.addr();
     let mut variants = vec![Variant {
@@ -229,7 +239,13 @@ fn main() {
             ("held table, protobuf", "native default", None),
             ("held table, protobuf", "guest", Some("guest")),
             ("held table, protobuf, receipt", "guest", Some("guest")),
+            ("held table, protobuf, shadow 0 %", "guest", Some("shadow-0")),
+            ("held table, protobuf, shadow 10 %", "guest", Some("shadow-10")),
+            ("held table, protobuf, shadow 100 %", "guest", Some("shadow-100")),
         ] {
+            if shape.contains("shadow") && n != SIZES[0] {
+                continue;
+            }
             let body = match shape {
                 "whole JSON" => select_json(n, class, 7).into_bytes(),
                 "held table, JSON" => held_json(n, &table, class, 7).into_bytes(),
@@ -293,6 +309,16 @@ fn main() {
             p50 * 1e6,
             p99 * 1e6,
             v.latencies.len() as f64 / v.elapsed.as_secs_f64()
+        );
+    }
+    // Shadows run after the answer, at the lowest CPU priority: what they ran, and what
+    // their queue dropped while the live selections kept the cores busy.
+    for class in ["shadow-10", "shadow-100"] {
+        let path = format!("/v1/tenants/acme/classes/{class}/shadow");
+        let (_, report) = client.call("GET", &path, Some(&token), Body::None);
+        println!(
+            "\n`{class}`: {} sampled, {} compared, dropped {}",
+            report["sampled"], report["comparison"]["compared"], report["dropped"]
         );
     }
 }

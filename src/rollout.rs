@@ -146,6 +146,7 @@ pub fn capture(args: CaptureArgs) -> Result<(), CliError> {
         let lines = class.server.get_text(&path)?;
         match output {
             Some(file) => write_file(&file, lines.as_bytes())?,
+            None if lines.is_empty() => {}
             None => outln!("{}", lines.trim_end_matches('\n')),
         }
     }

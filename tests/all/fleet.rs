@@ -95,3 +95,73 @@ fn a_tenants_write_and_upload_rates_hold_across_the_fleet() {
     assert_eq!((status, kind(&v)), (429, "rate-limited"), "a sixth write through B: {v}");
     assert!(v["error"]["message"].as_str().unwrap_or_default().contains("writes_per_minute"), "{v}");
 }
+
+/// `GET` of a class's rollout route on `client`, asserting 200.
+fn rollout(client: &Client, token: &str, what: &str) -> serde_json::Value {
+    let (status, v) =
+        client.call("GET", &format!("/v1/tenants/acme/classes/latency/{what}"), Some(token), Body::None);
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+/// Waits until `done` holds of `client`'s answer to `what`.
+fn wait_for(
+    client: &Client,
+    token: &str,
+    what: &str,
+    replica: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = rollout(client, token, what);
+        if done(&v) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{replica}'s {what} never came round: {v}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+#[test]
+fn a_class_rollout_set_through_one_replica_holds_on_every_other_and_a_rollback_reaches_them() {
+    let fleet = Fleet::start("fleet-rollout");
+    let [a, b, c] = fleet.clients();
+    let (token, v1) = acme_with_mine(&a, "latency");
+    wait_for_version(&b, &token, "latency", &v1, "B");
+    wait_for_version(&c, &token, "latency", &v1, "C");
+    let put = |client: &Client, what: &str, body: serde_json::Value| {
+        let path = format!("/v1/tenants/acme/classes/latency/{what}");
+        let (status, v) = client.call("PUT", &path, Some(&token), Body::Json(body));
+        assert_eq!(status, 200, "{v}");
+    };
+
+    // A shadow set through A runs on B; the report is B's own.
+    put(&a, "shadow", json!({ "policy": "lmetric", "rate": 1.0 }));
+    wait_for(&b, &token, "shadow", "B", |v| v["shadow"]["policy"] == "lmetric");
+    for _ in 0..5 {
+        let (status, v) = b.select(&token, "acme", Some("latency"));
+        assert_eq!(status, 200, "{v}");
+    }
+    wait_for(&b, &token, "shadow", "B", |v| {
+        let dropped: u64 =
+            v["dropped"].as_object().map_or(0, |d| d.values().filter_map(|n| n.as_u64()).sum());
+        v["sampled"] == 5 && v["comparison"]["compared"].as_u64().unwrap_or(0) + dropped == 5
+    });
+    assert_eq!(rollout(&a, &token, "shadow")["sampled"], 0, "A's report counts A's selections only");
+
+    // A canary that faults, set through A, is rolled back by C's selections, and the
+    // end reaches A and B.
+    a.uploaded(&token, "acme", "broken", switchyard_test_util::hostile::PANIC, None);
+    put(&a, "canary", json!({ "policy": "broken", "weight": 100 }));
+    wait_for(&c, &token, "canary", "C", |v| v["canary"]["policy"] == "broken");
+    for _ in 0..10 {
+        let (status, v) = c.select(&token, "acme", Some("latency"));
+        assert_eq!((status, v["policy"].as_str()), (200, Some("mine")), "{v}");
+    }
+    for (client, replica) in [(&a, "A"), (&b, "B"), (&c, "C")] {
+        wait_for(client, &token, "canary", replica, |v| {
+            v["canary"].is_null() && v["last_canary"]["outcome"] == "rolled-back"
+        });
+    }
+}

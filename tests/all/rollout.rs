@@ -426,3 +426,69 @@ fn captured(c: &Client, token: &str, tenant: &str, class: &str) -> String {
         line => format!("{line}\n"),
     }
 }
+
+#[test]
+fn a_captured_trace_replays_and_the_comparisons_agreement_is_the_shadows() {
+    let dir = temp_dir("rollout-capture");
+    let server = Server::with_config(&dir, SHADOWS);
+    let c = Client::new(&server);
+    let token = c.add_tenant("acme");
+    c.assigned(&token, "acme", "live", json!({ "policy": "default" }));
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard")).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let class = ["--tenant", "acme", "--class", "live", "--server", server.url(), "--token", token.as_str()];
+    cli(&[&["capture", "--keep", "1000"][..], &class].concat());
+    cli(&[&["policy", "shadow", "--policy", "chwbl", "--rate", "1"][..], &class].concat());
+    const N: u64 = 60;
+    let answers: Vec<Value> = (0..N)
+        .map(|n| {
+            let mut body = varied("acme", "live", n);
+            // Prompts of their own: chwbl hashes the prefix.
+            body["prefix_hashes"] = json!((0..8).map(|b| n * 100 + b).collect::<Vec<u64>>());
+            select(&c, &token, &body)
+        })
+        .collect();
+    let report = report_after(&c, &token, "acme", "live", N);
+    assert_eq!(report["comparison"]["compared"], json!(N), "{report}");
+
+    let trace = dir.join("live.jsonl");
+    cli(&[&["capture", "-o", trace.to_str().unwrap()][..], &class].concat());
+    let lines: Vec<Value> =
+        std::fs::read_to_string(&trace).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), N as usize);
+    for (line, answer) in lines.iter().zip(&answers) {
+        assert_eq!(pick(&line["answer"]), pick(answer), "{line}");
+        assert_eq!(line["request"]["workers"].as_array().map(Vec::len), Some(8), "the whole request: {line}");
+    }
+    // Plainly, as any trace; and against the shadow's policy on exactly these requests.
+    cli(&["replay", "--trace", trace.to_str().unwrap(), "--workers", "4"]);
+    let out = dir.join("against.json");
+    let stdout = cli(&[
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--workers",
+        "4",
+        "--policy",
+        "default",
+        "--against",
+        "chwbl",
+        "--report",
+        out.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains(&format!("matches the recorded answers: {N}/{N}")), "{stdout}");
+    let replayed: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(
+        replayed["against"]["agreement"], report["comparison"],
+        "replay: {replayed}\nshadow: {report}"
+    );
+    let agreement = report["comparison"]["agreement"].as_f64().unwrap();
+    assert!(agreement > 0.0 && agreement < 1.0, "two policies that sometimes differ: {report}");
+
+    // Off: forgotten.
+    cli(&[&["capture", "--off"][..], &class].concat());
+    assert_eq!(cli(&[&["capture"][..], &class].concat()), "");
+}
