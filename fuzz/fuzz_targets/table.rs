@@ -305,6 +305,7 @@ fn request(u: &mut Unstructured<'_>, model: &Model) -> arbitrary::Result<Request
         inputs: WorkerInputs::default(),
         receipt: None,
         costs: false,
+        session: None,
     })
 }
 
