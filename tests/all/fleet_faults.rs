@@ -250,15 +250,15 @@ fn a_registry_address_that_is_not_nats_is_refused_at_once() {
 
 #[test]
 fn a_change_adopted_while_a_tenant_fills_the_pool_takes_the_services_own_slot() {
-    // B's pool has three slots: one for a selection in flight, one for an upload's
-    // configure check, one for the service's own loads. A hostile tenant fills the first
-    // two for 4 s with guests that spin (select and configure) while another replica's
+    // B's pool has four slots: one for a selection in flight, one for an upload's
+    // configure check, one for the shadow thread, one for the service's own loads. A
+    // hostile tenant fills the first two for 4 s with guests that spin (select and configure) while another replica's
     // change reaches B, which loads it in the third.
     let dir = switchyard_test_util::server::temp_dir("fleet-full");
     let nats = NatsServer::start(Path::new(env!("CARGO_TARGET_TMPDIR")), "fleet-full");
     let config = switchyard_test_util::server::write_config(
         &dir,
-        "[limits]\nbudget = \"epoch\"\ncall_deadline_ms = 4000\nmax_instances = 3\n\
+        "[limits]\nbudget = \"epoch\"\ncall_deadline_ms = 4000\nmax_instances = 4\n\
          [service]\nmax_inflight_selections = 1\nmax_idle_instances = 0\ncompile_concurrency = 1\n",
     );
     let a_server = replica(&dir, "a", &nats.url());

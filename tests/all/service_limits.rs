@@ -110,14 +110,14 @@ fn service_limits_a_tenant_stalling_bodies_gets_its_own_429_and_never_every_sele
 
 #[test]
 fn service_limits_uploads_configure_within_the_pool_slots_compile_concurrency_counts() {
-    // A pool of four: one selection, one idle instance, one configure check
-    // (`compile_concurrency`) and one for the service's own loads. Eight tenants' uploads at once, of bytes compiled once and
+    // A pool of five: one selection, one idle instance, one configure check
+    // (`compile_concurrency`), one for the shadow thread and one for the service's own loads. Eight tenants' uploads at once, of bytes compiled once and
     // then configured with other parameters each: every configure check holds a compile
     // permit, and its instance is gone before the upload waits for the writer lock, so the
     // pool never runs out and every upload is accepted.
     let server = start(
         "service-limits-configure",
-        "[limits]\nmax_instances = 4\n[service]\nmax_inflight_selections = 1\nmax_idle_instances = 1\ncompile_concurrency = 1\n",
+        "[limits]\nmax_instances = 5\n[service]\nmax_inflight_selections = 1\nmax_idle_instances = 1\ncompile_concurrency = 1\n",
     );
     let c = Client::new(&server);
     let tokens: Vec<String> = (0..8).map(|i| c.add_tenant(&format!("t{i}"))).collect();

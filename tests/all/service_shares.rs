@@ -56,7 +56,7 @@ fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
     // server. So the tenant has more selections running than its share of 4 (429
     // `tenant-busy` beyond), and each version needs several instances at once, which it
     // would keep idle (up to `idle_instances_per_version`, 8) were idle instances not
-    // bounded in all (6 here): 12 versions × 3 outgrow the 24 slots, and selections find no
+    // bounded in all (6 here): 12 versions × 3 outgrow the 25 slots, and selections find no
     // instance (`overloaded`). At least 5 bursts, more (at most 20) until the attacker has
     // been refused 429 once; the victim selects throughout each burst. Then: the share was
     // reached (a 429); the victim was answered by its own guest every time; the attacker
@@ -65,7 +65,7 @@ fn a_tenant_flooding_the_instance_pool_touches_nobody_else() {
     let dir = temp_dir("service-shares-flood");
     let server = Server::with_config(
         &dir,
-        "[limits]\nmax_instances = 24\n[service]\nmax_inflight_selections = 16\nmax_in_flight_per_tenant = 4\nmax_idle_instances = 6\n",
+        "[limits]\nmax_instances = 25\n[service]\nmax_inflight_selections = 16\nmax_in_flight_per_tenant = 4\nmax_idle_instances = 6\n",
     );
     let c = Client::new(&server);
     let attacker = c.add_tenant("mallory");
