@@ -108,7 +108,7 @@ impl Tally {
 }
 
 /// The nearest-rank quantile `q` of `sorted` (not empty).
-fn quantile(sorted: &[f64], q: f64) -> f64 {
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
 }

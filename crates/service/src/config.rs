@@ -112,8 +112,8 @@ pub struct ServiceConfig {
     /// counted.
     pub shadow_cpu_percent: usize,
     /// Bytes of captured selections one tenant's classes hold together; past it a class
-    /// drops its oldest. 16 MiB: a class's 1,024 selections at 1,024 workers are ~50 MiB,
-    /// so a capture of a large table keeps its most recent few hundred.
+    /// drops its oldest. 16 MiB: held in memory, and each line carries the request's whole
+    /// table, so a large table's capture keeps its most recent selections only.
     pub max_capture_bytes_per_tenant: usize,
     /// Selections one class may capture (`PUT …/capture {"selections"}`). 100,000.
     pub max_capture_selections: usize,

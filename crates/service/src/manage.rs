@@ -108,6 +108,42 @@ fn short(version: &str) -> &str {
     version.get(..12).unwrap_or(version)
 }
 
+/// The version `policy` names for `tenant` (the one given, else the policy's active one,
+/// pinned now), or `None` for a builtin; refused when neither.
+pub(crate) fn resolve(
+    record: &TenantRecord,
+    tenant: &str,
+    policy: &str,
+    version: Option<&str>,
+) -> Result<Option<String>, ApiError> {
+    if let Some(p) = record.policies.get(policy) {
+        return match version {
+            Some(v) if p.version(v).is_none() => Err(ApiError::not_found(
+                ErrorKind::UnknownVersion,
+                format!("policy `{policy}` has no version {v}"),
+            )),
+            Some(v) => Ok(Some(v.to_string())),
+            None => Ok(Some(p.active.clone())),
+        };
+    }
+    if builtin::find(policy).is_some() {
+        return match version {
+            Some(_) => Err(ApiError::bad_request(
+                ErrorKind::InvalidInput,
+                "a builtin has no versions; omit `version`",
+            )),
+            None => Ok(None),
+        };
+    }
+    Err(ApiError::not_found(
+        ErrorKind::UnknownPolicy,
+        format!(
+            "`{policy}` is neither tenant `{tenant}`'s policy nor a builtin ({})",
+            builtin::names().join(", ")
+        ),
+    ))
+}
+
 /// Names of tenants, routers, policies and classes: `[a-z0-9_-]`, 1–64 characters, so
 /// they are safe in paths, file names and metric labels.
 pub(crate) fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
@@ -534,34 +570,7 @@ impl Service {
         let record =
             manifest.tenants.get_mut(tenant).map(Arc::make_mut).ok_or_else(|| unknown_tenant(tenant))?;
         self.check_class_count(record, tenant, class)?;
-        let effective = if let Some(p) = record.policies.get(&policy) {
-            match &version {
-                Some(v) if p.version(v).is_none() => {
-                    return Err(ApiError::not_found(
-                        ErrorKind::UnknownVersion,
-                        format!("policy `{policy}` has no version {v}"),
-                    ));
-                }
-                Some(v) => Some(v.clone()),
-                None => Some(p.active.clone()),
-            }
-        } else if builtin::find(&policy).is_some() {
-            if version.is_some() {
-                return Err(ApiError::bad_request(
-                    ErrorKind::InvalidInput,
-                    "a builtin has no versions; omit `version`",
-                ));
-            }
-            None
-        } else {
-            return Err(ApiError::not_found(
-                ErrorKind::UnknownPolicy,
-                format!(
-                    "`{policy}` is neither tenant `{tenant}`'s policy nor a builtin ({})",
-                    builtin::names().join(", ")
-                ),
-            ));
-        };
+        let effective = resolve(record, tenant, &policy, version.as_deref())?;
         // A class's trials (its shadow, canary, capture) stay with it as it is reassigned.
         let trials = record.classes.remove(class).unwrap_or_default();
         record.classes.insert(

@@ -11,12 +11,11 @@ use switchyard::selection::wire::ErrorKind;
 use switchyard::selection::wire::api::{
     CanaryBody, CanaryStatus, CaptureBody, PolicyRef, Rollout, ShadowBody, ShadowReport,
 };
-use switchyard_builtins as builtin;
 use switchyard_registry_nats::Key;
 
 use crate::auth::{Principal, require_tenant};
 use crate::error::ApiError;
-use crate::manage::{check_name, collect, log_collected, parse, unknown_tenant};
+use crate::manage::{check_name, collect, log_collected, parse, resolve, unknown_tenant};
 use crate::rates::WriteKind;
 use crate::state::{Route, Service};
 use crate::store::{Assignment, Canary, CanaryEnd, Shadow, TenantRecord};
@@ -41,39 +40,6 @@ fn unknown_class(tenant: &str, class: &str) -> ApiError {
             "tenant `{tenant}` has not assigned class `{class}`: assign it first (PUT /v1/tenants/{tenant}/classes/{class})"
         ),
     )
-}
-
-/// The version `policy` names for `tenant` (the one given, else the policy's active one,
-/// pinned now), or `None` for a builtin; refused when neither.
-fn resolve(
-    record: &TenantRecord,
-    tenant: &str,
-    policy: &str,
-    version: Option<&str>,
-) -> Result<Option<String>, ApiError> {
-    if let Some(p) = record.policies.get(policy) {
-        return match version {
-            Some(v) if p.version(v).is_none() => Err(ApiError::not_found(
-                ErrorKind::UnknownVersion,
-                format!("policy `{policy}` has no version {v}"),
-            )),
-            Some(v) => Ok(Some(v.to_string())),
-            None => Ok(Some(p.active.clone())),
-        };
-    }
-    if builtin::find(policy).is_some() {
-        return match version {
-            Some(_) => Err(invalid("a builtin has no versions; omit `version`".into())),
-            None => Ok(None),
-        };
-    }
-    Err(ApiError::not_found(
-        ErrorKind::UnknownPolicy,
-        format!(
-            "`{policy}` is neither tenant `{tenant}`'s policy nor a builtin ({})",
-            builtin::names().join(", ")
-        ),
-    ))
 }
 
 /// What `a` routes to, as a [`PolicyRef`].

@@ -201,7 +201,7 @@ impl Prepared {
             Table::Owned(_) => None,
         };
         let started = Instant::now();
-        let trials = route.trials.as_ref().map(|t| (t, service.trials.of(&tenant, &t.class)));
+        let trials = route.trials.as_ref().map(|t| (t, t.state(&tenant, &service.trials)));
         // Sampled, and its place in the queue taken, before the live run: the comparison
         // needs every live cost, and a sample with no room costs the live run nothing.
         let shadow = trials.as_ref().and_then(|(t, state)| {

@@ -13,6 +13,7 @@ use switchyard_registry_nats::Key;
 use crate::auth::{Principal, Tokens};
 use crate::metrics::{Metrics, PolicyMetrics, TenantVersions};
 use crate::store::{Canary, Manifest, Shadow, TenantRecord};
+use crate::trials::{ClassTrials, Trials};
 use crate::version::LoadedVersion;
 use crate::version::{VersionKey, Versions, tenant_range};
 
@@ -56,19 +57,21 @@ pub struct RouteTrials {
     pub canary: Option<(Canary, Arc<Route>)>,
     /// Selections captured.
     pub capture: Option<usize>,
+    /// The class's trials on this replica, from the service's on the first selection
+    /// through this snapshot (later ones take no lock).
+    state: OnceLock<Arc<ClassTrials>>,
+}
+
+impl RouteTrials {
+    /// The class's trials of `tenant` in `all`.
+    pub(crate) fn state(&self, tenant: &str, all: &Trials) -> &Arc<ClassTrials> {
+        self.state.get_or_init(|| all.of(tenant, &self.class))
+    }
 }
 
 impl Route {
     fn new(policy: String, target: Target, on_fault: FailMode) -> Self {
         Self { policy, target, on_fault, trials: None, metrics: OnceLock::new() }
-    }
-
-    /// The version it runs (`None` for a builtin).
-    pub fn version(&self) -> Option<&str> {
-        match &self.target {
-            Target::Guest(v) => Some(v.version()),
-            Target::Builtin(_) => None,
-        }
     }
 
     /// The counters the route's selections count into: a guest version's own, else
@@ -279,7 +282,8 @@ fn tenant_routes(loaded: &Versions, tenant: &str, record: &TenantRecord) -> Tena
         });
         let capture = a.capture.map(|n| n as usize);
         if shadow.is_some() || canary.is_some() || capture.is_some() {
-            route.trials = Some(RouteTrials { class: class.clone(), shadow, canary, capture });
+            route.trials =
+                Some(RouteTrials { class: class.clone(), shadow, canary, capture, state: OnceLock::new() });
         }
         classes.insert(class.clone(), Arc::new(route));
     }

@@ -13,7 +13,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use sha2::{Digest, Sha256};
-use switchyard::selection::compare::{Compared, Tally};
+use switchyard::selection::compare::{Compared, Tally, quantile};
 use switchyard::selection::wire::api::{Disagreement, Latency, ShadowReport};
 use switchyard::selection::wire::{CandidateCost, RequestJson, WorkerJson};
 use switchyard::selection::{WorkerInputs, WorkerTable};
@@ -458,8 +458,7 @@ fn cheapest(mut costs: Vec<CandidateCost>) -> Vec<CandidateCost> {
 fn latency(us: &VecDeque<f64>) -> Latency {
     let mut sorted: Vec<f64> = us.iter().copied().collect();
     sorted.sort_unstable_by(f64::total_cmp);
-    let at = |q: f64| sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
-    Latency { p50_us: at(0.5), p99_us: at(0.99) }
+    Latency { p50_us: quantile(&sorted, 0.5), p99_us: quantile(&sorted, 0.99) }
 }
 
 /// A captured trace's line: a Mooncake trace row (so `switchyard replay` runs it), the
