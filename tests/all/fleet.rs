@@ -146,7 +146,9 @@ fn a_class_rollout_set_through_one_replica_holds_on_every_other_and_a_rollback_r
     wait_for(&b, &token, "shadow", "B", |v| {
         let dropped: u64 =
             v["dropped"].as_object().map_or(0, |d| d.values().filter_map(|n| n.as_u64()).sum());
-        v["sampled"] == 5 && v["comparison"]["compared"].as_u64().unwrap_or(0) + dropped == 5
+        let compared = v["comparison"]["compared"].as_u64().unwrap_or(0);
+        // The first sample finds the queue empty: at least it runs.
+        v["sampled"] == 5 && compared >= 1 && compared + dropped == 5
     });
     assert_eq!(rollout(&a, &token, "shadow")["sampled"], 0, "A's report counts A's selections only");
 
